@@ -1,0 +1,213 @@
+package base
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+)
+
+// Sentinel errors of the backend contract and of Feed. Match them with
+// errors.Is; backends wrap them with context of their own.
+var (
+	// ErrConflict: a compare-and-set found another revision than expected.
+	// Backends return it as a *ConflictError carrying the current record.
+	ErrConflict = errors.New("leaderfeed: revision conflict")
+	// ErrNotFound: the election record does not exist (yet).
+	ErrNotFound = errors.New("leaderfeed: election record not found")
+	// ErrClosed: the backend or feed was closed or stopped.
+	ErrClosed = errors.New("leaderfeed: closed")
+	// ErrInvalidConfig: a constructor or Start was given options, names or
+	// timings it cannot use. heartbeat.ErrInvalidTiming and
+	// heartbeat.ErrInvalidRecord errors returned by this module also match it.
+	ErrInvalidConfig = errors.New("leaderfeed: invalid configuration")
+	// ErrUnsupported: the server lacks a capability the backend needs (for
+	// example MongoDB without a replica set, which has no change streams).
+	ErrUnsupported = errors.New("leaderfeed: server lacks a required capability")
+	// ErrMalformedRecord: a record in the store with the election's key could
+	// not be decoded or breaks the record rules. It is ignored and reported.
+	ErrMalformedRecord = errors.New("leaderfeed: malformed election record")
+	// ErrNotLeader: Resign or Proclaim was called on a node that is not the
+	// leader.
+	ErrNotLeader = errors.New("leaderfeed: not the leader")
+	// ErrAlreadyStarted: Start was called twice.
+	ErrAlreadyStarted = errors.New("leaderfeed: already started")
+	// ErrNotStarted: a call needs a started feed.
+	ErrNotStarted = errors.New("leaderfeed: not started")
+	// ErrObserveOnly: the feed was created to observe and never leads.
+	ErrObserveOnly = errors.New("leaderfeed: observe-only feed")
+)
+
+// ConflictError is the error a Backend's Heartbeat returns when the stored
+// revision is not the expected one. It matches ErrConflict with errors.Is.
+type ConflictError struct {
+	// Current is the record in the store when the write was refused.
+	// Current.Revision is 0 when there is no record at all.
+	Current heartbeat.Record
+}
+
+// NewConflict returns a *ConflictError carrying current.
+func NewConflict(current heartbeat.Record) *ConflictError { return &ConflictError{Current: current} }
+
+func (e *ConflictError) Error() string {
+	if e.Current.Revision == 0 {
+		return "leaderfeed: revision conflict: no record in the store"
+	}
+	return fmt.Sprintf("leaderfeed: revision conflict: store has revision %d (leader %q, term %d)",
+		e.Current.Revision, e.Current.Leader, e.Current.Term)
+}
+
+// Is makes errors.Is(err, ErrConflict) true.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// Backend is the store of one election: the record named by Election, kept
+// in a table (or collection) that may hold other records too, and the
+// changefeed on that table. A Feed owns its Backend: it calls Start, then
+// Create, then the other methods, and Close when it stops. A backend never
+// closes the database client it was given; the caller owns that.
+//
+// Methods other than Start, Create and Close may be called concurrently.
+// Every method must honour ctx: when ctx is done it returns promptly with an
+// error that matches ctx.Err() under errors.Is. Backends do not retry; the
+// Feed decides what to retry and when.
+//
+// docs/EXTENDING.md explains the contract in full, and base/basetest checks
+// it: a backend that passes basetest.Run keeps the guarantees of package
+// base.
+type Backend interface {
+	// Election returns the name of the election, the key of its record.
+	Election() string
+
+	// Start connects and checks that the server can do what the backend
+	// needs, and fails with a clear error (matching ErrUnsupported) if not.
+	Start(ctx context.Context) error
+
+	// Create creates what is missing (database, table, trigger, index) if
+	// the backend's options allow it, and otherwise checks that it exists.
+	// It is idempotent and safe to run from many processes at once.
+	Create(ctx context.Context) error
+
+	// Get returns the current record. It returns an error matching
+	// ErrNotFound when there is none, and one matching ErrMalformedRecord
+	// when the stored record cannot be decoded or fails
+	// heartbeat.Record.Validate.
+	Get(ctx context.Context) (heartbeat.Record, error)
+
+	// Heartbeat is the compare-and-set write. Executed atomically by the
+	// store: if the stored revision equals expectedRevision (0: no record
+	// exists), it stores next.Leader, next.Term and next.Value with
+	// Revision = expectedRevision+1 and Timestamp = the store's current
+	// time, and returns the stored record. Otherwise it writes nothing and
+	// returns a *ConflictError carrying the current record.
+	//
+	// If Heartbeat returns any other error, the write may or may not have
+	// happened; the Feed finds out through the feed or Get.
+	Heartbeat(ctx context.Context, expectedRevision uint64, next heartbeat.Record) (heartbeat.Record, error)
+
+	// Subscribe opens the changefeed on the table. It delivers every
+	// committed change of the election record in commit order, or at least
+	// the latest one when changes come faster than they are read, and every
+	// change to other records of the table as Change notifications.
+	//
+	// The backend closes the channel when ctx is done (every send selects
+	// on ctx.Done()) or after sending one Failed notification; nothing is
+	// sent after that. A channel that closes without a Failed notification
+	// while ctx is live counts as a failure. Subscribe itself returns an
+	// error when the feed cannot be opened at all.
+	Subscribe(ctx context.Context) (<-chan Notification, error)
+
+	// Close releases what the backend holds (never the caller's client).
+	// It is idempotent; afterwards every method returns an error matching
+	// ErrClosed, and open subscriptions end.
+	Close() error
+}
+
+// NotificationType says what a Notification carries.
+type NotificationType int
+
+const (
+	// RecordChanged: Record holds the election record as committed.
+	RecordChanged NotificationType = iota + 1
+	// RecordDeleted: the election record was deleted from the store.
+	RecordDeleted
+	// OtherChanged: Change holds a change to another record of the table.
+	OtherChanged
+	// Ignored: a record with the election's key was written but is
+	// malformed (Err matches ErrMalformedRecord) and was ignored. The feed
+	// goes on.
+	Ignored
+	// Failed: the feed broke; Err says why. It is the last notification.
+	Failed
+)
+
+// String returns the type's name.
+func (t NotificationType) String() string {
+	switch t {
+	case RecordChanged:
+		return "record-changed"
+	case RecordDeleted:
+		return "record-deleted"
+	case OtherChanged:
+		return "other-changed"
+	case Ignored:
+		return "ignored"
+	case Failed:
+		return "failed"
+	}
+	return fmt.Sprintf("NotificationType(%d)", int(t))
+}
+
+// Notification is one item of a Backend's changefeed.
+type Notification struct {
+	Type   NotificationType
+	Record heartbeat.Record // RecordChanged
+	Change Change           // OtherChanged
+	Err    error            // Ignored, Failed
+}
+
+// Op is the kind of a change to a record.
+type Op int
+
+const (
+	// Insert: a record was created.
+	Insert Op = iota + 1
+	// Update: a record was updated or replaced.
+	Update
+	// Delete: a record was deleted.
+	Delete
+)
+
+// String returns "insert", "update" or "delete".
+func (o Op) String() string {
+	switch o {
+	case Insert:
+		return "insert"
+	case Update:
+		return "update"
+	case Delete:
+		return "delete"
+	}
+	return fmt.Sprintf("Op(%d)", int(o))
+}
+
+// Change is a change to a record of the watched table other than the
+// election record. Records are given as JSON (MongoDB documents as relaxed
+// extended JSON).
+type Change struct {
+	// Table is the table or collection the record is in.
+	Table string
+	// Op is what happened to the record.
+	Op Op
+	// Key is the record's primary key as JSON (a string, a number, or an
+	// array or object for compound keys).
+	Key json.RawMessage
+	// Old is the record before the change (nil for inserts, and when the
+	// store does not provide it). New is the record after the change (nil
+	// for deletes).
+	Old, New json.RawMessage
+	// Partial is true when Old and New were left out because the record
+	// was too large for the store's notification; fetch it by Key.
+	Partial bool
+}

@@ -1,0 +1,149 @@
+package heartbeat
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// Default timings, as in the original JavaScript leaderfeed.
+const (
+	DefaultHeartbeatInterval  = 1 * time.Second
+	DefaultElectionTimeoutMin = 2 * time.Second
+	DefaultElectionTimeoutMax = 4 * time.Second
+	// DefaultVacancyJitterMax bounds the random delay before a follower
+	// claims a vacant election, unless HeartbeatInterval/10 is smaller.
+	DefaultVacancyJitterMax = 2 * time.Millisecond
+)
+
+// ErrInvalidTiming is matched (with errors.Is) by every error of
+// Timing.Validate.
+var ErrInvalidTiming = errors.New("heartbeat: invalid timing")
+
+// Timing is the timing configuration of an election. Every node of one
+// election should use the same Timing.
+//
+// The zero value of each field means its default (see WithDefaults). The
+// rules that Validate enforces are what makes "at most one leader" hold:
+//
+//	0 < HeartbeatInterval < LeaseDuration < ElectionTimeoutMin <= ElectionTimeoutMax
+//
+// A leader counts itself leader only until the moment it sent its last
+// successful renewal plus LeaseDuration; a follower claims only after it has
+// seen no new revision for at least ElectionTimeoutMin. The difference
+// ElectionTimeoutMin-LeaseDuration is the margin for clocks that run at
+// slightly different rates and for scheduling delays.
+type Timing struct {
+	// HeartbeatInterval is how often the leader renews the record.
+	// Default 1 s.
+	HeartbeatInterval time.Duration
+	// ElectionTimeoutMin and ElectionTimeoutMax bound the randomized time a
+	// follower waits without seeing a new revision before it claims
+	// leadership. Defaults 2 s and 4 s.
+	ElectionTimeoutMin time.Duration
+	ElectionTimeoutMax time.Duration
+	// LeaseDuration is how long after sending a successful renewal the
+	// leader still counts itself leader. Default: halfway between
+	// HeartbeatInterval and ElectionTimeoutMin (1.5 s with the defaults).
+	LeaseDuration time.Duration
+	// VacancyJitter is the largest random delay before a follower claims an
+	// election it has seen made vacant (after a resign). It keeps many
+	// followers from colliding; the compare-and-set keeps them safe when
+	// they do. Default: the smaller of 2 ms and HeartbeatInterval/10.
+	VacancyJitter time.Duration
+}
+
+// DefaultTiming returns the default timings: heartbeat 1 s, election timeout
+// in [2 s, 4 s], lease 1.5 s.
+func DefaultTiming() Timing { return Timing{}.WithDefaults() }
+
+// WithDefaults returns t with every zero field replaced by its default.
+// Derived defaults (LeaseDuration, VacancyJitter) are computed from the
+// other fields after those have their defaults.
+func (t Timing) WithDefaults() Timing {
+	if t.HeartbeatInterval == 0 {
+		t.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if t.ElectionTimeoutMin == 0 {
+		t.ElectionTimeoutMin = DefaultElectionTimeoutMin
+	}
+	if t.ElectionTimeoutMax == 0 {
+		t.ElectionTimeoutMax = max(DefaultElectionTimeoutMax, t.ElectionTimeoutMin)
+	}
+	if t.LeaseDuration == 0 && t.HeartbeatInterval > 0 && t.ElectionTimeoutMin > t.HeartbeatInterval {
+		t.LeaseDuration = t.HeartbeatInterval + (t.ElectionTimeoutMin-t.HeartbeatInterval)/2
+	}
+	if t.VacancyJitter == 0 {
+		t.VacancyJitter = min(DefaultVacancyJitterMax, t.HeartbeatInterval/10)
+	}
+	return t
+}
+
+// Validate reports every impossible combination of fields in one error
+// that names them. It does not apply defaults: call WithDefaults first if
+// zero fields should mean their defaults.
+func (t Timing) Validate() error {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	positive := func(name string, d time.Duration) bool {
+		if d <= 0 {
+			add("%s must be positive, got %v", name, d)
+			return false
+		}
+		return true
+	}
+	hb := positive("HeartbeatInterval", t.HeartbeatInterval)
+	emin := positive("ElectionTimeoutMin", t.ElectionTimeoutMin)
+	emax := positive("ElectionTimeoutMax", t.ElectionTimeoutMax)
+	lease := positive("LeaseDuration", t.LeaseDuration)
+	if t.VacancyJitter < 0 {
+		add("VacancyJitter must not be negative, got %v", t.VacancyJitter)
+	}
+	if hb && emin && t.ElectionTimeoutMin <= t.HeartbeatInterval {
+		add("ElectionTimeoutMin (%v) must be greater than HeartbeatInterval (%v)", t.ElectionTimeoutMin, t.HeartbeatInterval)
+	}
+	if emin && emax && t.ElectionTimeoutMax < t.ElectionTimeoutMin {
+		add("ElectionTimeoutMax (%v) must not be less than ElectionTimeoutMin (%v)", t.ElectionTimeoutMax, t.ElectionTimeoutMin)
+	}
+	if lease && emin && t.LeaseDuration >= t.ElectionTimeoutMin {
+		add("LeaseDuration (%v) must be less than ElectionTimeoutMin (%v), or two nodes could both count themselves leader", t.LeaseDuration, t.ElectionTimeoutMin)
+	}
+	if lease && hb && t.LeaseDuration <= t.HeartbeatInterval {
+		add("LeaseDuration (%v) must be greater than HeartbeatInterval (%v), or the leader would lose its lease between renewals", t.LeaseDuration, t.HeartbeatInterval)
+	}
+	if hb && t.VacancyJitter >= t.HeartbeatInterval {
+		add("VacancyJitter (%v) must be less than HeartbeatInterval (%v)", t.VacancyJitter, t.HeartbeatInterval)
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrInvalidTiming, strings.Join(problems, "; "))
+}
+
+// Rand is the source of randomness for election timeouts and jitter.
+// *rand.Rand from math/rand/v2 implements it; tests inject a seeded one.
+type Rand interface {
+	Int64N(n int64) int64
+}
+
+// ElectionTimeout returns a duration drawn uniformly from
+// [ElectionTimeoutMin, ElectionTimeoutMax] using r, or the package-level
+// source of math/rand/v2 when r is nil.
+func (t Timing) ElectionTimeout(r Rand) time.Duration {
+	return t.ElectionTimeoutMin + randDuration(r, t.ElectionTimeoutMax-t.ElectionTimeoutMin)
+}
+
+// Jitter returns a duration drawn uniformly from [0, VacancyJitter].
+func (t Timing) Jitter(r Rand) time.Duration { return randDuration(r, t.VacancyJitter) }
+
+func randDuration(r Rand, span time.Duration) time.Duration {
+	if span <= 0 {
+		return 0
+	}
+	if r == nil {
+		return time.Duration(rand.Int64N(int64(span) + 1))
+	}
+	return time.Duration(r.Int64N(int64(span) + 1))
+}

@@ -1,0 +1,391 @@
+package base
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+)
+
+// DefaultMaxPendingChanges is the default of Options.MaxPendingChanges.
+const DefaultMaxPendingChanges = 10000
+
+// Options configures a Feed. The zero value of every field means its
+// documented default.
+type Options struct {
+	// Timing of the election; zero fields take their defaults (see
+	// heartbeat.Timing.WithDefaults). Every node of an election should use
+	// the same Timing.
+	Timing heartbeat.Timing
+	// Value is published in the record while this node leads (at most
+	// heartbeat.MaxValueLen bytes), for example its address. Proclaim
+	// changes it.
+	Value []byte
+	// ObserveOnly makes a feed that never campaigns: it follows the leader
+	// and reports events, and Resign and Proclaim fail with ErrObserveOnly.
+	ObserveOnly bool
+	// Logger receives transitions at Info and heartbeats at Debug.
+	// Default: discard.
+	Logger *slog.Logger
+	// Rand is the source of the randomized election timeouts and jitter.
+	// Default: math/rand/v2's global source. It is used from one goroutine.
+	Rand heartbeat.Rand
+	// MaxPendingChanges bounds the EventChange events waiting for a slow
+	// reader of Events; beyond it change events are dropped and counted
+	// (see Feed.Dropped). Leadership events are never dropped.
+	// Default DefaultMaxPendingChanges.
+	MaxPendingChanges int
+}
+
+// Feed is one node in one election. It campaigns (unless ObserveOnly),
+// leads, renews, steps down and campaigns again until stopped, and reports
+// what it sees as Events.
+//
+// One goroutine owns the election state; the getters read a snapshot of it
+// and are safe for concurrent use, as are all methods.
+type Feed struct {
+	b      Backend
+	id     string
+	timing heartbeat.Timing
+	opts   Options
+	log    *slog.Logger
+	events *dispatcher
+
+	reqs   chan request
+	stopCh chan struct{} // closed by Stop
+	done   chan struct{} // closed when every goroutine has ended
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	state    feedState
+	stopErr  error
+	stopCtx  context.Context // set by Stop before closing stopCh
+	cancel   context.CancelFunc
+	snap     snapshot
+	leaseEnd time.Time
+}
+
+type feedState int
+
+const (
+	stateNew feedState = iota
+	stateStarting
+	stateRunning
+	stateStopped
+)
+
+// snapshot is what the getters read.
+type snapshot struct {
+	leader    bool
+	term      uint64
+	leaderCtx context.Context
+	record    heartbeat.Record
+	seen      bool
+}
+
+type requestKind int
+
+const (
+	reqResign requestKind = iota + 1
+	reqProclaim
+)
+
+type request struct {
+	kind  requestKind
+	ctx   context.Context
+	value []byte
+	reply chan error
+}
+
+// New returns a Feed for node id nodeID on backend b. It validates the
+// options; errors match ErrInvalidConfig. The Feed owns b from now on: Stop
+// closes it.
+func New(b Backend, nodeID string, opts Options) (*Feed, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: backend is nil", ErrInvalidConfig)
+	}
+	if err := heartbeat.ValidateName("node id", nodeID); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := heartbeat.ValidateName("election name", b.Election()); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	t := opts.Timing.WithDefaults()
+	if err := t.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if len(opts.Value) > heartbeat.MaxValueLen {
+		return nil, fmt.Errorf("%w: Value is %d bytes, more than heartbeat.MaxValueLen (%d)", ErrInvalidConfig, len(opts.Value), heartbeat.MaxValueLen)
+	}
+	if opts.MaxPendingChanges < 0 {
+		return nil, fmt.Errorf("%w: MaxPendingChanges is negative (%d)", ErrInvalidConfig, opts.MaxPendingChanges)
+	}
+	if opts.MaxPendingChanges == 0 {
+		opts.MaxPendingChanges = DefaultMaxPendingChanges
+	}
+	opts.Value = bytes.Clone(opts.Value)
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("election", b.Election(), "node", nodeID)
+	f := &Feed{
+		b:      b,
+		id:     nodeID,
+		timing: t,
+		opts:   opts,
+		log:    log,
+		reqs:   make(chan request),
+		stopCh: make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	f.events = newDispatcher(opts.MaxPendingChanges, func(n uint64) {
+		if n == 1 || n%1000 == 0 {
+			log.Warn("leaderfeed: change events dropped: the reader of Events is too slow", "dropped", n)
+		}
+	})
+	return f, nil
+}
+
+// NodeID returns this node's id.
+func (f *Feed) NodeID() string { return f.id }
+
+// Election returns the election's name.
+func (f *Feed) Election() string { return f.b.Election() }
+
+// Timing returns the timing in force, with defaults applied.
+func (f *Feed) Timing() heartbeat.Timing { return f.timing }
+
+// Events returns the channel of events, in order. Events are queued only
+// once Events has been called, so call it before Start to see them all. The
+// channel is closed when Stop has delivered the last event (or gave up
+// because its context ended). Reading it slowly never delays heartbeats.
+func (f *Feed) Events() <-chan Event { return f.events.enable() }
+
+// Dropped returns how many change events were dropped because the reader
+// of Events fell more than MaxPendingChanges behind.
+func (f *Feed) Dropped() uint64 { return f.events.droppedCount() }
+
+// Start checks and prepares the backend (Backend.Start, then Create) and
+// starts campaigning (or observing) in the background. It returns the
+// backend's error if that fails; the Feed can then be started again.
+// Starting a started Feed returns ErrAlreadyStarted, a stopped one ErrClosed.
+func (f *Feed) Start(ctx context.Context) error {
+	f.mu.Lock()
+	switch f.state {
+	case stateStarting, stateRunning:
+		f.mu.Unlock()
+		return ErrAlreadyStarted
+	case stateStopped:
+		f.mu.Unlock()
+		return ErrClosed
+	}
+	f.state = stateStarting
+	f.mu.Unlock()
+
+	err := f.b.Start(ctx)
+	if err == nil {
+		err = f.b.Create(ctx)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state == stateStopped { // Stop ran meanwhile and waits for done
+		close(f.stopCh)
+		close(f.events.out)
+		close(f.done)
+		f.stopErr = f.b.Close()
+		if err != nil {
+			return err
+		}
+		return ErrClosed
+	}
+	if err != nil {
+		f.state = stateNew
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
+	f.state = stateRunning
+	f.wg.Add(2)
+	go func() {
+		defer f.wg.Done()
+		f.events.run()
+	}()
+	go func() {
+		defer f.wg.Done()
+		newLoop(f, runCtx).run()
+		close(f.events.finish) // deliver what is queued, then end
+	}()
+	go func() { // closes done after every goroutine above has ended
+		f.wg.Wait()
+		close(f.done)
+	}()
+	f.log.Info("leaderfeed: started", "observe_only", f.opts.ObserveOnly)
+	return nil
+}
+
+// Stop ends the Feed: if it leads, it cancels the leader context first,
+// then writes the vacant record so that another node is elected at once;
+// then it stops the changefeed, closes the backend, delivers the remaining
+// events and waits for every goroutine it started. ctx bounds the vacant
+// write and the delivery of events; when it ends, Stop cancels what is
+// left, still waits for the goroutines, and returns ctx.Err().
+//
+// Stop is idempotent: later calls wait for the first to finish and return
+// its result. Calls after Stop fail with ErrClosed.
+func (f *Feed) Stop(ctx context.Context) error {
+	f.mu.Lock()
+	switch f.state {
+	case stateNew:
+		f.state = stateStopped
+		close(f.stopCh)
+		close(f.events.out)
+		close(f.done)
+		f.stopErr = f.b.Close()
+		err := f.stopErr
+		f.mu.Unlock()
+		return err
+	case stateStarting, stateStopped:
+		// Start is under way (it sees stateStopped when it returns and
+		// closes done), or Stop ran already: wait for the end.
+		f.state = stateStopped
+		f.mu.Unlock()
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.stopErr
+	}
+	f.state = stateStopped
+	f.stopCtx = ctx
+	f.mu.Unlock()
+
+	close(f.stopCh)
+	var err error
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		f.cancel()
+		close(f.events.abort)
+		<-f.done
+	}
+	f.cancel()
+	if cerr := f.b.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	f.mu.Lock()
+	f.stopErr = err
+	f.mu.Unlock()
+	f.log.Info("leaderfeed: stopped")
+	return err
+}
+
+// Resign gives up leadership: it cancels the leader context, then writes
+// the vacant record (bounded by ctx) so that another node is elected at
+// once. This node goes on as a follower and does not claim the vacancy it
+// made; it may win a later election. It returns ErrNotLeader if the node
+// does not lead, and the write's error if the vacant record could not be
+// written (the node has stepped down all the same; the others take over
+// after their election timeout).
+func (f *Feed) Resign(ctx context.Context) error {
+	return f.request(ctx, request{kind: reqResign, ctx: ctx})
+}
+
+// Proclaim changes the value the leader publishes and writes it at once
+// (like etcd's Proclaim). It returns ErrNotLeader if the node does not lead.
+// A follower that calls it fails; the value given in Options stays in force.
+func (f *Feed) Proclaim(ctx context.Context, value []byte) error {
+	if len(value) > heartbeat.MaxValueLen {
+		return fmt.Errorf("%w: value is %d bytes, more than heartbeat.MaxValueLen (%d)", ErrInvalidConfig, len(value), heartbeat.MaxValueLen)
+	}
+	return f.request(ctx, request{kind: reqProclaim, ctx: ctx, value: bytes.Clone(value)})
+}
+
+func (f *Feed) request(ctx context.Context, r request) error {
+	if f.opts.ObserveOnly {
+		return ErrObserveOnly
+	}
+	f.mu.Lock()
+	state := f.state
+	f.mu.Unlock()
+	switch state {
+	case stateStopped:
+		return ErrClosed
+	case stateNew, stateStarting:
+		return ErrNotStarted
+	}
+	r.reply = make(chan error, 1)
+	select {
+	case f.reqs <- r:
+	case <-f.stopCh:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-r.reply:
+		return err
+	case <-ctx.Done():
+		// The loop bounds the write by ctx too and will answer shortly; the
+		// reply channel is buffered, so it never blocks on us.
+		return ctx.Err()
+	}
+}
+
+// IsLeader reports whether this node leads now: it won, has not stepped
+// down, and its lease has not run out on its own monotonic clock.
+func (f *Feed) IsLeader() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.snap.leader && time.Now().Before(f.leaseEnd)
+}
+
+// Term returns the fencing token of this node's current term, and whether
+// it leads (as IsLeader). The term is 0 when it does not.
+func (f *Feed) Term() (uint64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.snap.leader && time.Now().Before(f.leaseEnd) {
+		return f.snap.term, true
+	}
+	return 0, false
+}
+
+// LeaderContext returns the context of this node's current term, which is
+// cancelled the moment leadership ends, with the term and true; or a
+// cancelled context, 0 and false when the node does not lead.
+func (f *Feed) LeaderContext() (context.Context, uint64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.snap.leader && time.Now().Before(f.leaseEnd) {
+		return f.snap.leaderCtx, f.snap.term, true
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx, 0, false
+}
+
+// Leader returns the last election record this node observed (Leader is ""
+// when vacant), and false if it has observed none yet. The record may be
+// up to a heartbeat interval old, or older while the store is unreachable;
+// its Timestamp says when it was written, in the store's clock.
+func (f *Feed) Leader() (heartbeat.Record, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.snap.record.Clone(), f.snap.seen
+}
+
+// Done returns a channel that is closed when the Feed has stopped and every
+// goroutine it started has ended.
+func (f *Feed) Done() <-chan struct{} { return f.done }
+
+var errLeaseOver = errors.New("leaderfeed: lease ran out before the write returned")

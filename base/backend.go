@@ -102,6 +102,10 @@ type Backend interface {
 	// time, and returns the stored record. Otherwise it writes nothing and
 	// returns a *ConflictError carrying the current record.
 	//
+	// If the stored record is malformed (see Get), Heartbeat writes nothing
+	// and returns an error matching ErrMalformedRecord: a ConflictError
+	// never carries a malformed record.
+	//
 	// If Heartbeat returns any other error, the write may or may not have
 	// happened; the Feed finds out through the feed or Get.
 	Heartbeat(ctx context.Context, expectedRevision uint64, next heartbeat.Record) (heartbeat.Record, error)

@@ -220,6 +220,11 @@ func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next h
 	if !ok {
 		cur = heartbeat.Record{Election: b.election}
 	}
+	if ok {
+		if err := cur.Validate(); err != nil {
+			return heartbeat.Record{}, fmt.Errorf("memory: %w: %w", base.ErrMalformedRecord, err)
+		}
+	}
 	if cur.Revision != expectedRevision {
 		return heartbeat.Record{}, base.NewConflict(cur.Clone())
 	}

@@ -1,12 +1,562 @@
 package basetest
 
-import "testing"
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
 
-// Run runs the whole conformance suite against the backend h opens.
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+)
+
+// FastTiming is the timing of the Feed scenarios unless the harness gives
+// one: tens of milliseconds, with a wide margin between lease and election
+// timeout so that a loaded CI machine does not make them flaky.
+var FastTiming = heartbeat.Timing{
+	HeartbeatInterval:  20 * time.Millisecond,
+	ElectionTimeoutMin: 150 * time.Millisecond,
+	ElectionTimeoutMax: 300 * time.Millisecond,
+	LeaseDuration:      60 * time.Millisecond,
+}
+
+// callTimeout bounds every single call the suite makes; a backend that
+// takes longer is hung.
+const callTimeout = 10 * time.Second
+
+// Run runs the whole conformance suite against the backends h opens.
 func Run(t *testing.T, h Harness) {
 	t.Helper()
 	if h.Open == nil {
 		t.Fatal("basetest: Harness.Open is nil")
 	}
-	t.Fatal("basetest: suite not written yet")
+	if h.SerializedWrites {
+		t.Log("basetest: the harness serializes writes; the concurrency cases prove nothing about the store's atomicity")
+	}
+	s := &suite{h: h}
+	t.Run("Contract", s.contract)
+	t.Run("Feed", s.feeds)
+}
+
+type suite struct{ h Harness }
+
+// rule runs a case whose name is the rule it checks.
+func rule(t *testing.T, sentence string, f func(t *testing.T)) {
+	t.Helper()
+	t.Run(sentence, func(t *testing.T) {
+		t.Helper()
+		defer func() {
+			if t.Failed() {
+				t.Logf("the rule broken: %s", sentence)
+			}
+		}()
+		f(t)
+	})
+}
+
+// Election returns a fresh election name, safe for every backend.
+func Election() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "lfe_" + hex.EncodeToString(b[:])
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// open opens, starts and creates a backend for election, closed at cleanup.
+func (s *suite) open(t *testing.T, election string) base.Backend {
+	t.Helper()
+	b := s.openRaw(t, election)
+	ctx := ctxFor(t)
+	if err := b.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := b.Create(ctx); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return b
+}
+
+func (s *suite) openRaw(t *testing.T, election string) base.Backend {
+	t.Helper()
+	b, err := s.h.Open(t, election)
+	if err != nil {
+		t.Fatalf("Harness.Open(%q): %v", election, err)
+	}
+	if b == nil {
+		t.Fatalf("Harness.Open(%q) returned a nil backend", election)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func write(t *testing.T, b base.Backend, expected uint64, leader string, term uint64, value []byte) heartbeat.Record {
+	t.Helper()
+	r, err := b.Heartbeat(ctxFor(t), expected, heartbeat.Record{Election: b.Election(), Leader: leader, Term: term, Value: value})
+	if err != nil {
+		t.Fatalf("Heartbeat(expected %d, leader %q, term %d): %v", expected, leader, term, err)
+	}
+	return r
+}
+
+func subscribe(t *testing.T, b base.Backend) (<-chan base.Notification, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := b.Subscribe(ctx)
+	if err != nil {
+		cancel()
+		t.Fatalf("Subscribe: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		for range ch {
+		}
+	})
+	return ch, cancel
+}
+
+// next returns the next notification that pass accepts, failing the test
+// after d.
+func next(t *testing.T, ch <-chan base.Notification, d time.Duration, what string, pass func(base.Notification) bool) base.Notification {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case n, ok := <-ch:
+			if !ok {
+				t.Fatalf("feed closed while waiting for %s", what)
+			}
+			if n.Type == base.Failed {
+				t.Fatalf("feed failed while waiting for %s: %v", what, n.Err)
+			}
+			if pass(n) {
+				return n
+			}
+		case <-timer.C:
+			t.Fatalf("no %s within %v", what, d)
+		}
+	}
+}
+
+const feedWait = 5 * time.Second
+
+func (s *suite) contract(t *testing.T) {
+	rule(t, "Get on an election that was never written returns ErrNotFound", func(t *testing.T) {
+		b := s.open(t, Election())
+		_, err := b.Get(ctxFor(t))
+		if !errors.Is(err, base.ErrNotFound) {
+			t.Fatalf("Get: got %v, want an error matching base.ErrNotFound", err)
+		}
+	})
+
+	rule(t, "Election returns the name the backend was opened for", func(t *testing.T) {
+		e := Election()
+		if got := s.openRaw(t, e).Election(); got != e {
+			t.Fatalf("Election() = %q, want %q", got, e)
+		}
+	})
+
+	rule(t, "The first write, on expected revision 0, creates the record with revision 1 and a store timestamp", func(t *testing.T) {
+		b := s.open(t, Election())
+		before := time.Now()
+		r := write(t, b, 0, "node-a", 1, []byte("addr-a"))
+		if r.Revision != 1 || r.Leader != "node-a" || r.Term != 1 || !bytes.Equal(r.Value, []byte("addr-a")) || r.Election != b.Election() {
+			t.Fatalf("stored %+v, want revision 1, leader node-a, term 1, value addr-a, election %q", r, b.Election())
+		}
+		if r.Timestamp.IsZero() {
+			t.Fatal("the store set no Timestamp")
+		}
+		// The store's clock is another machine's; only a gross error is a failure.
+		if d := r.Timestamp.Sub(before); d < -time.Hour || d > time.Hour {
+			t.Errorf("store timestamp %v is more than an hour from this machine's %v", r.Timestamp, before)
+		}
+		got, err := b.Get(ctxFor(t))
+		if err != nil {
+			t.Fatalf("Get: %v", err)
+		}
+		if !got.Equal(r) {
+			t.Fatalf("Get returned %+v, Heartbeat returned %+v", got, r)
+		}
+	})
+
+	rule(t, "A write on the stored revision stores revision+1 with the given leader, term and value", func(t *testing.T) {
+		b := s.open(t, Election())
+		r1 := write(t, b, 0, "node-a", 1, nil)
+		r2 := write(t, b, r1.Revision, "node-a", 1, []byte("v2"))
+		if r2.Revision != r1.Revision+1 || r2.Term != 1 || string(r2.Value) != "v2" {
+			t.Fatalf("second write stored %+v, want revision %d, term 1, value v2", r2, r1.Revision+1)
+		}
+		r3 := write(t, b, r2.Revision, "", 1, nil)
+		if !r3.Vacant() || r3.Term != 1 || len(r3.Value) != 0 {
+			t.Fatalf("vacant write stored %+v, want no leader, term kept at 1, no value", r3)
+		}
+	})
+
+	rule(t, "A write on a stale revision changes nothing and returns a *ConflictError carrying the current record", func(t *testing.T) {
+		b := s.open(t, Election())
+		r1 := write(t, b, 0, "node-a", 1, nil)
+		r2 := write(t, b, r1.Revision, "node-a", 1, nil)
+		for _, expected := range []uint64{0, r1.Revision, r2.Revision + 5} {
+			_, err := b.Heartbeat(ctxFor(t), expected, heartbeat.Record{Election: b.Election(), Leader: "node-b", Term: 2})
+			var ce *base.ConflictError
+			if !errors.As(err, &ce) || !errors.Is(err, base.ErrConflict) {
+				t.Fatalf("write on expected revision %d (stored %d): got %v, want a *ConflictError", expected, r2.Revision, err)
+			}
+			if !ce.Current.Equal(r2) {
+				t.Fatalf("conflict carries %+v, want the current record %+v", ce.Current, r2)
+			}
+		}
+		got, err := b.Get(ctxFor(t))
+		if err != nil || !got.Equal(r2) {
+			t.Fatalf("after refused writes Get = %+v, %v; want %+v unchanged", got, err, r2)
+		}
+	})
+
+	rule(t, "A write on a revision other than 0 when no record exists is a conflict with an empty current record", func(t *testing.T) {
+		b := s.open(t, Election())
+		_, err := b.Heartbeat(ctxFor(t), 3, heartbeat.Record{Election: b.Election(), Leader: "node-a", Term: 1})
+		var ce *base.ConflictError
+		if !errors.As(err, &ce) || ce.Current.Revision != 0 {
+			t.Fatalf("got %v, want a *ConflictError with Current.Revision 0", err)
+		}
+		if _, err := b.Get(ctxFor(t)); !errors.Is(err, base.ErrNotFound) {
+			t.Fatalf("Get after the refused write: %v, want ErrNotFound", err)
+		}
+	})
+
+	for _, tc := range []struct {
+		name  string
+		first bool
+	}{{"creating the record", true}, {"updating the record", false}} {
+		rule(t, "Of 20 concurrent claimants on one revision exactly one wins, "+tc.name, func(t *testing.T) {
+			e := Election()
+			const n = 20
+			backends := make([]base.Backend, n)
+			for i := range backends {
+				backends[i] = s.open(t, e)
+			}
+			var expected uint64
+			if !tc.first {
+				expected = write(t, backends[0], 0, "old", 1, nil).Revision
+			}
+			var wg sync.WaitGroup
+			wins := make(chan string, n)
+			errs := make(chan error, n)
+			start := make(chan struct{})
+			for i, b := range backends {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					id := fmt.Sprintf("node-%02d", i)
+					_, err := b.Heartbeat(ctxFor(t), expected, heartbeat.Record{Election: e, Leader: id, Term: 2})
+					switch {
+					case err == nil:
+						wins <- id
+					case !errors.Is(err, base.ErrConflict):
+						errs <- err
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			close(wins)
+			close(errs)
+			for err := range errs {
+				t.Errorf("a claimant got %v, want success or ErrConflict", err)
+			}
+			var winners []string
+			for w := range wins {
+				winners = append(winners, w)
+			}
+			if len(winners) != 1 {
+				t.Fatalf("%d winners %v, want exactly 1", len(winners), winners)
+			}
+			got, err := backends[0].Get(ctxFor(t))
+			if err != nil || got.Leader != winners[0] || got.Revision != expected+1 {
+				t.Fatalf("stored %+v, %v; want the winner %s at revision %d", got, err, winners[0], expected+1)
+			}
+		})
+	}
+
+	rule(t, "Revisions increase by one per write, and store timestamps never go backwards", func(t *testing.T) {
+		b := s.open(t, Election())
+		var prev heartbeat.Record
+		for i := range 30 {
+			term := uint64(i/3 + 1)
+			r := write(t, b, prev.Revision, "node-a", term, nil)
+			if r.Revision != prev.Revision+1 || r.Term != term {
+				t.Fatalf("write %d stored revision %d term %d, want %d and %d", i, r.Revision, r.Term, prev.Revision+1, term)
+			}
+			if r.Timestamp.Before(prev.Timestamp) {
+				t.Fatalf("write %d: store timestamp went back from %v to %v", i, prev.Timestamp, r.Timestamp)
+			}
+			prev = r
+		}
+	})
+
+	rule(t, "Values of up to heartbeat.MaxValueLen bytes round-trip exactly", func(t *testing.T) {
+		b := s.open(t, Election())
+		v := make([]byte, heartbeat.MaxValueLen)
+		for i := range v {
+			v[i] = byte(i * 7)
+		}
+		r := write(t, b, 0, "node-a", 1, v)
+		got, err := b.Get(ctxFor(t))
+		if err != nil || !bytes.Equal(got.Value, v) || !bytes.Equal(r.Value, v) {
+			t.Fatalf("value did not round-trip (Get err %v, lengths %d and %d)", err, len(got.Value), len(r.Value))
+		}
+	})
+
+	rule(t, "The feed delivers every committed change of the record in commit order, ending with the latest", func(t *testing.T) {
+		b := s.open(t, Election())
+		ch, _ := subscribe(t, b)
+		var last heartbeat.Record
+		const writes = 40
+		for i := range writes {
+			last = write(t, b, last.Revision, "node-a", uint64(i/10+1), nil)
+		}
+		var prev uint64
+		for prev < last.Revision {
+			n := next(t, ch, feedWait, fmt.Sprintf("record revision %d", last.Revision), func(n base.Notification) bool {
+				return n.Type == base.RecordChanged
+			})
+			if n.Record.Revision <= prev {
+				t.Fatalf("feed delivered revision %d after %d", n.Record.Revision, prev)
+			}
+			if n.Record.Election != b.Election() {
+				t.Fatalf("feed delivered a record of election %q as this election's", n.Record.Election)
+			}
+			prev = n.Record.Revision
+		}
+		if prev != last.Revision {
+			t.Fatalf("feed ended at revision %d, want %d", prev, last.Revision)
+		}
+	})
+
+	rule(t, "Writes to another election's record never arrive as this election's record", func(t *testing.T) {
+		b := s.open(t, Election())
+		other := s.open(t, Election())
+		ch, _ := subscribe(t, b)
+		write(t, other, 0, "node-x", 1, nil)
+		mine := write(t, b, 0, "node-a", 1, nil)
+		n := next(t, ch, feedWait, "this election's record", func(n base.Notification) bool { return n.Type == base.RecordChanged })
+		if n.Record.Election != b.Election() || n.Record.Leader != "node-a" || n.Record.Revision != mine.Revision {
+			t.Fatalf("feed delivered %+v, want this election's record %+v", n.Record, mine)
+		}
+	})
+
+	rule(t, "Changes to other records of the table arrive as OtherChanged with their operation and key", func(t *testing.T) {
+		if s.h.PutOther == nil || s.h.DeleteOther == nil {
+			t.Skip("harness has no PutOther/DeleteOther")
+		}
+		e := Election()
+		b := s.open(t, e)
+		ch, _ := subscribe(t, b)
+		ctx := ctxFor(t)
+		key := "doc-" + e
+		if err := s.h.PutOther(ctx, e, key, map[string]any{"n": 1}); err != nil {
+			t.Fatalf("PutOther: %v", err)
+		}
+		if err := s.h.PutOther(ctx, e, key, map[string]any{"n": 2}); err != nil {
+			t.Fatalf("PutOther: %v", err)
+		}
+		if err := s.h.DeleteOther(ctx, e, key); err != nil {
+			t.Fatalf("DeleteOther: %v", err)
+		}
+		for _, want := range []base.Op{base.Insert, base.Update, base.Delete} {
+			n := next(t, ch, feedWait, "a "+want.String()+" change", func(n base.Notification) bool {
+				return n.Type == base.OtherChanged && bytes.Contains(n.Change.Key, []byte(key))
+			})
+			if n.Change.Op != want {
+				t.Fatalf("change %s arrived as %s, want %s (changes must arrive in commit order)", n.Change.Key, n.Change.Op, want)
+			}
+			if want != base.Delete && !n.Change.Partial && len(n.Change.New) == 0 {
+				t.Fatalf("%s change carries no New record", want)
+			}
+			if want == base.Update && !n.Change.Partial && !bytes.Contains(n.Change.New, []byte("2")) {
+				t.Fatalf("update change New = %s, want the updated record", n.Change.New)
+			}
+		}
+	})
+
+	rule(t, "A malformed record under the election's key is reported as ErrMalformedRecord by Get and as Ignored by the feed", func(t *testing.T) {
+		if s.h.WriteMalformed == nil {
+			t.Skip("harness has no WriteMalformed")
+		}
+		e := Election()
+		b := s.open(t, e)
+		ch, _ := subscribe(t, b)
+		if err := s.h.WriteMalformed(ctxFor(t), e); err != nil {
+			t.Fatalf("WriteMalformed: %v", err)
+		}
+		n := next(t, ch, feedWait, "an Ignored notification", func(n base.Notification) bool {
+			if n.Type == base.RecordChanged {
+				t.Fatalf("a malformed record arrived as a record: %+v", n.Record)
+			}
+			return n.Type == base.Ignored
+		})
+		if !errors.Is(n.Err, base.ErrMalformedRecord) {
+			t.Fatalf("Ignored carries %v, want an error matching ErrMalformedRecord", n.Err)
+		}
+		if _, err := b.Get(ctxFor(t)); !errors.Is(err, base.ErrMalformedRecord) {
+			t.Fatalf("Get: %v, want an error matching ErrMalformedRecord", err)
+		}
+	})
+
+	rule(t, "Create is idempotent, also when many backends run it at once", func(t *testing.T) {
+		e := Election()
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for range 4 {
+			b := s.openRaw(t, e)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx := ctxFor(t)
+				if err := b.Start(ctx); err != nil {
+					errs <- fmt.Errorf("start: %w", err)
+					return
+				}
+				for range 2 {
+					if err := b.Create(ctx); err != nil {
+						errs <- err
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("Create: %v", err)
+		}
+	})
+
+	rule(t, "Unsafe names and impossible options are refused with ErrInvalidConfig", func(t *testing.T) {
+		if b, err := s.h.Open(t, ""); err == nil {
+			if !isNil(b) {
+				_ = b.Close()
+			}
+			t.Error("an empty election name was accepted")
+		} else if !errors.Is(err, base.ErrInvalidConfig) {
+			t.Errorf("empty election name: %v, want an error matching ErrInvalidConfig", err)
+		}
+		if len(s.h.Invalid) == 0 {
+			t.Log("harness lists no invalid constructor calls of its own")
+		}
+		for what, call := range s.h.Invalid {
+			b, err := call()
+			if err == nil || !errors.Is(err, base.ErrInvalidConfig) {
+				t.Errorf("%s: got %v, want an error matching ErrInvalidConfig", what, err)
+			}
+			if !isNil(b) {
+				t.Errorf("%s: returned a backend along with the error", what)
+				_ = b.Close()
+			}
+		}
+	})
+
+	rule(t, "Calls with a cancelled context return an error matching context.Canceled", func(t *testing.T) {
+		b := s.open(t, Election())
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := b.Get(ctx); !errors.Is(err, context.Canceled) {
+			t.Errorf("Get: %v", err)
+		}
+		if _, err := b.Heartbeat(ctx, 0, heartbeat.Record{Election: b.Election(), Leader: "node-a", Term: 1}); !errors.Is(err, context.Canceled) {
+			t.Errorf("Heartbeat: %v", err)
+		}
+		if ch, err := b.Subscribe(ctx); err == nil {
+			// Opening may succeed; the feed must then end at once.
+			select {
+			case <-drain(ch):
+			case <-time.After(feedWait):
+				t.Error("Subscribe with a cancelled context: feed did not close")
+			}
+		} else if !errors.Is(err, context.Canceled) {
+			t.Errorf("Subscribe: %v", err)
+		}
+		if _, err := b.Get(ctxFor(t)); !errors.Is(err, base.ErrNotFound) {
+			t.Errorf("the cancelled write happened: Get = %v, want ErrNotFound", err)
+		}
+	})
+
+	rule(t, "A feed closes its channel promptly when its context is cancelled", func(t *testing.T) {
+		b := s.open(t, Election())
+		ctx, cancel := context.WithCancel(context.Background())
+		ch, err := b.Subscribe(ctx)
+		if err != nil {
+			cancel()
+			t.Fatalf("Subscribe: %v", err)
+		}
+		write(t, b, 0, "node-a", 1, nil) // leave something unread
+		cancel()
+		select {
+		case <-drain(ch):
+		case <-time.After(feedWait):
+			t.Fatal("feed still open after its context was cancelled")
+		}
+	})
+
+	rule(t, "Close is idempotent; afterwards calls fail with ErrClosed and open feeds end", func(t *testing.T) {
+		b := s.open(t, Election())
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ch, err := b.Subscribe(ctx)
+		if err != nil {
+			t.Fatalf("Subscribe: %v", err)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+		select {
+		case <-drain(ch):
+		case <-time.After(feedWait):
+			t.Fatal("feed still open after Close")
+		}
+		if _, err := b.Get(ctxFor(t)); !errors.Is(err, base.ErrClosed) {
+			t.Errorf("Get after Close: %v, want ErrClosed", err)
+		}
+		if _, err := b.Heartbeat(ctxFor(t), 0, heartbeat.Record{Election: b.Election(), Leader: "a", Term: 1}); !errors.Is(err, base.ErrClosed) {
+			t.Errorf("Heartbeat after Close: %v, want ErrClosed", err)
+		}
+		if _, err := b.Subscribe(ctxFor(t)); !errors.Is(err, base.ErrClosed) {
+			t.Errorf("Subscribe after Close: %v, want ErrClosed", err)
+		}
+	})
+}
+
+// isNil reports whether b is nil, also when it is a nil pointer in a
+// non-nil interface (a constructor returning (*T)(nil), err).
+func isNil(b base.Backend) bool {
+	if b == nil {
+		return true
+	}
+	v := reflect.ValueOf(b)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// drain reads ch until it closes and then closes the returned channel.
+func drain(ch <-chan base.Notification) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		for range ch {
+		}
+		close(done)
+	}()
+	return done
 }

@@ -1,0 +1,387 @@
+package basetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+)
+
+// Node is one Feed of a Cluster, on a Faulty-wrapped backend, with the
+// events it reported.
+type Node struct {
+	ID     string
+	Feed   *base.Feed
+	Faulty *Faulty
+
+	mu     sync.Mutex
+	events []base.Event
+	wake   chan struct{}
+	done   chan struct{}
+}
+
+// Events returns a copy of the events the node reported so far.
+func (n *Node) Events() []base.Event {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]base.Event(nil), n.events...)
+}
+
+// WaitEvent waits up to d for an event that pass accepts, looking at the
+// events from index from on, and returns it with its index.
+func (n *Node) WaitEvent(t testing.TB, from int, d time.Duration, what string, pass func(base.Event) bool) (base.Event, int) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		n.mu.Lock()
+		for i := from; i < len(n.events); i++ {
+			if pass(n.events[i]) {
+				e := n.events[i]
+				n.mu.Unlock()
+				return e, i
+			}
+		}
+		from = len(n.events)
+		n.mu.Unlock()
+		select {
+		case <-n.wake:
+		case <-n.done:
+			t.Fatalf("%s: events ended while waiting for %s", n.ID, what)
+		case <-deadline.C:
+			t.Fatalf("%s: no %s within %v", n.ID, what, d)
+		}
+	}
+}
+
+// Cluster is several nodes of one election, all watched by one Checker.
+type Cluster struct {
+	Election string
+	Timing   heartbeat.Timing
+	Checker  *Checker
+	Nodes    []*Node
+}
+
+// NewCluster starts n nodes of a fresh election on backends from open, with
+// the timing t (zero fields: FastTiming's). observers of them are
+// observe-only. At cleanup it stops every node and fails the test if the
+// Checker found a violation.
+func NewCluster(t testing.TB, open func(election string) (base.Backend, error), tm heartbeat.Timing, n, observers int) *Cluster {
+	t.Helper()
+	tm = fillTiming(tm)
+	c := &Cluster{Election: Election(), Timing: tm, Checker: NewChecker()}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		for _, node := range c.Nodes {
+			if err := node.Feed.Stop(ctx); err != nil {
+				t.Errorf("%s: Stop: %v", node.ID, err)
+			}
+		}
+		for _, node := range c.Nodes {
+			<-node.done
+		}
+		if err := c.Checker.Check(); err != nil {
+			t.Error(err)
+		}
+	})
+	for i := range n + observers {
+		b, err := open(c.Election)
+		if err != nil {
+			t.Fatalf("open backend: %v", err)
+		}
+		f := Wrap(b)
+		node := &Node{ID: fmt.Sprintf("node-%d", i), Faulty: f, wake: make(chan struct{}, 1), done: make(chan struct{})}
+		if i >= n {
+			node.ID = fmt.Sprintf("observer-%d", i-n)
+		}
+		feed, err := base.New(f, node.ID, base.Options{Timing: tm, ObserveOnly: i >= n, Value: []byte("value of " + node.ID)})
+		if err != nil {
+			_ = b.Close()
+			t.Fatalf("base.New: %v", err)
+		}
+		node.Feed = feed
+		events := feed.Events()
+		go func() {
+			defer close(node.done)
+			for e := range events {
+				c.Checker.Observe(node.ID, e)
+				node.mu.Lock()
+				node.events = append(node.events, e)
+				node.mu.Unlock()
+				select {
+				case node.wake <- struct{}{}:
+				default:
+				}
+			}
+		}()
+		c.Nodes = append(c.Nodes, node)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	for _, node := range c.Nodes {
+		if err := node.Feed.Start(ctx); err != nil {
+			t.Fatalf("%s: Start: %v", node.ID, err)
+		}
+	}
+	return c
+}
+
+func fillTiming(tm heartbeat.Timing) heartbeat.Timing {
+	if tm.HeartbeatInterval == 0 {
+		tm.HeartbeatInterval = FastTiming.HeartbeatInterval
+	}
+	if tm.ElectionTimeoutMin == 0 {
+		tm.ElectionTimeoutMin = FastTiming.ElectionTimeoutMin
+	}
+	if tm.ElectionTimeoutMax == 0 {
+		tm.ElectionTimeoutMax = FastTiming.ElectionTimeoutMax
+	}
+	if tm.LeaseDuration == 0 {
+		tm.LeaseDuration = FastTiming.LeaseDuration
+	}
+	return tm
+}
+
+// Leaders returns the nodes that count themselves leader now.
+func (c *Cluster) Leaders() []*Node {
+	var out []*Node
+	for _, n := range c.Nodes {
+		if n.Feed.IsLeader() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// WaitLeader waits up to d for exactly one node other than the excluded to
+// lead, and returns it. It polls every millisecond.
+func (c *Cluster) WaitLeader(t testing.TB, d time.Duration, exclude ...*Node) *Node {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		ls := c.Leaders()
+		if len(ls) > 1 {
+			t.Fatalf("%d nodes count themselves leader at once: %v", len(ls), ids(ls))
+		}
+		if len(ls) == 1 && !contains(exclude, ls[0]) {
+			return ls[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new leader within %v (leaders now: %v)", d, ids(ls))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func ids(ns []*Node) []string {
+	var out []string
+	for _, n := range ns {
+		out = append(out, n.ID)
+	}
+	return out
+}
+
+func contains(ns []*Node, n *Node) bool {
+	for _, m := range ns {
+		if m == n {
+			return true
+		}
+	}
+	return false
+}
+
+// margin is added to time bounds for scheduling on a loaded machine.
+const margin = 700 * time.Millisecond
+
+func (s *suite) cluster(t *testing.T, n, observers int) *Cluster {
+	t.Helper()
+	return NewCluster(t, func(e string) (base.Backend, error) { return s.h.Open(t, e) }, s.h.Timing, n, observers)
+}
+
+func (s *suite) feeds(t *testing.T) {
+	rule(t, "Exactly one of three nodes leads within the election timeout, and keeps leading in the same term while it renews", func(t *testing.T) {
+		c := s.cluster(t, 3, 0)
+		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
+		term, _ := l.Feed.Term()
+		rec1, _ := l.Feed.Leader()
+		time.Sleep(10 * c.Timing.HeartbeatInterval)
+		if got := c.WaitLeader(t, 0); got != l {
+			t.Fatalf("leadership moved from %s to %s without a fault", l.ID, got.ID)
+		}
+		if term2, ok := l.Feed.Term(); !ok || term2 != term {
+			t.Fatalf("term changed from %d to %d (leading %v) without a fault", term, term2, ok)
+		}
+		rec2, _ := l.Feed.Leader()
+		if rec2.Revision <= rec1.Revision {
+			t.Fatalf("the leader did not renew: revision %d after 10 heartbeat intervals, was %d", rec2.Revision, rec1.Revision)
+		}
+		for _, n := range c.Nodes {
+			rec, ok := n.Feed.Leader()
+			if !ok || rec.Leader != l.ID {
+				t.Errorf("%s sees leader %q, want %s", n.ID, rec.Leader, l.ID)
+			}
+		}
+	})
+
+	rule(t, "Resign hands leadership to another node at once, without waiting for an election timeout", func(t *testing.T) {
+		c := s.cluster(t, 3, 0)
+		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
+		term, _ := l.Feed.Term()
+		start := time.Now()
+		if err := l.Feed.Resign(ctxFor(t)); err != nil {
+			t.Fatalf("Resign: %v", err)
+		}
+		if l.Feed.IsLeader() {
+			t.Fatal("the node still counts itself leader after Resign returned")
+		}
+		l2 := c.WaitLeader(t, c.Timing.ElectionTimeoutMin, l)
+		t.Logf("handover took %v", time.Since(start))
+		term2, _ := l2.Feed.Term()
+		if term2 <= term {
+			t.Fatalf("new term %d is not greater than the resigned term %d", term2, term)
+		}
+		e, _ := l.WaitEvent(t, 0, feedWait, "unelected(resigned)", func(e base.Event) bool { return e.Type == base.EventUnelected })
+		if e.Reason != base.ReasonResigned {
+			t.Fatalf("unelected with reason %v, want resigned", e.Reason)
+		}
+		if err := l.Feed.Resign(ctxFor(t)); !errors.Is(err, base.ErrNotLeader) {
+			t.Fatalf("Resign by a follower: %v, want ErrNotLeader", err)
+		}
+	})
+
+	rule(t, "A leader cut off from the store (a crash) loses its lease, and another node leads within the election timeout plus a margin", func(t *testing.T) {
+		c := s.cluster(t, 3, 0)
+		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
+		ctx, _, _ := l.Feed.LeaderContext()
+		start := time.Now()
+		l.Faulty.Partition()
+		select {
+		case <-ctx.Done():
+		case <-time.After(c.Timing.LeaseDuration + margin):
+			t.Fatal("the leader context was not cancelled when the lease ran out")
+		}
+		e, _ := l.WaitEvent(t, 0, feedWait, "unelected", func(e base.Event) bool { return e.Type == base.EventUnelected })
+		if e.Reason != base.ReasonLeaseExpired {
+			t.Fatalf("unelected with reason %v, want lease-expired", e.Reason)
+		}
+		l2 := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+c.Timing.HeartbeatInterval+margin, l)
+		t.Logf("failover took %v (election timeout %v..%v)", time.Since(start), c.Timing.ElectionTimeoutMin, c.Timing.ElectionTimeoutMax)
+		l.Faulty.Heal()
+		// The old leader comes back as a follower of the new one.
+		l.WaitEvent(t, 0, feedWait, "the new leader announced after healing", func(e base.Event) bool {
+			return e.Type == base.EventNewLeader && e.Leader == l2.ID
+		})
+		if l.Feed.IsLeader() {
+			t.Fatal("the healed old leader counts itself leader")
+		}
+	})
+
+	rule(t, "A broken feed is reported, reopened with backoff, and the election goes on", func(t *testing.T) {
+		c := s.cluster(t, 3, 0)
+		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
+		marks := make([]int, len(c.Nodes))
+		for i, n := range c.Nodes {
+			marks[i] = len(n.Events())
+			n.Faulty.BreakFeed(nil)
+		}
+		for i, n := range c.Nodes {
+			_, at := n.WaitEvent(t, marks[i], feedWait, "subscribe-error", func(e base.Event) bool {
+				return e.Type == base.EventSubscribeError && errors.Is(e.Err, ErrInjected)
+			})
+			n.WaitEvent(t, at, feedWait, "subscribe-started after the error", func(e base.Event) bool { return e.Type == base.EventSubscribeStarted })
+		}
+		if err := l.Feed.Resign(ctxFor(t)); err != nil {
+			t.Fatalf("Resign: %v", err)
+		}
+		c.WaitLeader(t, c.Timing.ElectionTimeoutMin, l)
+	})
+
+	rule(t, "A node whose feed cannot be opened polls the record and is never deaf", func(t *testing.T) {
+		c := s.cluster(t, 2, 0)
+		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
+		var f *Node
+		for _, n := range c.Nodes {
+			if n != l {
+				f = n
+			}
+		}
+		f.Faulty.Inject(Fault{Method: MethodSubscribe, Err: errors.New("feed refused")})
+		mark := len(f.Events())
+		f.Faulty.BreakFeed(nil)
+		f.WaitEvent(t, mark, feedWait, "subscribe-error", func(e base.Event) bool { return e.Type == base.EventSubscribeError })
+		// With its feed down the follower must still learn of the handover.
+		if err := l.Feed.Resign(ctxFor(t)); err != nil {
+			t.Fatalf("Resign: %v", err)
+		}
+		c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin, l)
+		if gets := f.Faulty.Calls(MethodGet); gets < 2 {
+			t.Fatalf("the follower read the record %d times with its feed down, want polling", gets)
+		}
+	})
+
+	rule(t, "Stop of the leader hands over at once, and Stop is idempotent", func(t *testing.T) {
+		c := s.cluster(t, 3, 0)
+		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
+		ctx, _, _ := l.Feed.LeaderContext()
+		if err := l.Feed.Stop(ctxFor(t)); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		if ctx.Err() == nil {
+			t.Fatal("the leader context is live after Stop")
+		}
+		c.WaitLeader(t, c.Timing.ElectionTimeoutMin, l)
+		if err := l.Feed.Stop(ctxFor(t)); err != nil {
+			t.Fatalf("second Stop: %v", err)
+		}
+		if err := l.Feed.Start(ctxFor(t)); !errors.Is(err, base.ErrClosed) {
+			t.Fatalf("Start after Stop: %v, want ErrClosed", err)
+		}
+	})
+
+	rule(t, "Observe-only nodes follow the leader and never lead", func(t *testing.T) {
+		c := s.cluster(t, 2, 1)
+		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
+		obs := c.Nodes[2]
+		obs.WaitEvent(t, 0, feedWait, "new-leader "+l.ID, func(e base.Event) bool { return e.Type == base.EventNewLeader && e.Leader == l.ID })
+		if err := obs.Feed.Resign(ctxFor(t)); !errors.Is(err, base.ErrObserveOnly) {
+			t.Fatalf("Resign of an observer: %v, want ErrObserveOnly", err)
+		}
+		if err := l.Feed.Resign(ctxFor(t)); err != nil {
+			t.Fatalf("Resign: %v", err)
+		}
+		l2 := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin, l)
+		if l2 == obs {
+			t.Fatal("the observer became leader")
+		}
+		e, _ := obs.WaitEvent(t, 0, feedWait, "new-leader "+l2.ID, func(e base.Event) bool { return e.Type == base.EventNewLeader && e.Leader == l2.ID })
+		if string(e.Value) != "value of "+l2.ID {
+			t.Fatalf("observer saw value %q, want the leader's value", e.Value)
+		}
+	})
+
+	rule(t, "A malformed election record is reported as ignored and crashes no node", func(t *testing.T) {
+		if s.h.WriteMalformed == nil {
+			t.Skip("harness has no WriteMalformed")
+		}
+		e := Election()
+		if err := s.h.WriteMalformed(ctxFor(t), e); err != nil {
+			t.Fatalf("WriteMalformed: %v", err)
+		}
+		c := NewCluster(t, func(string) (base.Backend, error) { return s.h.Open(t, e) }, s.h.Timing, 2, 0)
+		for _, n := range c.Nodes {
+			ev, _ := n.WaitEvent(t, 0, feedWait, "ignored", func(e base.Event) bool { return e.Type == base.EventIgnored })
+			if !errors.Is(ev.Err, base.ErrMalformedRecord) {
+				t.Fatalf("%s: ignored event carries %v, want ErrMalformedRecord", n.ID, ev.Err)
+			}
+		}
+		if ls := c.Leaders(); len(ls) != 0 {
+			t.Fatalf("%v lead an election whose record is malformed", ids(ls))
+		}
+	})
+}

@@ -1,0 +1,146 @@
+package heartbeat_test
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+)
+
+func TestDefaults(t *testing.T) {
+	d := heartbeat.DefaultTiming()
+	want := heartbeat.Timing{
+		HeartbeatInterval:  time.Second,
+		ElectionTimeoutMin: 2 * time.Second,
+		ElectionTimeoutMax: 4 * time.Second,
+		LeaseDuration:      1500 * time.Millisecond,
+		VacancyJitter:      2 * time.Millisecond,
+	}
+	if d != want {
+		t.Fatalf("DefaultTiming() = %+v, want %+v", d, want)
+	}
+	if err := d.Validate(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+	// A lease derived from shrunk timings stays between heartbeat and timeout.
+	small := heartbeat.Timing{HeartbeatInterval: 10 * time.Millisecond, ElectionTimeoutMin: 50 * time.Millisecond}.WithDefaults()
+	if small.LeaseDuration != 30*time.Millisecond || small.ElectionTimeoutMax != 4*time.Second || small.VacancyJitter != time.Millisecond {
+		t.Fatalf("derived %+v", small)
+	}
+	if err := small.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestValidateNamesTheFields(t *testing.T) {
+	ms := time.Millisecond
+	cases := []struct {
+		name   string
+		timing heartbeat.Timing
+		want   []string
+	}{
+		{"zero", heartbeat.Timing{}, []string{"HeartbeatInterval must be positive, got 0s", "ElectionTimeoutMin must be positive", "ElectionTimeoutMax must be positive", "LeaseDuration must be positive"}},
+		{"negative", heartbeat.Timing{HeartbeatInterval: -ms, ElectionTimeoutMin: 3 * ms, ElectionTimeoutMax: 4 * ms, LeaseDuration: 2 * ms}, []string{"HeartbeatInterval must be positive, got -1ms"}},
+		{"timeout min <= heartbeat", heartbeat.Timing{HeartbeatInterval: 10 * ms, ElectionTimeoutMin: 10 * ms, ElectionTimeoutMax: 20 * ms, LeaseDuration: 5 * ms}, []string{"ElectionTimeoutMin (10ms) must be greater than HeartbeatInterval (10ms)"}},
+		{"max < min", heartbeat.Timing{HeartbeatInterval: 10 * ms, ElectionTimeoutMin: 50 * ms, ElectionTimeoutMax: 40 * ms, LeaseDuration: 20 * ms}, []string{"ElectionTimeoutMax (40ms) must not be less than ElectionTimeoutMin (50ms)"}},
+		{"lease >= min", heartbeat.Timing{HeartbeatInterval: 10 * ms, ElectionTimeoutMin: 50 * ms, ElectionTimeoutMax: 60 * ms, LeaseDuration: 50 * ms}, []string{"LeaseDuration (50ms) must be less than ElectionTimeoutMin (50ms)"}},
+		{"lease <= heartbeat", heartbeat.Timing{HeartbeatInterval: 10 * ms, ElectionTimeoutMin: 50 * ms, ElectionTimeoutMax: 60 * ms, LeaseDuration: 10 * ms}, []string{"LeaseDuration (10ms) must be greater than HeartbeatInterval (10ms)"}},
+		{"negative jitter", heartbeat.Timing{HeartbeatInterval: 10 * ms, ElectionTimeoutMin: 50 * ms, ElectionTimeoutMax: 60 * ms, LeaseDuration: 20 * ms, VacancyJitter: -ms}, []string{"VacancyJitter must not be negative"}},
+		{"jitter >= heartbeat", heartbeat.Timing{HeartbeatInterval: 10 * ms, ElectionTimeoutMin: 50 * ms, ElectionTimeoutMax: 60 * ms, LeaseDuration: 20 * ms, VacancyJitter: 10 * ms}, []string{"VacancyJitter (10ms) must be less than HeartbeatInterval (10ms)"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.timing.Validate()
+			if !errors.Is(err, heartbeat.ErrInvalidTiming) {
+				t.Fatalf("Validate() = %v, want an error matching ErrInvalidTiming", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestRandomizedDurationsStayInBounds(t *testing.T) {
+	tm := heartbeat.Timing{HeartbeatInterval: 10 * time.Millisecond, ElectionTimeoutMin: 100 * time.Millisecond, ElectionTimeoutMax: 200 * time.Millisecond}.WithDefaults()
+	r := rand.New(rand.NewPCG(1, 2))
+	var lo, hi bool
+	for range 10000 {
+		d := tm.ElectionTimeout(r)
+		if d < tm.ElectionTimeoutMin || d > tm.ElectionTimeoutMax {
+			t.Fatalf("ElectionTimeout() = %v, outside [%v, %v]", d, tm.ElectionTimeoutMin, tm.ElectionTimeoutMax)
+		}
+		lo = lo || d < 110*time.Millisecond
+		hi = hi || d > 190*time.Millisecond
+		if j := tm.Jitter(nil); j < 0 || j > tm.VacancyJitter {
+			t.Fatalf("Jitter() = %v, outside [0, %v]", j, tm.VacancyJitter)
+		}
+	}
+	if !lo || !hi {
+		t.Fatalf("10000 draws did not reach both ends of the range (low %v, high %v)", lo, hi)
+	}
+	// A seeded source gives the same sequence: tests can rely on it.
+	a, b := rand.New(rand.NewPCG(7, 7)), rand.New(rand.NewPCG(7, 7))
+	if tm.ElectionTimeout(a) != tm.ElectionTimeout(b) {
+		t.Fatal("the same seed gave different timeouts")
+	}
+}
+
+func TestRecordValidate(t *testing.T) {
+	long := strings.Repeat("x", heartbeat.MaxNameLen+1)
+	cases := []struct {
+		name string
+		rec  heartbeat.Record
+		want string // "" means valid
+	}{
+		{"valid", heartbeat.Record{Election: "e", Leader: "n", Term: 1, Revision: 1, Value: []byte("v")}, ""},
+		{"vacant", heartbeat.Record{Election: "e", Term: 3, Revision: 4}, ""},
+		{"empty election", heartbeat.Record{Leader: "n"}, "election name is empty"},
+		{"long election", heartbeat.Record{Election: long}, "election name is 128 bytes long"},
+		{"control character in leader", heartbeat.Record{Election: "e", Leader: "a\x00b"}, "leader id \"a\\x00b\" contains a control character"},
+		{"invalid UTF-8", heartbeat.Record{Election: "e", Leader: "\xff"}, "not valid UTF-8"},
+		{"value on vacant record", heartbeat.Record{Election: "e", Value: []byte("v")}, "vacant record of election \"e\" carries a value"},
+		{"value too large", heartbeat.Record{Election: "e", Leader: "n", Value: make([]byte, heartbeat.MaxValueLen+1)}, "exceeds MaxValueLen"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.rec.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, heartbeat.ErrInvalidRecord) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want an ErrInvalidRecord saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRecordCloneAndEqual(t *testing.T) {
+	r := heartbeat.Record{Election: "e", Leader: "n", Term: 2, Revision: 5, Timestamp: time.Unix(10, 0), Value: []byte("abc")}
+	c := r.Clone()
+	c.Value[0] = 'X'
+	if r.Value[0] != 'a' {
+		t.Fatal("Clone shares Value with the original")
+	}
+	if r.Equal(c) {
+		t.Fatal("Equal ignores Value")
+	}
+	c.Value[0] = 'a'
+	if !r.Equal(c) {
+		t.Fatal("equal records are not Equal")
+	}
+	if got := r.String(); got != "e: leader=n term=2 rev=5" {
+		t.Fatalf("String() = %q", got)
+	}
+	if got := (heartbeat.Record{Election: "e"}).String(); !strings.Contains(got, "<vacant>") {
+		t.Fatalf("String() of a vacant record = %q", got)
+	}
+}

@@ -252,6 +252,7 @@ func TestBrokenFeedReopensAndPolls(t *testing.T) {
 			f = n
 		}
 	}
+	c.WaitSubscribed(t)
 	gets := f.Faulty.Calls(basetest.MethodGet)
 	// The first reopen is refused, the second takes 6 heartbeat intervals.
 	f.Faulty.Inject(basetest.Fault{Method: basetest.MethodSubscribe, Nth: 1})

@@ -148,6 +148,16 @@ func fillTiming(tm heartbeat.Timing) heartbeat.Timing {
 	return tm
 }
 
+// WaitSubscribed waits until every node has reported EventSubscribeStarted
+// at least once. Feeds open in the background, so a fault meant for an open
+// feed must wait for this.
+func (c *Cluster) WaitSubscribed(t testing.TB) {
+	t.Helper()
+	for _, n := range c.Nodes {
+		n.WaitEvent(t, 0, callTimeout, "subscribe-started", func(e base.Event) bool { return e.Type == base.EventSubscribeStarted })
+	}
+}
+
 // Leaders returns the nodes that count themselves leader now.
 func (c *Cluster) Leaders() []*Node {
 	var out []*Node
@@ -285,6 +295,7 @@ func (s *suite) feeds(t *testing.T) {
 	rule(t, "A broken feed is reported, reopened with backoff, and the election goes on", func(t *testing.T) {
 		c := s.cluster(t, 3, 0)
 		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
+		c.WaitSubscribed(t)
 		marks := make([]int, len(c.Nodes))
 		for i, n := range c.Nodes {
 			marks[i] = len(n.Events())
@@ -311,6 +322,7 @@ func (s *suite) feeds(t *testing.T) {
 				f = n
 			}
 		}
+		c.WaitSubscribed(t)
 		f.Faulty.Inject(Fault{Method: MethodSubscribe, Err: errors.New("feed refused")})
 		mark := len(f.Events())
 		f.Faulty.BreakFeed(nil)

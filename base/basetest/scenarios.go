@@ -89,6 +89,9 @@ func NewCluster(t testing.TB, open func(election string) (base.Backend, error), 
 		if err := c.Checker.Check(); err != nil {
 			t.Error(err)
 		}
+		if t.Failed() {
+			c.logEvents(t)
+		}
 	})
 	for i := range n + observers {
 		b, err := open(c.Election)
@@ -146,6 +149,22 @@ func fillTiming(tm heartbeat.Timing) heartbeat.Timing {
 		tm.LeaseDuration = FastTiming.LeaseDuration
 	}
 	return tm
+}
+
+// logEvents logs every node's events, for the diagnosis of a failure.
+func (c *Cluster) logEvents(t testing.TB) {
+	t.Helper()
+	var start time.Time
+	for _, n := range c.Nodes {
+		if ev := n.Events(); len(ev) > 0 && (start.IsZero() || ev[0].At.Before(start)) {
+			start = ev[0].At
+		}
+	}
+	for _, n := range c.Nodes {
+		for _, e := range n.Events() {
+			t.Logf("%9.3fms %s %v", float64(e.At.Sub(start).Microseconds())/1000, n.ID, e)
+		}
+	}
 }
 
 // WaitSubscribed waits until every node has reported EventSubscribeStarted

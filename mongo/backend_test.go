@@ -1,0 +1,406 @@
+package mongo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/256dpi/lungo"
+	"go.mongodb.org/mongo-driver/bson"
+	mongodrv "go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+)
+
+func rec(leader string, term uint64, value string) heartbeat.Record {
+	r := heartbeat.Record{Leader: leader, Term: term}
+	if value != "" {
+		r.Value = []byte(value)
+	}
+	return r
+}
+
+// mustBeat writes with a compare-and-set that must succeed.
+func mustBeat(t *testing.T, b *Backend, expected uint64, next heartbeat.Record) heartbeat.Record {
+	t.Helper()
+	got, err := b.Heartbeat(testCtx(t), expected, next)
+	if err != nil {
+		t.Fatalf("Heartbeat(%d, %v): %v", expected, next, err)
+	}
+	return got
+}
+
+// mustConflict writes with a compare-and-set that must fail with a conflict
+// and returns the record it carries.
+func mustConflict(t *testing.T, b *Backend, expected uint64, next heartbeat.Record) heartbeat.Record {
+	t.Helper()
+	_, err := b.Heartbeat(testCtx(t), expected, next)
+	var ce *base.ConflictError
+	if !errors.As(err, &ce) || !errors.Is(err, base.ErrConflict) {
+		t.Fatalf("Heartbeat(%d, %v) = %v, want a *base.ConflictError", expected, next, err)
+	}
+	return ce.Current
+}
+
+func TestHeartbeatCompareAndSet(t *testing.T) {
+	s := newServer(t)
+	el := electionName(t)
+	b := s.started(t, el)
+	ctx := testCtx(t)
+
+	if _, err := b.Get(ctx); !errors.Is(err, base.ErrNotFound) {
+		t.Fatalf("Get on an empty election = %v, want ErrNotFound", err)
+	}
+	if cur := mustConflict(t, b, 3, rec("a", 1, "")); cur.Revision != 0 || cur.Election != el {
+		t.Fatalf("conflict on a missing record carries %+v, want revision 0 of %q", cur, el)
+	}
+
+	before := time.Now().Add(-time.Minute)
+	r1 := mustBeat(t, b, 0, rec("a", 1, "addr-a"))
+	if r1.Election != el || r1.Leader != "a" || r1.Term != 1 || r1.Revision != 1 || string(r1.Value) != "addr-a" {
+		t.Fatalf("first claim stored %+v", r1)
+	}
+	if r1.Timestamp.Before(before) || r1.Timestamp.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("store timestamp %v is not about now", r1.Timestamp)
+	}
+	if got, err := b.Get(ctx); err != nil || !got.Equal(r1) {
+		t.Fatalf("Get = %+v, %v; want %+v", got, err, r1)
+	}
+
+	// A second first claim loses on the duplicate _id.
+	if cur := mustConflict(t, b, 0, rec("b", 1, "")); !cur.Equal(r1) {
+		t.Fatalf("conflict carries %+v, want %+v", cur, r1)
+	}
+	r2 := mustBeat(t, b, 1, rec("a", 1, "addr-a"))
+	if r2.Revision != 2 || r2.Term != 1 {
+		t.Fatalf("renewal stored %+v", r2)
+	}
+	if cur := mustConflict(t, b, 1, rec("b", 2, "")); !cur.Equal(r2) {
+		t.Fatalf("stale claim's conflict carries %+v, want %+v", cur, r2)
+	}
+	r3 := mustBeat(t, b, 2, rec("", 1, ""))
+	if !r3.Vacant() || r3.Revision != 3 || r3.Term != 1 || len(r3.Value) != 0 {
+		t.Fatalf("resign stored %+v", r3)
+	}
+	big := strings.Repeat("v", heartbeat.MaxValueLen)
+	r4 := mustBeat(t, b, 3, rec("b", 2, big))
+	if string(r4.Value) != big || r4.Revision != 4 {
+		t.Fatalf("claim after vacancy stored %v", r4)
+	}
+
+	// Invalid records are refused before any write.
+	for name, next := range map[string]heartbeat.Record{
+		"other election":     {Election: "x", Leader: "a"},
+		"value too large":    rec("a", 5, big+"v"),
+		"vacant with value":  rec("", 5, "v"),
+		"control char in id": rec("a\n", 5, ""),
+		"term beyond int64":  {Leader: "a", Term: 1 << 63},
+	} {
+		if _, err := b.Heartbeat(ctx, 4, next); !errors.Is(err, base.ErrInvalidConfig) {
+			t.Errorf("Heartbeat with %s = %v, want ErrInvalidConfig", name, err)
+		}
+	}
+	if got, _ := b.Get(ctx); !got.Equal(r4) {
+		t.Fatalf("refused writes changed the record to %v", got)
+	}
+}
+
+func TestConcurrentClaimsOneWinner(t *testing.T) {
+	s := newServer(t)
+	el := electionName(t)
+	const n = 20
+	backends := make([]*Backend, n)
+	for i := range backends {
+		backends[i] = s.started(t, el)
+	}
+	for round, expected := range []uint64{0, 1} {
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			winners []heartbeat.Record
+			losers  []heartbeat.Record
+		)
+		start := make(chan struct{})
+		for i, b := range backends {
+			wg.Go(func() {
+				<-start
+				got, err := b.Heartbeat(context.Background(), expected, rec(fmt.Sprintf("node-%d", i), uint64(round+1), ""))
+				var ce *base.ConflictError
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					winners = append(winners, got)
+				case errors.As(err, &ce):
+					losers = append(losers, ce.Current)
+				default:
+					t.Errorf("claim of node-%d: %v", i, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if len(winners) != 1 {
+			t.Fatalf("round %d: %d winners, want exactly 1: %v", round, len(winners), winners)
+		}
+		for _, l := range losers {
+			if l.Revision < expected+1 {
+				t.Errorf("round %d: loser saw revision %d", round, l.Revision)
+			}
+		}
+		if winners[0].Revision != expected+1 {
+			t.Fatalf("round %d: winner stored revision %d", round, winners[0].Revision)
+		}
+	}
+}
+
+func TestNamesRejected(t *testing.T) {
+	s := newServer(t)
+	cases := map[string]struct {
+		election, coll string
+	}{
+		"empty election":      {"", "c"},
+		"control in election": {"a\x01b", "c"},
+		"long election":       {strings.Repeat("e", heartbeat.MaxNameLen+1), "c"},
+		"dollar collection":   {"e", "a$b"},
+		"NUL collection":      {"e", "a\x00b"},
+		"system collection":   {"e", "system.users"},
+		"long collection":     {"e", strings.Repeat("c", 255)},
+	}
+	for name, c := range cases {
+		b, err := NewLungo(s.db, c.election, Options{Collection: c.coll})
+		if !errors.Is(err, base.ErrInvalidConfig) || b != nil {
+			t.Errorf("%s: NewLungo = %v, %v; want nil, ErrInvalidConfig", name, b, err)
+		}
+	}
+	if _, err := New(nil, "e", Options{}); !errors.Is(err, base.ErrInvalidConfig) {
+		t.Errorf("New(nil) = %v, want ErrInvalidConfig", err)
+	}
+	if _, err := NewLungo(nil, "e", Options{}); !errors.Is(err, base.ErrInvalidConfig) {
+		t.Errorf("NewLungo(nil) = %v, want ErrInvalidConfig", err)
+	}
+	for _, db := range []string{"", "a.b", "a b", "a$", strings.Repeat("d", 64)} {
+		if err := validateNames(db, "c"); !errors.Is(err, base.ErrInvalidConfig) {
+			t.Errorf("database name %q accepted: %v", db, err)
+		}
+	}
+	if err := validateNames("app", "leader.feed"); err != nil {
+		t.Errorf("valid names refused: %v", err)
+	}
+}
+
+func TestCreate(t *testing.T) {
+	s := newServer(t)
+	el := electionName(t)
+	ctx := testCtx(t)
+	s.coll = fmt.Sprintf("%s_create", s.coll)
+	if s.drv != nil {
+		t.Cleanup(func() { _ = s.drv.Collection(s.coll).Drop(context.Background()) })
+	}
+	strict := s.backend(t, el, Options{NoCreate: true})
+	if err := strict.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := strict.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) {
+		t.Fatalf("Create with NoCreate on a missing collection = %v, want ErrInvalidConfig", err)
+	}
+	b := s.backend(t, el, Options{})
+	for range 2 { // idempotent
+		if err := b.Create(ctx); err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+	}
+	if err := strict.Create(ctx); err != nil {
+		t.Fatalf("Create with NoCreate on an existing collection: %v", err)
+	}
+}
+
+func TestCanceledContext(t *testing.T) {
+	s := newServer(t)
+	b := s.started(t, electionName(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, errGet := b.Get(ctx)
+	_, errBeat := b.Heartbeat(ctx, 0, rec("a", 1, ""))
+	_, errSub := b.Subscribe(ctx)
+	for name, err := range map[string]error{
+		"Start": b.Start(ctx), "Create": b.Create(ctx), "Get": errGet, "Heartbeat": errBeat, "Subscribe": errSub,
+	} {
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with a cancelled context = %v, want context.Canceled", name, err)
+		}
+	}
+
+	// A subscription ends when its context does, without a Failed.
+	sctx, scancel := context.WithCancel(context.Background())
+	ch, err := b.Subscribe(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scancel()
+	for n := range ch {
+		if n.Type == base.Failed {
+			t.Fatalf("Failed after cancel: %v", n.Err)
+		}
+	}
+}
+
+func TestCloseIdempotent(t *testing.T) {
+	s := newServer(t)
+	b := s.started(t, electionName(t))
+	ctx := testCtx(t)
+	ch, err := b.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := b.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+	for range ch { // the subscription ends
+	}
+	_, errGet := b.Get(ctx)
+	_, errBeat := b.Heartbeat(ctx, 0, rec("a", 1, ""))
+	_, errSub := b.Subscribe(ctx)
+	for name, err := range map[string]error{
+		"Start": b.Start(ctx), "Create": b.Create(ctx), "Get": errGet, "Heartbeat": errBeat, "Subscribe": errSub,
+	} {
+		if !errors.Is(err, base.ErrClosed) || !strings.HasPrefix(err.Error(), "mongo: ") {
+			t.Errorf("%s after Close = %v, want a mongo: error matching ErrClosed", name, err)
+		}
+	}
+}
+
+func TestMalformedRecord(t *testing.T) {
+	s := newServer(t)
+	el := electionName(t)
+	b := s.started(t, el)
+	ctx := testCtx(t)
+	ch := subscribe(t, b)
+
+	docs := []bson.M{
+		{"leader": 5},  // a foreign document
+		{"foo": "bar"}, // no leaderfeed fields
+		{"leaderfeed": 1, "leader": "a", "term": 1}, // marked, fields missing
+		{"leaderfeed": 1, "leader": "a", "term": 1, "revision": -1, "ts": time.Now(), "value": []byte{}},
+		{"leaderfeed": 1, "leader": "a\x01", "term": 1, "revision": 1, "ts": time.Now(), "value": []byte{}},
+		{"leaderfeed": 2, "leader": "a", "term": 1, "revision": 1, "ts": time.Now(), "value": []byte{}},
+	}
+	for i, doc := range docs {
+		if err := s.putDoc(ctx, el, doc); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Get(ctx); !errors.Is(err, base.ErrMalformedRecord) {
+			t.Fatalf("doc %d %v: Get = %v, want ErrMalformedRecord", i, doc, err)
+		}
+		n := next(t, ch)
+		if n.Type != base.Ignored || !errors.Is(n.Err, base.ErrMalformedRecord) {
+			t.Fatalf("doc %d: notification %v %v, want Ignored with ErrMalformedRecord", i, n.Type, n.Err)
+		}
+		// No compare-and-set overwrites it.
+		_, err := b.Heartbeat(ctx, 0, rec("a", 1, ""))
+		if errors.Is(err, base.ErrConflict) || !errors.Is(err, base.ErrMalformedRecord) {
+			t.Fatalf("doc %d: claim over a malformed record = %v", i, err)
+		}
+	}
+	// The feed goes on.
+	if err := s.putDoc(ctx, "other", bson.M{"x": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if n := next(t, ch); n.Type != base.OtherChanged || string(n.Change.Key) != `"other"` {
+		t.Fatalf("after malformed records: %+v", n)
+	}
+	// Deleting the foreign document frees the election.
+	if _, err := s.collection().DeleteOne(ctx, bson.M{"_id": el}); err != nil {
+		t.Fatal(err)
+	}
+	if n := next(t, ch); n.Type != base.RecordDeleted {
+		t.Fatalf("after deleting: %+v", n)
+	}
+	r := mustBeat(t, b, 0, rec("a", 1, ""))
+	if n := next(t, ch); n.Type != base.RecordChanged || !n.Record.Equal(r) {
+		t.Fatalf("after claiming: %+v", n)
+	}
+}
+
+// Old values in a store are decoded as well as fresh ones: numbers of any
+// integer type, binary of any subtype.
+func TestDecodeLenient(t *testing.T) {
+	now := time.Now().Truncate(time.Millisecond)
+	doc, _ := bson.Marshal(bson.D{{Key: "_id", Value: "e"}, {Key: "leaderfeed", Value: 1.0},
+		{Key: "leader", Value: "n"}, {Key: "term", Value: int32(3)}, {Key: "revision", Value: int64(9)},
+		{Key: "ts", Value: now}, {Key: "value", Value: []byte("v")}})
+	r, err := decodeRecord(doc, "e")
+	if err != nil || r.Term != 3 || r.Revision != 9 || !r.Timestamp.Equal(now) || !bytes.Equal(r.Value, []byte("v")) {
+		t.Fatalf("decodeRecord = %+v, %v", r, err)
+	}
+	if _, err := decodeRecord(doc, "f"); !errors.Is(err, base.ErrMalformedRecord) {
+		t.Fatalf("decodeRecord of another election = %v", err)
+	}
+}
+
+func TestStartLungo(t *testing.T) {
+	s := newLungo(t, lungo.Options{})
+	b := s.backend(t, electionName(t), Options{})
+	if err := b.Start(testCtx(t)); err != nil {
+		t.Fatalf("Start on lungo: %v", err)
+	}
+	if b.Election() == "" || b.Collection() != s.coll {
+		t.Fatalf("Election/Collection = %q/%q", b.Election(), b.Collection())
+	}
+}
+
+func TestCheckHello(t *testing.T) {
+	for name, c := range map[string]struct {
+		hello bson.D
+		ok    bool
+	}{
+		"standalone":  {bson.D{{Key: "isWritablePrimary", Value: true}, {Key: "maxWireVersion", Value: 21}}, false},
+		"replica set": {bson.D{{Key: "isWritablePrimary", Value: true}, {Key: "setName", Value: "rs0"}}, true},
+		"secondary":   {bson.D{{Key: "secondary", Value: true}, {Key: "setName", Value: "rs0"}}, true},
+		"mongos":      {bson.D{{Key: "isWritablePrimary", Value: true}, {Key: "msg", Value: "isdbgrid"}}, true},
+	} {
+		raw, _ := bson.Marshal(c.hello)
+		err := checkHello(raw)
+		if c.ok && err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if !c.ok && (!errors.Is(err, base.ErrUnsupported) || !strings.Contains(err.Error(), "replica set")) {
+			t.Errorf("%s: %v, want ErrUnsupported naming the replica set", name, err)
+		}
+	}
+}
+
+// The real driver's path without a server: errors come back (wrapped, and
+// matching the context's error when it ended the call), nothing hangs.
+func TestDriverUnreachable(t *testing.T) {
+	ctx := testCtx(t)
+	client, err := mongodrv.Connect(ctx, options.Client().ApplyURI("mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=5000&connectTimeoutMS=100"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	b, err := New(client.Database("app"), electionName(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Close() }()
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := b.Start(short); !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "mongo: ") {
+		t.Fatalf("Start against no server = %v, want a mongo: error matching context.DeadlineExceeded", err)
+	}
+	short, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := b.Heartbeat(short, 0, rec("a", 1, "")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Heartbeat against no server = %v, want context.DeadlineExceeded", err)
+	}
+}

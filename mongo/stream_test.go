@@ -1,0 +1,325 @@
+package mongo
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+)
+
+// killStreams ends the change streams under the open subscriptions, as a
+// server or network failure would. The subscriptions send Failed.
+func (b *Backend) killStreams() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for sub := range b.subs {
+		sub.kill()
+	}
+}
+
+func subscribe(t *testing.T, b *Backend) <-chan base.Notification {
+	t.Helper()
+	ch, err := b.Subscribe(testCtx(t))
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	return ch
+}
+
+// next returns the next notification, failing the test after 10 s.
+func next(t *testing.T, ch <-chan base.Notification) base.Notification {
+	t.Helper()
+	select {
+	case n, ok := <-ch:
+		if !ok {
+			t.Fatal("the subscription closed its channel")
+		}
+		return n
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification within 10 s")
+	}
+	panic("unreachable")
+}
+
+// wantRecord fails the test unless the next notification is want.
+func wantRecord(t *testing.T, ch <-chan base.Notification, want heartbeat.Record) {
+	t.Helper()
+	n := next(t, ch)
+	if n.Type != base.RecordChanged || !n.Record.Equal(want) {
+		t.Fatalf("got %v %v (err %v), want record-changed %v", n.Type, n.Record, n.Err, want)
+	}
+}
+
+func wantChange(t *testing.T, ch <-chan base.Notification, op base.Op, key string) base.Change {
+	t.Helper()
+	n := next(t, ch)
+	if n.Type != base.OtherChanged || n.Change.Op != op || string(n.Change.Key) != key {
+		t.Fatalf("got %v %+v (record %v, err %v), want %v of key %s", n.Type, n.Change, n.Record, n.Err, op, key)
+	}
+	return n.Change
+}
+
+func TestSubscribeInOrder(t *testing.T) {
+	s := newServer(t)
+	el := electionName(t)
+	b := s.started(t, el)
+	ch := subscribe(t, b)
+	ctx := testCtx(t)
+
+	var want []heartbeat.Record
+	for i := range 10 {
+		want = append(want, mustBeat(t, b, uint64(i), rec("a", 1, fmt.Sprint(i))))
+	}
+	if s.drv == nil {
+		for _, r := range want {
+			wantRecord(t, ch, r)
+		}
+	} else {
+		// updateLookup may skip revisions on a real server; never reorder.
+		var last uint64
+		for last < 10 {
+			n := next(t, ch)
+			if n.Type != base.RecordChanged || n.Record.Revision <= last {
+				t.Fatalf("got %v %v after revision %d", n.Type, n.Record, last)
+			}
+			last = n.Record.Revision
+		}
+	}
+
+	// Other documents: insert, replace, update, delete; keys as JSON.
+	if err := s.putDoc(ctx, "k1", bson.M{"n": 1, "s": "x"}); err != nil {
+		t.Fatal(err)
+	}
+	c := wantChange(t, ch, base.Insert, `"k1"`)
+	var doc map[string]any
+	if err := json.Unmarshal(c.New, &doc); err != nil || doc["n"] != 1.0 || doc["s"] != "x" || doc["_id"] != "k1" {
+		t.Fatalf("inserted document as JSON: %s (%v)", c.New, err)
+	}
+	if c.Table != s.coll || c.Old != nil || c.Partial {
+		t.Fatalf("change %+v", c)
+	}
+	if err := s.putDoc(ctx, "k1", bson.M{"n": 2}); err != nil {
+		t.Fatal(err)
+	}
+	if c := wantChange(t, ch, base.Update, `"k1"`); !strings.Contains(string(c.New), `"n":2`) {
+		t.Fatalf("replaced document: %s", c.New)
+	}
+	if _, err := s.collection().UpdateOne(ctx, bson.M{"_id": "k1"}, bson.M{"$set": bson.M{"n": 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if c := wantChange(t, ch, base.Update, `"k1"`); !strings.Contains(string(c.New), `"n":3`) {
+		t.Fatalf("updated document: %s", c.New)
+	}
+	if _, err := s.collection().DeleteOne(ctx, bson.M{"_id": "k1"}); err != nil {
+		t.Fatal(err)
+	}
+	if c := wantChange(t, ch, base.Delete, `"k1"`); c.New != nil {
+		t.Fatalf("deleted document: %s", c.New)
+	}
+	// Keys that are not strings, as relaxed extended JSON.
+	oid := primitive.NewObjectID()
+	if _, err := s.collection().InsertOne(ctx, bson.M{"_id": oid}); err != nil {
+		t.Fatal(err)
+	}
+	wantChange(t, ch, base.Insert, fmt.Sprintf(`{"$oid":"%s"}`, oid.Hex()))
+	if _, err := s.collection().InsertOne(ctx, bson.M{"_id": 42}); err != nil {
+		t.Fatal(err)
+	}
+	wantChange(t, ch, base.Insert, `42`)
+
+	// Deleting the record.
+	if _, err := s.collection().DeleteOne(ctx, bson.M{"_id": el}); err != nil {
+		t.Fatal(err)
+	}
+	if n := next(t, ch); n.Type != base.RecordDeleted {
+		t.Fatalf("after deleting the record: %v", n.Type)
+	}
+	r := mustBeat(t, b, 0, rec("b", 2, ""))
+	wantRecord(t, ch, r)
+}
+
+// A stream that fails under a subscriber is reopened by the next Subscribe
+// from its resume token: nothing written in between is lost.
+func TestResumeAfterStreamClosed(t *testing.T) {
+	s := newServer(t)
+	el := electionName(t)
+	b := s.started(t, el)
+	ctx := testCtx(t)
+	ch := subscribe(t, b)
+	r := mustBeat(t, b, 0, rec("a", 1, ""))
+	wantRecord(t, ch, r)
+
+	b.killStreams()
+	n := next(t, ch)
+	if n.Type != base.Failed || n.Err == nil || !strings.HasPrefix(n.Err.Error(), "mongo: ") {
+		t.Fatalf("after the stream closed: %v %v, want Failed", n.Type, n.Err)
+	}
+	if _, ok := <-ch; ok {
+		t.Fatal("notification after Failed")
+	}
+
+	// Written while nobody watches.
+	var want []heartbeat.Record
+	for i := range 3 {
+		want = append(want, mustBeat(t, b, r.Revision+uint64(i), rec("a", 1, "")))
+	}
+	if err := s.putDoc(ctx, "gap", bson.M{"x": 1}); err != nil {
+		t.Fatal(err)
+	}
+	ch = subscribe(t, b)
+	if s.drv == nil {
+		for _, w := range want {
+			wantRecord(t, ch, w)
+		}
+	} else {
+		for n := next(t, ch); n.Record.Revision != want[2].Revision; n = next(t, ch) {
+		}
+	}
+	wantChange(t, ch, base.Insert, `"gap"`)
+}
+
+// Without a valid token the new stream starts now, and Subscribe delivers
+// the record it re-reads first, so the record's state is never lost.
+func TestResumeTokenLost(t *testing.T) {
+	s := newServer(t)
+	el := electionName(t)
+	var log lockedBuffer
+	b := s.backend(t, el, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	ch := subscribe(t, b)
+	r := mustBeat(t, b, 0, rec("a", 1, ""))
+	wantRecord(t, ch, r)
+	b.killStreams()
+	for range ch {
+	}
+	r = mustBeat(t, b, r.Revision, rec("b", 2, "v"))
+
+	// A token the server no longer has (as after an oplog rollover).
+	tok, _ := bson.Marshal(bson.M{"_data": "8200000001000000012B0229296E04"})
+	if s.drv == nil {
+		tok, _ = bson.Marshal(bson.M{"ts": primitive.Timestamp{T: 1, I: 1}})
+	}
+	b.saveToken(tok)
+	ch = subscribe(t, b)
+	wantRecord(t, ch, r)
+	r = mustBeat(t, b, r.Revision, rec("b", 2, "v"))
+	wantRecord(t, ch, r)
+	for _, want := range []string{"resume token no longer valid", "gap in the change stream"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("the log does not report %q:\n%s", want, log.String())
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// A stream that never saw an event has no token (lungo gives none before
+// the first event): reopening re-reads the record.
+func TestResumeWithoutToken(t *testing.T) {
+	s := newServer(t)
+	b := s.started(t, electionName(t))
+	ch := subscribe(t, b)
+	b.saveToken(nil) // lungo has none; a real server gives one at once
+	b.killStreams()
+	for range ch {
+	}
+	r := mustBeat(t, b, 0, rec("a", 1, ""))
+	ch = subscribe(t, b)
+	wantRecord(t, ch, r)
+	// And an election without a record is reported as deleted.
+	b.killStreams()
+	for range ch {
+	}
+	if _, err := s.collection().DeleteOne(testCtx(t), bson.M{"_id": b.Election()}); err != nil {
+		t.Fatal(err)
+	}
+	b.saveToken(nil)
+	ch = subscribe(t, b)
+	if n := next(t, ch); n.Type != base.RecordDeleted {
+		t.Fatalf("re-read of a missing record: %v", n.Type)
+	}
+}
+
+func TestHugeDocumentDelivered(t *testing.T) {
+	s := newServer(t)
+	b := s.started(t, electionName(t))
+	ch := subscribe(t, b)
+	blob := strings.Repeat("x", 1<<20)
+	if err := s.putDoc(testCtx(t), "huge", bson.M{"blob": blob}); err != nil {
+		t.Fatal(err)
+	}
+	c := wantChange(t, ch, base.Insert, `"huge"`)
+	var doc struct{ Blob string }
+	if err := json.Unmarshal(c.New, &doc); err != nil || doc.Blob != blob || c.Partial {
+		t.Fatalf("huge document: %d bytes of JSON, partial %v, err %v", len(c.New), c.Partial, err)
+	}
+}
+
+func TestDropCollection(t *testing.T) {
+	s := newServer(t)
+	el := electionName(t)
+	b := s.started(t, el)
+	ch := subscribe(t, b)
+	r := mustBeat(t, b, 0, rec("a", 1, ""))
+	wantRecord(t, ch, r)
+	if err := s.collection().Drop(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := next(t, ch); n.Type != base.RecordDeleted {
+		t.Fatalf("after drop: %v", n.Type)
+	}
+	if n := next(t, ch); n.Type != base.Failed || !errors.Is(n.Err, errInvalidated) {
+		t.Fatalf("after drop: %v %v, want Failed (invalidated)", n.Type, n.Err)
+	}
+	ch = subscribe(t, b)
+	if n := next(t, ch); n.Type != base.RecordDeleted {
+		t.Fatalf("reopened after drop: %v", n.Type)
+	}
+	r = mustBeat(t, b, 0, rec("a", 2, ""))
+	wantRecord(t, ch, r)
+}
+
+func TestTwoBackendsSeeEachOther(t *testing.T) {
+	s := newServer(t)
+	el := electionName(t)
+	a, c := s.started(t, el), s.started(t, el)
+	ch := subscribe(t, c)
+	r := mustBeat(t, a, 0, rec("a", 1, "addr"))
+	wantRecord(t, ch, r)
+	if got, err := c.Get(testCtx(t)); err != nil || !got.Equal(r) {
+		t.Fatalf("other backend reads %v, %v", got, err)
+	}
+	// Another election in the same collection is just another document.
+	other := s.started(t, el+"-other")
+	r2 := mustBeat(t, other, 0, rec("z", 1, ""))
+	c2 := wantChange(t, ch, base.Insert, fmt.Sprintf("%q", other.Election()))
+	if !strings.Contains(string(c2.New), `"leaderfeed":1`) || r2.Revision != 1 {
+		t.Fatalf("other election's document: %s", c2.New)
+	}
+}

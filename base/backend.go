@@ -51,6 +51,7 @@ type ConflictError struct {
 // NewConflict returns a *ConflictError carrying current.
 func NewConflict(current heartbeat.Record) *ConflictError { return &ConflictError{Current: current} }
 
+// Error describes the conflict and the current record.
 func (e *ConflictError) Error() string {
 	if e.Current.Revision == 0 {
 		return "leaderfeed: revision conflict: no record in the store"
@@ -165,6 +166,7 @@ func (t NotificationType) String() string {
 
 // Notification is one item of a Backend's changefeed.
 type Notification struct {
+	// Type says which of the other fields is set.
 	Type   NotificationType
 	Record heartbeat.Record // RecordChanged
 	Change Change           // OtherChanged

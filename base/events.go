@@ -94,6 +94,7 @@ func (r Reason) String() string {
 
 // Event is one thing a Feed reports. Which fields are set depends on Type.
 type Event struct {
+	// Type says what happened, and so which other fields are set.
 	Type EventType
 	// At is when it happened, on this process's monotonic clock. For
 	// EventElected it is when leadership began; for EventUnelected when it
@@ -102,10 +103,11 @@ type Event struct {
 	// Term is the fencing token: of this node's term for EventElected and
 	// EventUnelected, of the announced leader for EventNewLeader.
 	Term uint64
-	// Leader and Value: the announced leader's id and value
-	// (EventNewLeader); Leader is "" when the election is vacant.
+	// Leader is the announced leader's id (EventNewLeader), "" when the
+	// election is vacant.
 	Leader string
-	Value  []byte
+	// Value is the announced leader's published value (EventNewLeader).
+	Value []byte
 	// Reason: why leadership ended (EventUnelected).
 	Reason Reason
 	// Change: the change to another record (EventChange).
@@ -114,7 +116,11 @@ type Event struct {
 	// and EventUnelected with ReasonLeaseExpired: the last renewal error).
 	Err error
 	// LeaderCtx is cancelled when this node's leadership of Term ends
-	// (EventElected only).
+	// (EventElected only). Its Err compares the clock with the lease, so
+	// it is never nil after the lease ended, even in a process that was
+	// paused past it; Done (and contexts derived from LeaderCtx) follow a
+	// timer and may lag by the scheduling delay. Work that must not
+	// outlive the lease checks LeaderCtx.Err() before each step.
 	LeaderCtx context.Context
 }
 

@@ -236,8 +236,10 @@ func (f *Feed) Start(ctx context.Context) error {
 // write and the delivery of events; when it ends, Stop cancels what is
 // left, still waits for the goroutines, and returns ctx.Err().
 //
-// Stop is idempotent: later calls wait for the first to finish and return
-// its result. Calls after Stop fail with ErrClosed.
+// If Events was called, Stop waits for its reader to take the remaining
+// events: keep reading the channel until it closes, or give Stop a context
+// with a deadline. Stop is idempotent: later calls wait for the first to
+// finish and return its result. Calls after Stop fail with ErrClosed.
 func (f *Feed) Stop(ctx context.Context) error {
 	f.mu.Lock()
 	switch f.state {

@@ -13,11 +13,15 @@ import (
 // Interval is one node's term of leadership, on this process's monotonic
 // clock. End is zero while the term lasts.
 type Interval struct {
-	Node       string
-	Term       uint64
+	// Node is the id of the node that led.
+	Node string
+	// Term is the fencing token of its term.
+	Term uint64
+	// Start and End bound the term (End is zero while it lasts).
 	Start, End time.Time
 }
 
+// String formats the interval with microsecond times, for failure messages.
 func (iv Interval) String() string {
 	end := "now"
 	if !iv.End.IsZero() {

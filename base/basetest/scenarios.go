@@ -15,8 +15,11 @@ import (
 // Node is one Feed of a Cluster, on a Faulty-wrapped backend, with the
 // events it reported.
 type Node struct {
-	ID     string
-	Feed   *base.Feed
+	// ID is the node id the Feed was created with.
+	ID string
+	// Feed is the node's Feed.
+	Feed *base.Feed
+	// Faulty wraps the node's backend, to inject faults into it.
 	Faulty *Faulty
 
 	mu     sync.Mutex
@@ -61,10 +64,14 @@ func (n *Node) WaitEvent(t testing.TB, from int, d time.Duration, what string, p
 
 // Cluster is several nodes of one election, all watched by one Checker.
 type Cluster struct {
+	// Election is the name of the election the nodes run.
 	Election string
-	Timing   heartbeat.Timing
-	Checker  *Checker
-	Nodes    []*Node
+	// Timing is the timing every node uses.
+	Timing heartbeat.Timing
+	// Checker has seen every node's leadership events.
+	Checker *Checker
+	// Nodes are the nodes: campaigners first, then observers.
+	Nodes []*Node
 }
 
 // NewCluster starts n nodes of a fresh election on backends from open, with

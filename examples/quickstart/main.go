@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"sync"
@@ -38,19 +39,19 @@ type node struct {
 }
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Stdout); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run() error {
+func run(out io.Writer) error {
 	ctx := context.Background()
 	start := time.Now()
 	var printMu sync.Mutex
 	say := func(who, format string, args ...any) {
 		printMu.Lock()
 		defer printMu.Unlock()
-		fmt.Printf("%6.3fs  %-7s %s\n", time.Since(start).Seconds(), who, fmt.Sprintf(format, args...))
+		fmt.Fprintf(out, "%6.3fs  %-7s %s\n", time.Since(start).Seconds(), who, fmt.Sprintf(format, args...))
 	}
 
 	store := memory.NewStore()

@@ -1,0 +1,113 @@
+// Package base is the election of leaderfeed: Feed, one node in one
+// election, and Backend, the contract that connects a Feed to a store.
+// It knows no database; the backends (packages memory, postgres, mongo and
+// rethink, or one of your own) do.
+//
+// # Using a Feed
+//
+// Make a backend for the election's name, then a Feed for this node on it:
+//
+//	b, err := postgres.New(pool, "scheduler", postgres.Options{CreateIfMissing: true})
+//	feed, err := base.New(b, nodeID, base.Options{Value: []byte(myAddr)})
+//	events := feed.Events() // before Start, to miss none
+//	err = feed.Start(ctx)   // checks the server, creates what is missing
+//	defer feed.Stop(ctx)    // resigns first: the next leader takes over at once
+//
+// The Feed campaigns, leads, renews, steps down and campaigns again until
+// Stop. It reports what happens on Events, in order, on one goroutine. Once
+// Events has been called, read it until it is closed: Stop delivers the
+// last events before it returns, and waits for a reader (bounded by its
+// context). Leadership events are never dropped; change events beyond
+// Options.MaxPendingChanges waiting for a slow reader are dropped and
+// counted (Feed.Dropped).
+//
+// The work only the leader may do runs under the leader context of its
+// term (Event.LeaderCtx of EventElected, or Feed.LeaderContext), which is
+// cancelled the moment leadership ends, and passes the term (Event.Term,
+// Feed.Term) to what it writes, as a fencing token. Feed.Resign hands over
+// at once and goes on as a follower; Feed.Proclaim publishes a new value;
+// Feed.Leader returns the last record seen; Options.ObserveOnly makes a
+// feed that follows but never campaigns.
+//
+// # What is guaranteed
+//
+// These hold on every backend that passes the conformance suite of package
+// basetest, provided every node of an election uses the same Timing and a
+// node id of its own, and no other program writes the election record.
+//
+//   - At most one leader at any instant. A leader counts itself leader only
+//     until LeaseDuration after it sent its last renewal that succeeded; a
+//     follower claims only after it has seen no new revision for
+//     ElectionTimeoutMin, which is longer. So the old leader has stepped
+//     down, on its own clock, before any claim can be sent.
+//   - Every write is a compare-and-set on the record's revision, executed
+//     atomically by the store: of many concurrent claimants exactly one
+//     wins, and a deposed leader's renewal fails and makes it step down.
+//   - The term increases strictly each time leadership is won, also when
+//     the same node wins again, and is kept in a vacant record.
+//   - The leader context is cancelled before anything else when leadership
+//     ends: before the vacant record is written on Resign and Stop, when a
+//     record naming another leader or a conflict is seen, and at the end of
+//     the lease when renewals fail (EventUnelected with ReasonLeaseExpired).
+//   - A clean Resign or Stop writes a vacant record, which the followers
+//     claim at once (after a jitter of at most Timing.VacancyJitter); a
+//     crashed leader is replaced within the election timeout.
+//   - The node is never deaf: a failed changefeed is reported and reopened
+//     with backoff, forever, and while it is down the node reads the record
+//     every heartbeat interval.
+//
+// # Clocks
+//
+// Clocks need not be synchronised: each node judges its lease and its
+// election timeout on its own monotonic clock, and the store's Timestamp
+// is for observers only. Safety assumes that clocks run at about the same
+// rate: the margin is ElectionTimeoutMin-LeaseDuration (0.5 s with the
+// default timing), and it must cover the difference in elapsed time between
+// two machines over one election timeout, plus scheduling delays. A paused
+// process is fine: on waking, a leader finds its lease over before it
+// renews. A clock that jumps (wall-clock adjustments) is fine too, as
+// monotonic readings do not jump.
+//
+// # During a partition
+//
+// Nodes never talk to each other; each talks only to the store, which is
+// the only authority. A leader cut off from the store keeps leading until
+// its lease ends and then steps down, whether or not the others can reach
+// the store; it cannot resign, so the others take over after their election
+// timeout. Followers cut off from the store cannot claim and report errors
+// (EventError, EventSubscribeError) until they reach it again; they never
+// lead meanwhile. If nobody reaches the store, nobody leads. The guarantees
+// rest on the store: a store that loses acknowledged writes (a failover
+// that rolls them back) can let two nodes win the same revision. Use the
+// settings of your database under which an acknowledged write is durable.
+//
+// # What the fencing token protects
+//
+// The leader context tells the leader's work to stop, but it cannot stop a
+// write that is already on its way, or one that a paused process sends when
+// it wakes. The term protects against those: a resource that remembers the
+// highest term it has seen and refuses lower ones (for example a row with
+// a term column and UPDATE ... WHERE term <= $term) never accepts a write
+// from a deposed leader once the new leader has written. It protects only
+// resources that check it, and it does not order the writes of one term.
+// See examples/leaderonly.
+//
+// # What is not guaranteed
+//
+//   - That the leader's work has stopped at the instant the lease ends: the
+//     leader context is cancelled then, and the work must watch it.
+//   - That followers see every intermediate revision: a slow changefeed may
+//     deliver only the latest record.
+//   - An event for a new value published by Proclaim: the leader and term
+//     stay the same, so no EventNewLeader is sent; Feed.Leader returns the
+//     record with the new value once the node has seen it.
+//   - Anything when another program writes the election record, when two
+//     nodes share a node id, or when the nodes of an election use different
+//     timings.
+//
+// # Writing a backend
+//
+// Backend has seven methods; docs/EXTENDING.md explains the contract method
+// by method and builds a complete backend, and basetest.Run checks that a
+// backend keeps it.
+package base

@@ -1,0 +1,363 @@
+// Package logstore is the backend that docs/EXTENDING.md builds step by
+// step: a leaderfeed backend on a small in-process store, Log, that keeps
+// its documents in a table and writes every change to an append-only log.
+// The changefeed is a reader of that log with a cursor, the way a backend
+// tails a database's own change log (an oplog, a write-ahead log, a table
+// with a serial id).
+//
+// Like package memory, a Log lives in one process: it teaches how to write
+// a backend and passes the conformance suite, but it is not a way to elect
+// a leader among several processes.
+package logstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+)
+
+// Table is the name a Log reports as base.Change.Table.
+const Table = "log"
+
+// Keep is how many log entries a Log keeps at least. A subscriber that falls
+// further behind has missed changes: its feed fails, and base.Feed re-reads
+// the record and subscribes again.
+const Keep = 1024
+
+// Log is a table of JSON documents, keyed by string, that appends every
+// write to a log. Election records and other documents share the table.
+// Its methods are safe for concurrent use.
+type Log struct {
+	mu     sync.Mutex
+	docs   map[string]json.RawMessage // the current document of each key
+	log    []entry                    // the latest writes, oldest first
+	first  uint64                     // the sequence number of log[0]
+	grew   chan struct{}              // closed and replaced on every append
+	lastTS time.Time
+}
+
+// entry is one write in the log.
+type entry struct {
+	key      string
+	op       base.Op
+	old, new json.RawMessage // nil when there is none
+}
+
+// NewLog returns an empty Log.
+func NewLog() *Log {
+	return &Log{docs: make(map[string]json.RawMessage), grew: make(chan struct{})}
+}
+
+// write stores doc under key (nil deletes it) and appends the change to the
+// log. l.mu is held: the table and the log change in one step, so the log's
+// order is the commit order.
+func (l *Log) write(key string, doc json.RawMessage) {
+	old, existed := l.docs[key]
+	e := entry{key: key, op: base.Update, old: old, new: doc}
+	switch {
+	case doc == nil:
+		delete(l.docs, key)
+		e.op = base.Delete
+	case !existed:
+		l.docs[key] = doc
+		e.op = base.Insert
+	default:
+		l.docs[key] = doc
+	}
+	l.log = append(l.log, e)
+	if len(l.log) > 2*Keep { // drop the oldest entries, keep Keep
+		drop := len(l.log) - Keep
+		l.log = slices.Clone(l.log[drop:])
+		l.first += uint64(drop)
+	}
+	close(l.grew) // wake every reader
+	l.grew = make(chan struct{})
+}
+
+// since returns the entries from sequence number seq on, the sequence number
+// after them, and a channel that is closed when the log grows. ok is false
+// when entries from seq on were dropped already.
+func (l *Log) since(seq uint64) (entries []entry, next uint64, grew <-chan struct{}, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	end := l.first + uint64(len(l.log))
+	if seq < l.first {
+		return nil, end, l.grew, false
+	}
+	return slices.Clone(l.log[seq-l.first:]), end, l.grew, true
+}
+
+// end returns the sequence number of the next write.
+func (l *Log) end() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.first + uint64(len(l.log))
+}
+
+// now returns the store's clock, which never goes backwards. l.mu is held.
+func (l *Log) now() time.Time {
+	t := time.Now().UTC().Round(0) // Round(0) drops the monotonic reading
+	if !t.After(l.lastTS) {
+		t = l.lastTS.Add(time.Nanosecond)
+	}
+	l.lastTS = t
+	return t
+}
+
+// Put stores doc, marshalled to JSON, under key: the application's own
+// writes. Subscribers see it as a base.Change. Putting a document under an
+// election's key overwrites the election record, as a foreign client would.
+func (l *Log) Put(key string, doc any) error {
+	data, err := json.Marshal(doc)
+	if err != nil {
+		return fmt.Errorf("logstore: document %q: %w", key, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.write(key, data)
+	return nil
+}
+
+// Delete deletes the document under key. Deleting a missing one does
+// nothing.
+func (l *Log) Delete(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.docs[key]; ok {
+		l.write(key, nil)
+	}
+}
+
+// stored is the JSON form of an election record in the table.
+type stored struct {
+	Mark     int       `json:"leaderfeed"` // 1: an election record
+	Leader   string    `json:"leader"`
+	Term     uint64    `json:"term"`
+	Revision uint64    `json:"revision"`
+	Time     time.Time `json:"ts"`
+	Value    []byte    `json:"value,omitempty"`
+}
+
+func encode(r heartbeat.Record) json.RawMessage {
+	data, err := json.Marshal(stored{Mark: 1, Leader: r.Leader, Term: r.Term, Revision: r.Revision, Time: r.Timestamp, Value: r.Value})
+	if err != nil {
+		panic(err) // cannot happen: every field marshals
+	}
+	return data
+}
+
+// decode turns the document under an election's key into a record. A
+// document that is not a valid election record is malformed.
+func decode(election string, doc json.RawMessage) (heartbeat.Record, error) {
+	var s stored
+	d := json.NewDecoder(bytes.NewReader(doc))
+	d.DisallowUnknownFields()
+	err := d.Decode(&s)
+	if err == nil && (s.Mark != 1 || s.Revision == 0) {
+		err = fmt.Errorf("not an election record: %s", doc)
+	}
+	r := heartbeat.Record{Election: election, Leader: s.Leader, Term: s.Term, Revision: s.Revision, Timestamp: s.Time, Value: s.Value}
+	if err == nil {
+		err = r.Validate()
+	}
+	if err != nil {
+		return heartbeat.Record{}, fmt.Errorf("logstore: election %q: %w: %w", election, base.ErrMalformedRecord, err)
+	}
+	return r, nil
+}
+
+// isRecord reports whether doc is an election record (of any election).
+func isRecord(doc json.RawMessage) bool {
+	var s struct {
+		Mark int `json:"leaderfeed"`
+	}
+	return json.Unmarshal(doc, &s) == nil && s.Mark == 1
+}
+
+// Backend is the backend of one election on a Log. Each base.Feed needs a
+// Backend of its own; all of them may share the Log.
+type Backend struct {
+	log      *Log
+	election string
+	closed   chan struct{}
+	once     sync.Once
+}
+
+var _ base.Backend = (*Backend)(nil)
+
+// Backend returns a backend for the election named election. The name must
+// pass heartbeat.ValidateName; errors match base.ErrInvalidConfig.
+func (l *Log) Backend(election string) (*Backend, error) {
+	if err := heartbeat.ValidateName("election name", election); err != nil {
+		return nil, fmt.Errorf("logstore: %w: %w", base.ErrInvalidConfig, err)
+	}
+	return &Backend{log: l, election: election, closed: make(chan struct{})}, nil
+}
+
+// Election returns the election's name.
+func (b *Backend) Election() string { return b.election }
+
+// check is the start of every method: a done context and a closed backend
+// are errors.
+func (b *Backend) check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case <-b.closed:
+		return fmt.Errorf("logstore: election %q: %w", b.election, base.ErrClosed)
+	default:
+		return nil
+	}
+}
+
+// Start has nothing to connect to; it checks ctx and that b is open.
+func (b *Backend) Start(ctx context.Context) error { return b.check(ctx) }
+
+// Create has nothing to create; it checks ctx and that b is open.
+func (b *Backend) Create(ctx context.Context) error { return b.check(ctx) }
+
+// Get returns the election record.
+func (b *Backend) Get(ctx context.Context) (heartbeat.Record, error) {
+	if err := b.check(ctx); err != nil {
+		return heartbeat.Record{}, err
+	}
+	b.log.mu.Lock()
+	doc, ok := b.log.docs[b.election]
+	b.log.mu.Unlock()
+	if !ok {
+		return heartbeat.Record{}, fmt.Errorf("logstore: election %q: %w", b.election, base.ErrNotFound)
+	}
+	return decode(b.election, doc)
+}
+
+// Heartbeat is the compare-and-set write. The Log's lock makes the read,
+// the comparison and the write one atomic step.
+func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next heartbeat.Record) (heartbeat.Record, error) {
+	if err := b.check(ctx); err != nil {
+		return heartbeat.Record{}, err
+	}
+	next.Election = b.election
+	if err := next.Validate(); err != nil {
+		return heartbeat.Record{}, fmt.Errorf("logstore: %w: %w", base.ErrInvalidConfig, err)
+	}
+	l := b.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cur := heartbeat.Record{Election: b.election} // Revision 0: no record
+	if doc, ok := l.docs[b.election]; ok {
+		var err error
+		if cur, err = decode(b.election, doc); err != nil {
+			return heartbeat.Record{}, err // never overwrite a malformed record
+		}
+	}
+	if cur.Revision != expectedRevision {
+		return heartbeat.Record{}, base.NewConflict(cur)
+	}
+	r := heartbeat.Record{
+		Election:  b.election,
+		Leader:    next.Leader,
+		Term:      next.Term,
+		Revision:  expectedRevision + 1,
+		Timestamp: l.now(),
+		Value:     bytes.Clone(next.Value),
+	}
+	l.write(b.election, encode(r))
+	return r, nil
+}
+
+// Subscribe starts a reader of the log at its present end. It sends the
+// changes of the election record and of the application's documents, in
+// log order, and skips the records of other elections.
+func (b *Backend) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	out := make(chan base.Notification)
+	go b.follow(ctx, b.log.end(), out)
+	return out, nil
+}
+
+// follow reads the log from cursor on until ctx is done or b is closed, and
+// closes out when it ends.
+func (b *Backend) follow(ctx context.Context, cursor uint64, out chan<- base.Notification) {
+	defer close(out)
+	send := func(n base.Notification) bool {
+		select {
+		case out <- n:
+			return true
+		case <-ctx.Done():
+			return false
+		case <-b.closed:
+			return false
+		}
+	}
+	fail := func(err error) { // the last notification, unless ctx is done
+		if ctx.Err() != nil {
+			return
+		}
+		select {
+		case out <- base.Notification{Type: base.Failed, Err: err}:
+		case <-ctx.Done():
+		}
+	}
+	closed := fmt.Errorf("logstore: election %q: %w", b.election, base.ErrClosed)
+	for {
+		entries, next, grew, ok := b.log.since(cursor)
+		if !ok {
+			fail(fmt.Errorf("logstore: election %q: the subscriber fell more than %d writes behind", b.election, Keep))
+			return
+		}
+		for _, e := range entries {
+			if n, ok := b.notification(e); ok && !send(n) {
+				fail(closed) // sends nothing if ctx is done
+				return
+			}
+		}
+		cursor = next
+		select {
+		case <-grew:
+		case <-ctx.Done():
+			return
+		case <-b.closed:
+			fail(closed)
+			return
+		}
+	}
+}
+
+// notification turns a log entry into what the feed sends, or false for an
+// entry the feed skips (the record of another election).
+func (b *Backend) notification(e entry) (base.Notification, bool) {
+	if e.key == b.election {
+		if e.op == base.Delete {
+			return base.Notification{Type: base.RecordDeleted, Record: heartbeat.Record{Election: b.election}}, true
+		}
+		r, err := decode(b.election, e.new)
+		if err != nil {
+			return base.Notification{Type: base.Ignored, Err: err}, true
+		}
+		return base.Notification{Type: base.RecordChanged, Record: r}, true
+	}
+	if isRecord(e.new) || isRecord(e.old) {
+		return base.Notification{}, false
+	}
+	key, _ := json.Marshal(e.key)
+	return base.Notification{Type: base.OtherChanged, Change: base.Change{
+		Table: Table, Op: e.op, Key: key, Old: e.old, New: e.new,
+	}}, true
+}
+
+// Close ends b's subscriptions; afterwards every method fails with
+// base.ErrClosed. It is idempotent. The Log stays usable.
+func (b *Backend) Close() error {
+	b.once.Do(func() { close(b.closed) })
+	return nil
+}

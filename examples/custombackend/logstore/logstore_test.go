@@ -1,0 +1,46 @@
+package logstore_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/basetest"
+	"github.com/leaderfeed/leaderfeed/examples/custombackend/logstore"
+)
+
+// TestMain fails the tests if a goroutine outlives them: every feed must
+// end when its context is cancelled or its backend is closed.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestConformance runs the whole conformance suite on backends that share
+// one Log.
+func TestConformance(t *testing.T) {
+	log := logstore.NewLog()
+	basetest.Run(t, basetest.Harness{
+		Open: func(_ *testing.T, election string) (base.Backend, error) {
+			return log.Backend(election)
+		},
+		PutOther: func(_ context.Context, _, key string, doc map[string]any) error {
+			return log.Put(key, doc)
+		},
+		DeleteOther: func(_ context.Context, _, key string) error {
+			log.Delete(key)
+			return nil
+		},
+		WriteMalformed: func(_ context.Context, election string) error {
+			return log.Put(election, map[string]any{"leader": 5}) // no mark, wrong type
+		},
+		Invalid: map[string]func() (base.Backend, error){
+			"election name with a newline": func() (base.Backend, error) {
+				return log.Backend("a\nb")
+			},
+			"election name longer than heartbeat.MaxNameLen": func() (base.Backend, error) {
+				return log.Backend(strings.Repeat("x", 128))
+			},
+		},
+	})
+}

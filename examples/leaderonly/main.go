@@ -1,0 +1,239 @@
+// Command leaderonly runs a job only while its node leads, and shows why
+// the job must pass the term to what it writes.
+//
+// Two nodes share an election on the in-process memory backend. The leader
+// starts the job with the leader context of its term (cancelled the moment
+// leadership ends) and stamps every write to a ledger with the term, its
+// fencing token. The ledger refuses a write whose term is lower than one it
+// has seen. Then the leader's job freezes between its check of the leader
+// context and a write (a long GC pause, a swapped-out VM) while the node is
+// cut off from the database: the other node takes over with a higher term,
+// and when the frozen job wakes its write arrives late and is refused. The
+// leader context alone cannot stop that write; the fencing token does.
+//
+//	go run ./examples/leaderonly
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/basetest"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+	"github.com/leaderfeed/leaderfeed/memory"
+)
+
+// Shrunk timings so the demo is quick (the defaults are 1 s and 2..4 s).
+var timing = heartbeat.Timing{
+	HeartbeatInterval:  50 * time.Millisecond,
+	ElectionTimeoutMin: 200 * time.Millisecond,
+	ElectionTimeoutMax: 400 * time.Millisecond,
+}
+
+// ErrStaleTerm is what the ledger returns to a writer whose term is older
+// than the newest it has seen.
+var ErrStaleTerm = errors.New("ledger: stale fencing token")
+
+// Ledger stands for any resource the leader writes to: a table, a bucket,
+// a queue. It keeps the highest term it has seen and refuses lower ones.
+// In a database this is one extra condition on the write, for example
+// UPDATE ... SET ..., term = $term WHERE id = $id AND term <= $term.
+type Ledger struct {
+	mu      sync.Mutex
+	highest uint64
+	lines   []string
+	wrote   chan struct{} // closed and replaced on every accepted write
+}
+
+// NewLedger returns an empty Ledger.
+func NewLedger() *Ledger { return &Ledger{wrote: make(chan struct{})} }
+
+// Append writes line on behalf of the leader of term, or refuses it with
+// ErrStaleTerm when a later term has written already.
+func (l *Ledger) Append(term uint64, line string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if term < l.highest {
+		return fmt.Errorf("%w: term %d, the ledger is at term %d", ErrStaleTerm, term, l.highest)
+	}
+	l.highest = term
+	l.lines = append(l.lines, line)
+	close(l.wrote)
+	l.wrote = make(chan struct{})
+	return nil
+}
+
+// waitTerm waits until a write of term has been accepted.
+func (l *Ledger) waitTerm(ctx context.Context, term uint64) error {
+	for {
+		l.mu.Lock()
+		highest, wrote := l.highest, l.wrote
+		l.mu.Unlock()
+		if highest >= term {
+			return nil
+		}
+		select {
+		case <-wrote:
+		case <-ctx.Done():
+			return fmt.Errorf("no write of term %d: %w", term, ctx.Err())
+		}
+	}
+}
+
+func main() {
+	if err := run(os.Stdout); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// node is one process of the demo: a feed on a backend that the demo can
+// cut off from the store, and a job that runs while the node leads.
+type node struct {
+	id     string
+	feed   *base.Feed
+	link   *basetest.Faulty // Partition cuts the node off the store
+	freeze chan chan struct{}
+	jobs   sync.WaitGroup // the node's jobs, one per term it led
+}
+
+func run(w io.Writer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(w, format+"\n", args...)
+	}
+
+	store := memory.NewStore()
+	ledger := NewLedger()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+
+	elected := make(chan *node, 4)
+	startNode := func(id string) (*node, error) {
+		b, err := store.Backend("billing")
+		if err != nil {
+			return nil, err
+		}
+		n := &node{id: id, link: basetest.Wrap(b), freeze: make(chan chan struct{})}
+		if n.feed, err = base.New(n.link, id, base.Options{Timing: timing}); err != nil {
+			return nil, err
+		}
+		events := n.feed.Events()
+		wg.Add(1)
+		go func() { // read every event until Stop closes the channel
+			defer wg.Done()
+			for e := range events {
+				switch e.Type {
+				case base.EventElected:
+					say("%s: elected, term %d: starting the job", id, e.Term)
+					n.jobs.Add(1)
+					go func() {
+						defer n.jobs.Done()
+						n.job(e.LeaderCtx, e.Term, ledger, say)
+					}()
+					elected <- n
+				case base.EventUnelected:
+					say("%s: unelected from term %d (%s)", id, e.Term, e.Reason)
+				}
+			}
+		}()
+		return n, n.feed.Start(ctx)
+	}
+
+	a, err := startNode("node-a")
+	if err != nil {
+		return err
+	}
+	defer a.feed.Stop(context.Background()) //nolint:errcheck // for early returns; Stop is idempotent
+	if got := <-elected; got != a {
+		return fmt.Errorf("%s was elected first", got.id)
+	}
+	b, err := startNode("node-b")
+	if err != nil {
+		return err
+	}
+	defer b.feed.Stop(context.Background()) //nolint:errcheck // as above
+	if err := ledger.waitTerm(ctx, 1); err != nil {
+		return err
+	}
+
+	// Freeze node-a's job between its check and its write, then cut node-a
+	// off the store. Its lease runs out, its leader context is cancelled,
+	// and node-b is elected with term 2 and writes.
+	release := make(chan struct{})
+	a.freeze <- release
+	say("node-a: job frozen just before a write; node-a is cut off from the store")
+	a.link.Partition()
+	select {
+	case got := <-elected:
+		if got != b {
+			return fmt.Errorf("%s was elected, want node-b", got.id)
+		}
+	case <-ctx.Done():
+		return errors.New("node-b was not elected")
+	}
+	if err := ledger.waitTerm(ctx, 2); err != nil {
+		return err
+	}
+
+	// The frozen job wakes up and finishes the write it had started.
+	close(release)
+	a.jobs.Wait()
+
+	stopCtx, stopCancel := context.WithTimeout(ctx, 5*time.Second)
+	defer stopCancel()
+	if err := a.feed.Stop(stopCtx); err != nil {
+		return err
+	}
+	if err := b.feed.Stop(stopCtx); err != nil { // cancels node-b's job
+		return err
+	}
+	b.jobs.Wait()
+	wg.Wait()
+	ledger.mu.Lock()
+	defer ledger.mu.Unlock()
+	say("ledger: %d writes accepted, the last of term %d", len(ledger.lines), ledger.highest)
+	return nil
+}
+
+// job is the work that only the leader may do. It runs until ctx, the
+// leader context of term, is cancelled, and stamps every write with term.
+func (n *node) job(ctx context.Context, term uint64, ledger *Ledger, say func(string, ...any)) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for batch := 1; ; batch++ {
+		var release chan struct{}
+		select {
+		case <-ctx.Done():
+			say("%s: job of term %d stopped: leadership ended", n.id, term)
+			return
+		case <-tick.C:
+		case release = <-n.freeze:
+		}
+		if ctx.Err() != nil { // still the leader? Yes, at this instant...
+			continue
+		}
+		if release != nil {
+			<-release // ...but a pause here outlasts the lease
+		}
+		err := ledger.Append(term, fmt.Sprintf("%s term %d batch %d", n.id, term, batch))
+		if errors.Is(err, ErrStaleTerm) {
+			say("%s: write refused: %v", n.id, err)
+		} else if err != nil {
+			say("%s: write failed: %v", n.id, err)
+		}
+		if batch == 1 && err == nil {
+			say("%s: first write of term %d accepted", n.id, term)
+		}
+	}
+}

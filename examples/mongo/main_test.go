@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/256dpi/lungo"
+	"go.uber.org/goleak"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/basetest"
+	"github.com/leaderfeed/leaderfeed/examples/internal/demo"
+	"github.com/leaderfeed/leaderfeed/mongo"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestRun runs the example against the server in LEADERFEED_MONGO_URL when
+// one is given.
+func TestRun(t *testing.T) {
+	url := os.Getenv("LEADERFEED_MONGO_URL")
+	if url == "" {
+		t.Skip("LEADERFEED_MONGO_URL is unset; TestRunLungo runs the same demo in-process")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out strings.Builder
+	if err := run(ctx, &out, url, "leaderfeed_test", basetest.Election()); err != nil {
+		t.Fatal(err)
+	}
+	check(t, out.String())
+}
+
+// TestRunLungo runs the demo on lungo's in-process engine, which needs no
+// server, through mongo.NewLungo.
+func TestRunLungo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client, engine, err := lungo.Open(ctx, lungo.Options{Store: lungo.NewMemoryStore()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.Close()
+	db, election := client.Database("example"), basetest.Election()
+	var out strings.Builder
+	err = demo.Run(ctx, &out, func() (base.Backend, error) {
+		return mongo.NewLungo(db, election, mongo.Options{})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, out.String())
+}
+
+func check(t *testing.T, out string) {
+	t.Helper()
+	t.Log("\n" + out)
+	for _, want := range []string{"node-1: elected, term 1", "node-2: elected, term 2", "both stopped"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}

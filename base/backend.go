@@ -19,8 +19,9 @@ var (
 	ErrNotFound = errors.New("leaderfeed: election record not found")
 	// ErrClosed: the backend or feed was closed or stopped.
 	ErrClosed = errors.New("leaderfeed: closed")
-	// ErrInvalidConfig: a constructor or Start was given options, names or
-	// timings it cannot use. heartbeat.ErrInvalidTiming and
+	// ErrInvalidConfig: a constructor was given options, names or timings it
+	// cannot use, or Start or Create found the store unlike the options
+	// say (for example a missing table when creating is not allowed). heartbeat.ErrInvalidTiming and
 	// heartbeat.ErrInvalidRecord errors returned by this module also match it.
 	ErrInvalidConfig = errors.New("leaderfeed: invalid configuration")
 	// ErrUnsupported: the server lacks a capability the backend needs (for

@@ -18,6 +18,7 @@ fi
 if [ -z "${LEADERFEED_RETHINK_ADDR:-}" ]; then
 	# shellcheck source=../.ci/rethink.sh
 	source .ci/rethink.sh
+	trap 'leaderfeed_rethink_stop >/dev/null 2>&1 || true; leaderfeed_postgres_stop >/dev/null 2>&1 || true' EXIT
 fi
 
 go test -race -count=1 -timeout 25m "$@" ./...

@@ -1,0 +1,71 @@
+// Package rethink is a leaderfeed backend for RethinkDB, over the driver
+// gopkg.in/rethinkdb/rethinkdb-go.v6.
+//
+// The caller passes the *r.Session it owns; the backend never closes it. The
+// election record is one document of a table, keyed by the election's name
+// in the primary key "id"; the same table may hold documents of the
+// caller's own, whose changes the feed reports as base.OtherChanged, as in
+// the original JavaScript leaderfeed. Several elections may share a table;
+// the documents of the other elections are not reported as changes. An
+// election document looks like
+//
+//	{"id": "jobs", "leaderfeed": 1, "leader": "node-a", "term": 7,
+//	 "revision": 42, "timestamp": r.now(), "value": r.binary(...) or null}
+//
+// The field "leaderfeed" marks it as ours (format version 1). A document
+// with the election's id that lacks the mark, misses a field or holds a
+// field of the wrong type is foreign or malformed: Get reports it with an
+// error matching base.ErrMalformedRecord, the feed sends base.Ignored and
+// goes on, and Heartbeat never overwrites it.
+//
+// # Guarantees
+//
+//   - Every write is one single-document operation that RethinkDB executes
+//     atomically: the first claim is an insert with conflict "error" (a
+//     duplicate primary key means someone else was first), every later
+//     write is Get(id).Update(func(row) r.Branch(revision matches, new
+//     record, r.Error(...))). The timestamp is r.Now(), the server's clock.
+//   - The feed is a changefeed on the whole table, read in the order the
+//     server sends it (commit order per document). A feed that breaks, or
+//     in which the server reports skipped changes, ends with one
+//     base.Failed notification; the caller reopens it and re-reads.
+//   - Every method honours its context; an error caused by a done context
+//     matches ctx.Err() under errors.Is.
+//   - The driver retries a query on a broken connection. If a compare-and-
+//     set was applied but its reply was lost, the retry finds the new
+//     revision; Heartbeat recognises its own write (same leader, term,
+//     value and revision expected+1, which only this write can produce when
+//     node ids are unique) and returns it as success rather than a
+//     conflict.
+//
+// # Limits
+//
+// Database and table names must match ^[A-Za-z0-9_-]+$ and be at most
+// MaxTableNameLen bytes; the database "rethinkdb" (the system database) is
+// refused. Election names and node ids follow package heartbeat (at most 127
+// bytes, which is also RethinkDB's primary key limit). Term and Revision are
+// stored as JSON numbers, exact up to 2^53. A table that the backend did
+// not create must have the primary key "id".
+//
+// # Driver issues
+//
+// rethinkdb-go v6.2.1, the latest release, has a data race in its
+// connection pool: Pool.conn reads a connection slot without the pool's
+// lock while a concurrent query that found the connection broken replaces
+// it under the lock. It shows up under the race detector only when queries
+// on one session overlap the reconnect after a broken connection; the
+// driver then retries the query on the new connection. This backend's own
+// queries overlap (the feed opens while the leader renews), so tests that
+// break a session's connection and run with -race must make that node's
+// calls one at a time, as this package's tests do.
+//
+// # Tested on
+//
+// The tests run against a real RethinkDB (rethinkdb:2.4 through
+// testcontainers-go, or an address in LEADERFEED_RETHINK_ADDR) when one is
+// available, and in CI against reqlite, a RethinkDB 2.0-protocol server in
+// JavaScript. reqlite does not execute update functions atomically across
+// connections, so the reqlite-backed tests serialize the backend's writes:
+// a passing run on reqlite is no proof of atomicity, only of the protocol
+// and the logic around it.
+package rethink

@@ -1,0 +1,195 @@
+package rethink_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+	"github.com/leaderfeed/leaderfeed/internal/testenv"
+	"github.com/leaderfeed/leaderfeed/rethink"
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/wait"
+	"go.uber.org/goleak"
+	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
+)
+
+// server is the RethinkDB the tests use, found once in TestMain, in this
+// order: LEADERFEED_RETHINK_ADDR (with LEADERFEED_RETHINK_REQLITE=1 when it
+// is reqlite, as .ci/rethink.sh sets), a rethinkdb:2.4 container when Docker
+// works, else none (tests then call testenv.Unavailable).
+var server struct {
+	addr    string
+	reqlite bool
+	reason  string // why there is none
+}
+
+// leakOpts are the goroutines goleak ignores: none, except with a
+// container, whose testcontainers-go reaper and Docker client connections
+// (started before the tests, or HTTP keep-alive loops) are not ours. The
+// rethinkdb-go driver needs no exception: its goroutines (connection
+// readers, the host pool's decay loop) end when the session is closed,
+// which every test does.
+var leakOpts []goleak.Option
+
+func TestMain(m *testing.M) {
+	terminate := findServer()
+	if terminate != nil {
+		leakOpts = append(leakOpts, goleak.IgnoreCurrent(),
+			goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"))
+	}
+	code := m.Run()
+	if terminate != nil {
+		terminate()
+	}
+	if code == 0 {
+		if err := goleak.Find(leakOpts...); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func findServer() (terminate func()) {
+	if addr := os.Getenv("LEADERFEED_RETHINK_ADDR"); addr != "" {
+		server.addr = addr
+		server.reqlite = os.Getenv("LEADERFEED_RETHINK_REQLITE") == "1"
+		return nil
+	}
+	if !testenv.DockerWorks() {
+		server.reason = "no RethinkDB: set LEADERFEED_RETHINK_ADDR (source .ci/rethink.sh starts reqlite) or make Docker work"
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ctr, err := testcontainers.Run(ctx, "rethinkdb:2.4",
+		testcontainers.WithExposedPorts("28015/tcp"),
+		testcontainers.WithWaitStrategy(wait.ForListeningPort("28015/tcp")))
+	if err != nil {
+		server.reason = fmt.Sprintf("no RethinkDB: starting the rethinkdb:2.4 container failed: %v", err)
+		if ctr != nil {
+			_ = ctr.Terminate(context.Background())
+		}
+		return nil
+	}
+	addr, err := ctr.PortEndpoint(ctx, "28015/tcp", "")
+	if err != nil {
+		server.reason = fmt.Sprintf("no RethinkDB: container port: %v", err)
+	}
+	server.addr = addr
+	return func() { _ = ctr.Terminate(context.Background()) }
+}
+
+// needServer skips (or fails, in CI) when there is no server.
+func needServer(t testing.TB) {
+	t.Helper()
+	if server.addr == "" {
+		testenv.Unavailable(t, server.reason)
+	}
+}
+
+// connect opens a session of the test's own, closed at cleanup.
+func connect(t testing.TB) *r.Session {
+	t.Helper()
+	return connectTo(t, server.addr)
+}
+
+func connectTo(t testing.TB, addr string) *r.Session {
+	t.Helper()
+	needServer(t)
+	s, err := r.Connect(r.ConnectOpts{Address: addr, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("connect to %s: %v", addr, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+var nonName = regexp.MustCompile(`[^A-Za-z0-9_]+`)
+
+// unique returns a name unique to the test, valid for RethinkDB.
+func unique(t testing.TB, prefix string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := nonName.ReplaceAllString(t.Name(), "_")
+	if len(name) > 40 {
+		name = name[len(name)-40:]
+	}
+	return strings.Trim(prefix+"_"+name, "_") + "_" + hex.EncodeToString(b[:])
+}
+
+// newDatabase creates a database unique to the test and drops it at
+// cleanup (reqlite keeps data in memory only and has no "test" database).
+func newDatabase(t testing.TB) string {
+	t.Helper()
+	s := connect(t)
+	db := unique(t, "lf")
+	if _, err := r.DBCreate(db).RunWrite(s); err != nil {
+		t.Fatalf("create database %s: %v", db, err)
+	}
+	t.Cleanup(func() { _, _ = r.DBDrop(db).RunWrite(s) })
+	return db
+}
+
+// writeMu serializes the writes of every backend the tests open when the
+// server is reqlite, which does not run update functions atomically across
+// connections. Against a real RethinkDB the writes are not serialized.
+var writeMu sync.Mutex
+
+// serialized wraps a backend so that its compare-and-set writes hold
+// writeMu. Create is not serialized: racing creators must succeed anyway.
+type serialized struct{ base.Backend }
+
+func (s serialized) Heartbeat(ctx context.Context, rev uint64, next heartbeat.Record) (heartbeat.Record, error) {
+	writeMu.Lock()
+	defer writeMu.Unlock()
+	return s.Backend.Heartbeat(ctx, rev, next)
+}
+
+// wrapWrites returns b, wrapped in serialized on reqlite.
+func wrapWrites(b base.Backend) base.Backend {
+	if server.reqlite {
+		return serialized{b}
+	}
+	return b
+}
+
+// open returns a started and created backend of election in db.table with
+// a session of its own, closed at cleanup; writes serialized on reqlite.
+func open(t testing.TB, s *r.Session, db, table, election string) base.Backend {
+	t.Helper()
+	if s == nil {
+		s = connect(t)
+	}
+	b, err := rethink.New(s, election, rethink.Options{Database: db, Table: table, CreateIfMissing: true})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	w := wrapWrites(b)
+	ctx := testCtx(t)
+	if err := w.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := w.Create(ctx); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return w
+}
+
+// testCtx is a context bounded well below the test timeout.
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}

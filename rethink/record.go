@@ -1,0 +1,195 @@
+package rethink
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
+)
+
+// Field names of an election document.
+const (
+	fieldID        = "id"
+	fieldMark      = "leaderfeed"
+	fieldLeader    = "leader"
+	fieldTerm      = "term"
+	fieldRevision  = "revision"
+	fieldTimestamp = "timestamp"
+	fieldValue     = "value"
+
+	// formatVersion is the value of the mark field.
+	formatVersion = 1
+
+	// maxExact is the largest integer a JSON number (a double in RethinkDB)
+	// holds exactly.
+	maxExact = 1 << 53
+)
+
+// errMalformed builds an error matching base.ErrMalformedRecord.
+func errMalformed(election, format string, args ...any) error {
+	return fmt.Errorf("rethink: %w: document %q: %s", base.ErrMalformedRecord, election, fmt.Sprintf(format, args...))
+}
+
+// encodeRecord returns the document for next at revision rev; the timestamp
+// is the server's r.Now().
+func encodeRecord(election string, rev uint64, next heartbeat.Record) map[string]any {
+	var value any
+	if len(next.Value) > 0 {
+		value = r.Binary(next.Value)
+	}
+	return map[string]any{
+		fieldID:        election,
+		fieldMark:      formatVersion,
+		fieldLeader:    next.Leader,
+		fieldTerm:      next.Term,
+		fieldRevision:  rev,
+		fieldTimestamp: r.Now(),
+		fieldValue:     value,
+	}
+}
+
+// rawDoc is a document as the server sent it, pseudo-types unconverted.
+type rawDoc map[string]json.RawMessage
+
+// decodeRecord decodes an election document from raw JSON as the server
+// sends it (TIME and BINARY as pseudo-type objects). Errors match
+// base.ErrMalformedRecord.
+func decodeRecord(election string, raw json.RawMessage) (heartbeat.Record, error) {
+	var doc rawDoc
+	if err := json.Unmarshal(raw, &doc); err != nil || doc == nil {
+		return heartbeat.Record{}, errMalformed(election, "not a JSON object")
+	}
+	var id string
+	if err := json.Unmarshal(doc[fieldID], &id); err != nil || id != election {
+		return heartbeat.Record{}, errMalformed(election, "id is not the election's name")
+	}
+	var mark json.Number
+	if err := unmarshalNumber(doc[fieldMark], &mark); err != nil || mark.String() != "1" {
+		return heartbeat.Record{}, errMalformed(election, "no field %q with value 1: not a leaderfeed election document", fieldMark)
+	}
+	rec := heartbeat.Record{Election: election}
+	if err := unmarshalString(doc[fieldLeader], &rec.Leader); err != nil {
+		return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldLeader, err)
+	}
+	var err error
+	if rec.Term, err = decodeUint(doc[fieldTerm]); err != nil {
+		return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldTerm, err)
+	}
+	if rec.Revision, err = decodeUint(doc[fieldRevision]); err != nil {
+		return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldRevision, err)
+	}
+	if rec.Revision == 0 {
+		return heartbeat.Record{}, errMalformed(election, "field %q is 0", fieldRevision)
+	}
+	if rec.Timestamp, err = decodeTime(doc[fieldTimestamp]); err != nil {
+		return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldTimestamp, err)
+	}
+	if rec.Value, err = decodeBinary(doc[fieldValue]); err != nil {
+		return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldValue, err)
+	}
+	if err := rec.Validate(); err != nil {
+		return heartbeat.Record{}, fmt.Errorf("rethink: %w: document %q: %w", base.ErrMalformedRecord, election, err)
+	}
+	return rec, nil
+}
+
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
+}
+
+func unmarshalString(raw json.RawMessage, s *string) error {
+	if isNull(raw) {
+		return errors.New("missing")
+	}
+	if err := json.Unmarshal(raw, s); err != nil {
+		return errors.New("not a string")
+	}
+	return nil
+}
+
+func unmarshalNumber(raw json.RawMessage, n *json.Number) error {
+	if isNull(raw) {
+		return errors.New("missing")
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return err
+	}
+	num, ok := v.(json.Number)
+	if !ok {
+		return errors.New("not a number")
+	}
+	*n = num
+	return nil
+}
+
+// decodeUint accepts a JSON number that is a whole number in [0, 2^53].
+func decodeUint(raw json.RawMessage) (uint64, error) {
+	var n json.Number
+	if err := unmarshalNumber(raw, &n); err != nil {
+		return 0, err
+	}
+	f, err := n.Float64()
+	if err != nil || f < 0 || f > maxExact || f != math.Trunc(f) {
+		return 0, fmt.Errorf("%s is not a whole number in [0, 2^53]", n)
+	}
+	return uint64(f), nil
+}
+
+type pseudo struct {
+	Type      string   `json:"$reql_type$"`
+	EpochTime *float64 `json:"epoch_time"`
+	Data      *string  `json:"data"`
+}
+
+func decodeTime(raw json.RawMessage) (time.Time, error) {
+	var p pseudo
+	if isNull(raw) {
+		return time.Time{}, errors.New("missing")
+	}
+	if err := json.Unmarshal(raw, &p); err != nil || p.Type != "TIME" || p.EpochTime == nil {
+		return time.Time{}, errors.New("not a TIME")
+	}
+	e := *p.EpochTime
+	if math.IsNaN(e) || math.IsInf(e, 0) || math.Abs(e) > 1e13 {
+		return time.Time{}, errors.New("TIME out of range")
+	}
+	// RethinkDB keeps milliseconds; round to microseconds to undo the
+	// binary floating point.
+	return time.UnixMicro(int64(math.Round(e * 1e6))).UTC(), nil
+}
+
+func decodeBinary(raw json.RawMessage) ([]byte, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var p pseudo
+	if err := json.Unmarshal(raw, &p); err != nil || p.Type != "BINARY" || p.Data == nil {
+		return nil, errors.New("neither null nor BINARY")
+	}
+	b, err := base64.StdEncoding.DecodeString(*p.Data)
+	if err != nil {
+		return nil, errors.New("BINARY data is not base64")
+	}
+	if len(b) == 0 {
+		return nil, nil
+	}
+	return b, nil
+}
+
+// ownWrite reports whether cur is exactly what a compare-and-set of next on
+// expected stores, which only that write produces when node ids are unique.
+// Vacant records are left out: any node may write one.
+func ownWrite(cur heartbeat.Record, expected uint64, next heartbeat.Record) bool {
+	return next.Leader != "" && cur.Revision == expected+1 && cur.Leader == next.Leader && cur.Term == next.Term &&
+		bytes.Equal(cur.Value, next.Value)
+}

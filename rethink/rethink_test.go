@@ -1,0 +1,591 @@
+package rethink_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+	"github.com/leaderfeed/leaderfeed/rethink"
+	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
+)
+
+const table = "elections"
+
+func rec(leader string, term uint64, value string) heartbeat.Record {
+	var v []byte
+	if value != "" {
+		v = []byte(value)
+	}
+	return heartbeat.Record{Leader: leader, Term: term, Value: v}
+}
+
+// invalid lists constructor calls that must fail with ErrInvalidConfig.
+func invalid(s *r.Session) map[string]func() (base.Backend, error) {
+	mk := func(session *r.Session, election string, o rethink.Options) func() (base.Backend, error) {
+		return func() (base.Backend, error) {
+			b, err := rethink.New(session, election, o)
+			if b == nil {
+				return nil, err // no typed nil in the interface
+			}
+			return b, err
+		}
+	}
+	return map[string]func() (base.Backend, error){
+		"nil session":                mk(nil, "e", rethink.Options{}),
+		"empty election name":        mk(s, "", rethink.Options{}),
+		"election name too long":     mk(s, strings.Repeat("e", heartbeat.MaxNameLen+1), rethink.Options{}),
+		"election name with control": mk(s, "a\nb", rethink.Options{}),
+		"database with a dot":        mk(s, "e", rethink.Options{Database: "a.b"}),
+		"database with a space":      mk(s, "e", rethink.Options{Database: "a b"}),
+		"database too long":          mk(s, "e", rethink.Options{Database: strings.Repeat("d", rethink.MaxTableNameLen+1)}),
+		"system database":            mk(s, "e", rethink.Options{Database: "rethinkdb"}),
+		"table with a slash":         mk(s, "e", rethink.Options{Table: "a/b"}),
+		"table with unicode":         mk(s, "e", rethink.Options{Table: "tablé"}),
+		"table too long":             mk(s, "e", rethink.Options{Table: strings.Repeat("t", rethink.MaxTableNameLen+1)}),
+	}
+}
+
+func TestNewInvalid(t *testing.T) {
+	// No server needed: names are checked without touching it.
+	for name, f := range invalid(&r.Session{}) {
+		t.Run(name, func(t *testing.T) {
+			b, err := f()
+			if !errors.Is(err, base.ErrInvalidConfig) || b != nil {
+				t.Fatalf("got (%v, %v), want no backend and an error matching ErrInvalidConfig", b, err)
+			}
+			if !strings.HasPrefix(err.Error(), "rethink: ") {
+				t.Errorf("error %q lacks the prefix %q", err, "rethink: ")
+			}
+		})
+	}
+	b, err := rethink.New(&r.Session{}, "e", rethink.Options{Database: "My-db_1", Table: "T-2"})
+	if err != nil || b.Database() != "My-db_1" || b.Table() != "T-2" {
+		t.Fatalf("valid names refused: %v", err)
+	}
+	b, _ = rethink.New(&r.Session{}, "e", rethink.Options{})
+	if b.Database() != rethink.DefaultDatabase || b.Table() != rethink.DefaultTable {
+		t.Fatalf("defaults: got %s.%s", b.Database(), b.Table())
+	}
+}
+
+func TestCreateMissing(t *testing.T) {
+	s := connect(t)
+	ctx := testCtx(t)
+	missing := unique(t, "nodb")
+	b, err := rethink.New(s, "e", rethink.Options{Database: missing, Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := b.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("Create with a missing database: got %v, want ErrInvalidConfig naming %s", err, missing)
+	}
+
+	db := newDatabase(t)
+	b2, _ := rethink.New(s, "e", rethink.Options{Database: db, Table: table})
+	defer b2.Close()
+	if err := b2.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) || !strings.Contains(err.Error(), db+"."+table) {
+		t.Fatalf("Create with a missing table: got %v, want ErrInvalidConfig naming %s.%s", err, db, table)
+	}
+	if _, err := r.DB(db).TableCreate(table).RunWrite(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := b2.Create(ctx); err != nil {
+		t.Fatalf("Create with database and table present: %v", err)
+	}
+
+	// A table with another primary key cannot hold the election documents.
+	if _, err := r.DB(db).TableCreate("otherpk", r.TableCreateOpts{PrimaryKey: "name"}).RunWrite(s); err != nil {
+		t.Fatal(err)
+	}
+	b3, _ := rethink.New(s, "e", rethink.Options{Database: db, Table: "otherpk"})
+	defer b3.Close()
+	if err := b3.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) {
+		t.Fatalf("Create on a table with primary key \"name\": got %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestCreateIfMissingConcurrent(t *testing.T) {
+	s := connect(t)
+	ctx := testCtx(t)
+	db := unique(t, "mk")
+	t.Cleanup(func() { _, _ = r.DBDrop(db).RunWrite(s) })
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		b, err := rethink.New(connect(t), "e", rethink.Options{Database: db, Table: table, CreateIfMissing: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		wg.Go(func() {
+			// Not serialized: racing creators must all succeed.
+			errs[i] = b.Create(ctx)
+			if errs[i] == nil {
+				errs[i] = b.Create(ctx) // idempotent
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("creator %d: %v", i, err)
+		}
+	}
+}
+
+func TestHeartbeatCompareAndSet(t *testing.T) {
+	db := newDatabase(t)
+	a := open(t, nil, db, table, "cas")
+	bb := open(t, nil, db, table, "cas")
+	ctx := testCtx(t)
+
+	if _, err := a.Get(ctx); !errors.Is(err, base.ErrNotFound) {
+		t.Fatalf("Get before any write: got %v, want ErrNotFound", err)
+	}
+	before := time.Now()
+	r1, err := a.Heartbeat(ctx, 0, rec("a", 1, "addr-a"))
+	if err != nil {
+		t.Fatalf("first claim: %v", err)
+	}
+	if r1.Election != "cas" || r1.Leader != "a" || r1.Term != 1 || r1.Revision != 1 || string(r1.Value) != "addr-a" {
+		t.Fatalf("first claim stored %v value %q", r1, r1.Value)
+	}
+	if d := r1.Timestamp.Sub(before); d < -time.Minute || d > time.Minute {
+		t.Errorf("store timestamp %v is far from the local clock %v", r1.Timestamp, before)
+	}
+
+	// A second first claim conflicts and carries the current record.
+	_, err = bb.Heartbeat(ctx, 0, rec("b", 1, ""))
+	var ce *base.ConflictError
+	if !errors.Is(err, base.ErrConflict) || !errors.As(err, &ce) || !ce.Current.Equal(r1) {
+		t.Fatalf("second first claim: got %v, want a conflict carrying %v", err, r1)
+	}
+
+	r2, err := a.Heartbeat(ctx, 1, rec("a", 1, "addr-a"))
+	if err != nil || r2.Revision != 2 || r2.Term != 1 || r2.Timestamp.Before(r1.Timestamp) {
+		t.Fatalf("renewal: got %v, %v", r2, err)
+	}
+	// A claim on a stale revision fails.
+	if _, err := bb.Heartbeat(ctx, 1, rec("b", 2, "")); !errors.As(err, &ce) || ce.Current.Revision != 2 {
+		t.Fatalf("stale claim: got %v, want a conflict at revision 2", err)
+	}
+	// Vacant, then claimed by b with a higher term.
+	r3, err := a.Heartbeat(ctx, 2, rec("", 1, ""))
+	if err != nil || !r3.Vacant() || r3.Value != nil || r3.Revision != 3 {
+		t.Fatalf("resign: got %v, %v", r3, err)
+	}
+	r4, err := bb.Heartbeat(ctx, 3, rec("b", 2, "addr-b"))
+	if err != nil || r4.Leader != "b" || r4.Revision != 4 {
+		t.Fatalf("claim after vacancy: got %v, %v", r4, err)
+	}
+	got, err := a.Get(ctx)
+	if err != nil || !got.Equal(r4) {
+		t.Fatalf("Get: got %v (%v), want %v", got, err, r4)
+	}
+	// A claim on a revision that does not exist yet fails too.
+	if _, err := a.Heartbeat(ctx, 99, rec("a", 3, "")); !errors.As(err, &ce) || ce.Current.Revision != 4 {
+		t.Fatalf("claim on a future revision: got %v", err)
+	}
+	// Invalid records are refused before any write.
+	if _, err := a.Heartbeat(ctx, 4, rec("", 3, "value-without-leader")); !errors.Is(err, heartbeat.ErrInvalidRecord) {
+		t.Fatalf("vacant record with a value: got %v, want ErrInvalidRecord", err)
+	}
+	big := bytes.Repeat([]byte("x"), heartbeat.MaxValueLen)
+	r5, err := bb.Heartbeat(ctx, 4, heartbeat.Record{Leader: "b", Term: 2, Value: big})
+	if err != nil || !bytes.Equal(r5.Value, big) {
+		t.Fatalf("largest value: %v", err)
+	}
+}
+
+// TestConcurrentClaimants races several nodes, each with a session of its
+// own. On reqlite the writes are serialized by the harness (see writeMu),
+// so this checks the logic, not the store's atomicity.
+func TestConcurrentClaimants(t *testing.T) {
+	db := newDatabase(t)
+	const n = 8
+	nodes := make([]base.Backend, n)
+	for i := range nodes {
+		nodes[i] = open(t, nil, db, table, "race")
+	}
+	ctx := testCtx(t)
+	var expected uint64
+	for round := range 3 {
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			winners []heartbeat.Record
+		)
+		for i, b := range nodes {
+			wg.Go(func() {
+				got, err := b.Heartbeat(ctx, expected, rec(fmt.Sprintf("n%d", i), uint64(round+1), ""))
+				switch {
+				case err == nil:
+					mu.Lock()
+					winners = append(winners, got)
+					mu.Unlock()
+				case !errors.Is(err, base.ErrConflict):
+					t.Errorf("round %d node %d: %v", round, i, err)
+				}
+			})
+		}
+		wg.Wait()
+		if len(winners) != 1 {
+			t.Fatalf("round %d: %d winners %v, want exactly one", round, len(winners), winners)
+		}
+		expected = winners[0].Revision
+	}
+}
+
+// next receives one notification, failing after a while.
+func next(t *testing.T, ch <-chan base.Notification) base.Notification {
+	t.Helper()
+	select {
+	case n, ok := <-ch:
+		if !ok {
+			t.Fatal("feed closed")
+		}
+		return n
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification in 10 s")
+	}
+	return base.Notification{}
+}
+
+func TestFeedOrder(t *testing.T) {
+	db := newDatabase(t)
+	w := open(t, nil, db, table, "order")
+	obs := open(t, nil, db, table, "order")
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	ch, err := obs.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writes = 30
+	var rev uint64
+	for i := range writes {
+		got, err := w.Heartbeat(ctx, rev, rec("w", 1, fmt.Sprint(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = got.Revision
+	}
+	for i := range writes {
+		n := next(t, ch)
+		if n.Type != base.RecordChanged || n.Record.Revision != uint64(i+1) || string(n.Record.Value) != fmt.Sprint(i) {
+			t.Fatalf("notification %d: %v %v, want revision %d", i, n.Type, n.Record, i+1)
+		}
+		if n.Record.Timestamp.IsZero() || n.Record.Election != "order" {
+			t.Fatalf("notification %d lacks timestamp or election: %v", i, n.Record)
+		}
+	}
+	cancel()
+	for n := range ch {
+		if n.Type == base.Failed {
+			t.Fatalf("cancelled feed sent Failed: %v", n.Err)
+		}
+	}
+}
+
+func TestChangeEvents(t *testing.T) {
+	db := newDatabase(t)
+	b := open(t, nil, db, table, "changes")
+	s := connect(t)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	ch, err := b.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another election in the same table is not the caller's data.
+	other := open(t, nil, db, table, "another-election")
+	if _, err := other.Heartbeat(ctx, 0, rec("x", 1, "")); err != nil {
+		t.Fatal(err)
+	}
+	tb := r.DB(db).Table(table)
+	steps := []r.Term{
+		tb.Insert(map[string]any{"id": "job-1", "state": "new"}),
+		tb.Get("job-1").Update(map[string]any{"state": "done"}),
+		tb.Insert(map[string]any{"id": 42, "n": 1}),
+		tb.Get("job-1").Delete(),
+		tb.Get(42).Replace(map[string]any{"id": 42, "n": 2}),
+	}
+	for _, q := range steps {
+		if _, err := q.RunWrite(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []struct {
+		op       base.Op
+		key      string
+		old, new string
+	}{
+		{base.Insert, `"job-1"`, ``, `{"id":"job-1","state":"new"}`},
+		{base.Update, `"job-1"`, `{"id":"job-1","state":"new"}`, `{"id":"job-1","state":"done"}`},
+		{base.Insert, `42`, ``, `{"id":42,"n":1}`},
+		{base.Delete, `"job-1"`, `{"id":"job-1","state":"done"}`, ``},
+		{base.Update, `42`, `{"id":42,"n":1}`, `{"id":42,"n":2}`},
+	}
+	for i, w := range want {
+		n := next(t, ch)
+		c := n.Change
+		if n.Type != base.OtherChanged || c.Op != w.op || c.Table != table || string(c.Key) != w.key ||
+			!jsonEqual(c.Old, w.old) || !jsonEqual(c.New, w.new) {
+			t.Fatalf("change %d: got %v %v key=%s old=%s new=%s, want %v key=%s old=%s new=%s",
+				i, n.Type, c.Op, c.Key, c.Old, c.New, w.op, w.key, w.old, w.new)
+		}
+	}
+}
+
+func jsonEqual(got json.RawMessage, want string) bool {
+	if want == "" {
+		return got == nil
+	}
+	var a, b any
+	if json.Unmarshal(got, &a) != nil || json.Unmarshal([]byte(want), &b) != nil {
+		return false
+	}
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return bytes.Equal(ja, jb)
+}
+
+// malformedDocs are documents with an election's id that the backend must
+// refuse to decode.
+func malformedDocs(election string) map[string]map[string]any {
+	now := r.Now()
+	good := func(change map[string]any) map[string]any {
+		d := map[string]any{"id": election, "leaderfeed": 1, "leader": "x", "term": 1, "revision": 1, "timestamp": now, "value": nil}
+		for k, v := range change {
+			if v == nil {
+				delete(d, k)
+			} else {
+				d[k] = v
+			}
+		}
+		return d
+	}
+	return map[string]map[string]any{
+		"foreign (no mark)":   good(map[string]any{"leaderfeed": nil}),
+		"other format":        good(map[string]any{"leaderfeed": 2}),
+		"leader not a string": good(map[string]any{"leader": 7}),
+		"missing leader":      good(map[string]any{"leader": nil}),
+		"missing revision":    good(map[string]any{"revision": nil}),
+		"revision zero":       good(map[string]any{"revision": 0}),
+		"negative term":       good(map[string]any{"term": -1}),
+		"fractional term":     good(map[string]any{"term": 1.5}),
+		"term a string":       good(map[string]any{"term": "1"}),
+		"timestamp a string":  good(map[string]any{"timestamp": "2024-01-01"}),
+		"missing timestamp":   good(map[string]any{"timestamp": nil}),
+		"value a string":      good(map[string]any{"value": "addr"}),
+		"vacant with a value": good(map[string]any{"leader": "", "value": r.Binary([]byte("v"))}),
+		"leader with control": good(map[string]any{"leader": "a\x01"}),
+	}
+}
+
+func TestMalformed(t *testing.T) {
+	db := newDatabase(t)
+	s := connect(t)
+	tb := r.DB(db).Table(table)
+	for name, doc := range malformedDocs("bad") {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(testCtx(t))
+			defer cancel()
+			b := open(t, nil, db, table, "bad")
+			ch, err := b.Subscribe(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tb.Insert(doc, r.InsertOpts{Conflict: "replace"}).RunWrite(s); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Get(ctx); !errors.Is(err, base.ErrMalformedRecord) {
+				t.Fatalf("Get: got %v, want ErrMalformedRecord", err)
+			}
+			if n := next(t, ch); n.Type != base.Ignored || !errors.Is(n.Err, base.ErrMalformedRecord) {
+				t.Fatalf("feed: got %v (%v), want Ignored with ErrMalformedRecord", n.Type, n.Err)
+			}
+			// A claim on it is refused with the reason, not a conflict,
+			// even on its own revision: a ConflictError never carries a
+			// malformed record, and nothing overwrites it.
+			for _, rev := range []uint64{0, 1, 99} {
+				_, err := b.Heartbeat(ctx, rev, rec("me", 5, ""))
+				if !errors.Is(err, base.ErrMalformedRecord) || errors.Is(err, base.ErrConflict) {
+					t.Fatalf("Heartbeat(%d) over a malformed document: got %v, want ErrMalformedRecord", rev, err)
+				}
+			}
+			// The feed goes on: deletion, then a good record.
+			if _, err := tb.Get("bad").Delete().RunWrite(s); err != nil {
+				t.Fatal(err)
+			}
+			if n := next(t, ch); n.Type != base.RecordDeleted {
+				t.Fatalf("after delete: got %v (%v), want RecordDeleted", n.Type, n.Err)
+			}
+			got, err := b.Heartbeat(ctx, 0, rec("me", 1, ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := next(t, ch); n.Type != base.RecordChanged || !n.Record.Equal(got) {
+				t.Fatalf("after a good write: got %v %v, want RecordChanged %v", n.Type, n.Record, got)
+			}
+			if _, err := tb.Get("bad").Delete().RunWrite(s); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestCancelledContext(t *testing.T) {
+	db := newDatabase(t)
+	b := open(t, nil, db, table, "ctx")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	checks := map[string]error{}
+	checks["Start"] = b.Start(ctx)
+	checks["Create"] = b.Create(ctx)
+	_, checks["Get"] = b.Get(ctx)
+	_, checks["Heartbeat"] = b.Heartbeat(ctx, 0, rec("a", 1, ""))
+	_, checks["Subscribe"] = b.Subscribe(ctx)
+	for name, err := range checks {
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with a cancelled context: got %v, want context.Canceled", name, err)
+		}
+	}
+	// Nothing was written.
+	if _, err := b.Get(testCtx(t)); !errors.Is(err, base.ErrNotFound) {
+		t.Errorf("after a cancelled Heartbeat: Get got %v, want ErrNotFound", err)
+	}
+	// A deadline that expires while the query runs.
+	dctx, dcancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer dcancel()
+	<-dctx.Done()
+	if _, err := b.Get(dctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Get after the deadline: got %v, want DeadlineExceeded", err)
+	}
+	// A subscription whose context is cancelled closes without Failed.
+	sctx, scancel := context.WithCancel(testCtx(t))
+	ch, err := b.Subscribe(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scancel()
+	for n := range ch {
+		if n.Type == base.Failed {
+			t.Fatalf("cancelled subscription sent Failed: %v", n.Err)
+		}
+	}
+}
+
+func TestClose(t *testing.T) {
+	db := newDatabase(t)
+	s := connect(t)
+	b, err := rethink.New(s, "close", rethink.Options{Database: db, Table: table, CreateIfMissing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	if err := b.Create(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := b.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	for range ch { // closes; no Failed is required, but nothing blocks
+	}
+	checks := map[string]error{}
+	checks["Start"] = b.Start(ctx)
+	checks["Create"] = b.Create(ctx)
+	_, checks["Get"] = b.Get(ctx)
+	_, checks["Heartbeat"] = b.Heartbeat(ctx, 0, rec("a", 1, ""))
+	_, checks["Subscribe"] = b.Subscribe(ctx)
+	for name, err := range checks {
+		if !errors.Is(err, base.ErrClosed) {
+			t.Errorf("%s after Close: got %v, want ErrClosed", name, err)
+		}
+	}
+	// The caller's session is still open.
+	if _, err := r.Expr(1).Run(s); err != nil {
+		t.Fatalf("session closed by the backend: %v", err)
+	}
+}
+
+// TestServerRestart kills the server under an open subscription (a proxy
+// closes every connection and stops listening) and brings it back.
+func TestServerRestart(t *testing.T) {
+	db := newDatabase(t)
+	p := newProxy(t, server.addr)
+	s := connectTo(t, p.addr)
+	b := open(t, s, db, table, "restart")
+	writer := open(t, nil, db, table, "restart")
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	ch, err := b.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, err := writer.Heartbeat(ctx, 0, rec("w", 1, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := next(t, ch); n.Type != base.RecordChanged || n.Record.Revision != 1 {
+		t.Fatalf("before the kill: got %v", n.Type)
+	}
+
+	p.Kill()
+	n := next(t, ch)
+	if n.Type != base.Failed || n.Err == nil {
+		t.Fatalf("after the kill: got %v, want Failed", n.Type)
+	}
+	t.Logf("Failed: %v", n.Err)
+	if _, ok := <-ch; ok {
+		t.Fatal("the feed sent something after Failed")
+	}
+	if _, err := b.Subscribe(ctx); err == nil {
+		t.Fatal("Subscribe succeeded while the server is down")
+	}
+
+	p.Restart()
+	// The driver reconnects on the next query; the first ones may still
+	// see the dead connection.
+	var ch2 <-chan base.Notification
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ch2, err = b.Subscribe(ctx)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Subscribe after the restart: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r2, err := writer.Heartbeat(ctx, r1.Revision, rec("w", 1, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := next(t, ch2); n.Type != base.RecordChanged || !n.Record.Equal(r2) {
+		t.Fatalf("after the restart: got %v %v, want %v", n.Type, n.Record, r2)
+	}
+	if _, err := b.Heartbeat(ctx, r2.Revision, rec("b", 2, "")); err != nil {
+		t.Fatalf("Heartbeat through the restarted server: %v", err)
+	}
+}

@@ -115,7 +115,9 @@ type Backend interface {
 	// Subscribe opens the changefeed on the table. It delivers every
 	// committed change of the election record in commit order, or at least
 	// the latest one when changes come faster than they are read, and every
-	// change to other records of the table as Change notifications.
+	// change to the application's records of the watched table as
+	// OtherChanged notifications. Records of other elections are not
+	// reported at all (they would be heartbeat noise).
 	//
 	// The backend closes the channel when ctx is done (every send selects
 	// on ctx.Done()) or after sending one Failed notification; nothing is

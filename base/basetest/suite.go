@@ -20,10 +20,10 @@ import (
 // one: tens of milliseconds, with a wide margin between lease and election
 // timeout so that a loaded CI machine does not make them flaky.
 var FastTiming = heartbeat.Timing{
-	HeartbeatInterval:  20 * time.Millisecond,
-	ElectionTimeoutMin: 150 * time.Millisecond,
-	ElectionTimeoutMax: 300 * time.Millisecond,
-	LeaseDuration:      60 * time.Millisecond,
+	HeartbeatInterval:  25 * time.Millisecond,
+	ElectionTimeoutMin: 300 * time.Millisecond,
+	ElectionTimeoutMax: 500 * time.Millisecond,
+	LeaseDuration:      150 * time.Millisecond,
 }
 
 // callTimeout bounds every single call the suite makes; a backend that

@@ -1,0 +1,144 @@
+# shellcheck shell=bash
+# .ci/postgres.sh: start a throwaway PostgreSQL server for the tests of
+# package postgres (and integration/). Meant to be sourced by .ci/run:
+#
+#	source .ci/postgres.sh || exit 1
+#
+# It installs Debian's postgresql package only when no server binaries are
+# found, initdb's a cluster in a fresh temporary directory, starts it on
+# 127.0.0.1 (port 54329, or the next free one up to 54339; unix socket in the
+# temporary directory), waits until it is ready, creates the database
+# "leaderfeed" and exports LEADERFEED_POSTGRES_URL. Sourcing it again stops
+# the instance an earlier run started and starts a new one. The password is
+# random, goes only into the exported URL and is never printed.
+#
+# leaderfeed_postgres_stop stops the server and removes its directory.
+
+leaderfeed_postgres_state="${TMPDIR:-/tmp}/leaderfeed-postgres.last"
+
+# leaderfeed_postgres_as runs a command as the user that owns the cluster.
+leaderfeed_postgres_as() {
+	if [ "$(id -u)" = 0 ]; then
+		runuser -u postgres -- "$@"
+	else
+		"$@"
+	fi
+}
+
+leaderfeed_postgres_bin() {
+	local d
+	for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+		if [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then
+			echo "$d"
+			return 0
+		fi
+	done
+	if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
+		dirname "$(command -v initdb)"
+		return 0
+	fi
+	return 1
+}
+
+leaderfeed_postgres_stop() {
+	local dir bin
+	[ -f "$leaderfeed_postgres_state" ] || return 0
+	dir="$(cat "$leaderfeed_postgres_state")"
+	bin="$(leaderfeed_postgres_bin)" || bin=""
+	if [ -n "$dir" ] && [ -d "$dir/data" ] && [ -n "$bin" ]; then
+		leaderfeed_postgres_as "$bin/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
+	fi
+	case "$dir" in
+	*/leaderfeed-pg.*) rm -rf -- "$dir" ;;
+	esac
+	rm -f -- "$leaderfeed_postgres_state"
+}
+
+leaderfeed_postgres_port_busy() {
+	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+leaderfeed_postgres_start() {
+	local bin dir port pass p
+	if ! bin="$(leaderfeed_postgres_bin)"; then
+		echo "postgres: server binaries missing, installing Debian's postgresql package"
+		export DEBIAN_FRONTEND=noninteractive
+		if [ "$(id -u)" = 0 ]; then
+			apt-get update -qq >/dev/null && apt-get install -y -qq postgresql >/dev/null || {
+				echo "postgres: apt-get install postgresql failed" >&2
+				return 1
+			}
+		else
+			sudo -E apt-get update -qq >/dev/null && sudo -E apt-get install -y -qq postgresql >/dev/null || {
+				echo "postgres: apt-get install postgresql failed" >&2
+				return 1
+			}
+		fi
+		bin="$(leaderfeed_postgres_bin)" || {
+			echo "postgres: no initdb/pg_ctl found after installing postgresql" >&2
+			return 1
+		}
+	fi
+	if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
+		echo "postgres: running as root but there is no user postgres to run the server" >&2
+		return 1
+	fi
+
+	leaderfeed_postgres_stop
+
+	port=""
+	for p in 54329 54330 54331 54332 54333 54334 54335 54336 54337 54338 54339; do
+		if ! leaderfeed_postgres_port_busy "$p"; then
+			port="$p"
+			break
+		fi
+	done
+	if [ -z "$port" ]; then
+		echo "postgres: ports 54329-54339 on 127.0.0.1 are all taken" >&2
+		return 1
+	fi
+
+	dir="$(mktemp -d "${TMPDIR:-/tmp}/leaderfeed-pg.XXXXXX")" || return 1
+	echo "$dir" >"$leaderfeed_postgres_state"
+	chmod 700 "$dir"
+	[ "$(id -u)" = 0 ] && chown postgres: "$dir"
+
+	pass="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+	(umask 077 && printf '%s\n' "$pass" >"$dir/pwfile")
+	[ "$(id -u)" = 0 ] && chown postgres: "$dir/pwfile"
+
+	if ! leaderfeed_postgres_as "$bin/initdb" -D "$dir/data" -U postgres --pwfile="$dir/pwfile" \
+		--auth-host=scram-sha-256 --auth-local=trust -E UTF8 --no-locale >"$dir/initdb.log" 2>&1; then
+		echo "postgres: initdb failed; last lines of $dir/initdb.log:" >&2
+		tail -n 20 "$dir/initdb.log" >&2
+		return 1
+	fi
+	rm -f -- "$dir/pwfile"
+
+	if ! leaderfeed_postgres_as "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+		-o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+		start >/dev/null 2>&1; then
+		echo "postgres: server did not start; last lines of $dir/server.log:" >&2
+		tail -n 20 "$dir/server.log" >&2
+		return 1
+	fi
+
+	for _ in $(seq 1 100); do
+		leaderfeed_postgres_as "$bin/pg_isready" -q -h "$dir" -p "$port" && break
+		sleep 0.1
+	done
+	if ! leaderfeed_postgres_as "$bin/pg_isready" -q -h "$dir" -p "$port"; then
+		echo "postgres: server on port $port is not ready" >&2
+		return 1
+	fi
+	if ! leaderfeed_postgres_as "$bin/createdb" -h "$dir" -p "$port" -U postgres leaderfeed >/dev/null; then
+		echo "postgres: createdb leaderfeed failed" >&2
+		return 1
+	fi
+
+	export LEADERFEED_POSTGRES_URL="postgres://postgres:${pass}@127.0.0.1:${port}/leaderfeed?sslmode=disable"
+	export LEADERFEED_POSTGRES_DIR="$dir"
+	echo "postgres: $("$bin/postgres" --version) ready on 127.0.0.1:$port (data in $dir)"
+}
+
+leaderfeed_postgres_start

@@ -1,0 +1,109 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/basetest"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+)
+
+func benchBackend(b *testing.B, pool *pgxpool.Pool, table, election string) *Backend {
+	b.Helper()
+	be, err := New(pool, election, Options{Table: table, CreateIfMissing: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = be.Close() })
+	if err := be.Create(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return be
+}
+
+// BenchmarkHeartbeat measures one renewal: the compare-and-set round trip.
+func BenchmarkHeartbeat(b *testing.B) {
+	pool := newPool(b)
+	be := benchBackend(b, pool, uniqueName(b), "e")
+	ctx := context.Background()
+	var rev uint64
+	for b.Loop() {
+		r, err := be.Heartbeat(ctx, rev, heartbeat.Record{Leader: "a", Term: 1, Value: []byte("10.0.0.1:8080")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rev = r.Revision
+	}
+}
+
+// BenchmarkHeartbeatElections measures renewals of many elections at once,
+// one table, one pool.
+func BenchmarkHeartbeatElections(b *testing.B) {
+	pool := newPool(b)
+	table := uniqueName(b)
+	var n atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		be := benchBackend(b, pool, table, fmt.Sprintf("e%d", n.Add(1)))
+		var rev uint64
+		for pb.Next() {
+			r, err := be.Heartbeat(context.Background(), rev, heartbeat.Record{Leader: "a", Term: 1})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			rev = r.Revision
+		}
+	})
+}
+
+// BenchmarkNotify measures from the start of a write to its notification
+// on a subscription of another backend: what a follower waits to learn of
+// a heartbeat.
+func BenchmarkNotify(b *testing.B) {
+	pool := newPool(b)
+	table := uniqueName(b)
+	writer := benchBackend(b, pool, table, "e")
+	reader := benchBackend(b, pool, table, "e")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := reader.Subscribe(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var rev uint64
+	for b.Loop() {
+		r, err := writer.Heartbeat(ctx, rev, heartbeat.Record{Leader: "a", Term: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rev = r.Revision
+		for n := range ch {
+			if n.Type == base.RecordChanged && n.Record.Revision == rev {
+				break
+			}
+		}
+	}
+}
+
+// BenchmarkHandover measures a Feed-level handover on PostgreSQL: from the
+// leader's Resign to another node leading, in a cluster of three.
+func BenchmarkHandover(b *testing.B) {
+	pool := newPool(b)
+	table := uniqueName(b)
+	c := basetest.NewCluster(b, func(e string) (base.Backend, error) {
+		return New(pool, e, Options{Table: table, CreateIfMissing: true})
+	}, feedTiming, 3, 0)
+	l := c.WaitLeader(b, 5*time.Second)
+	for b.Loop() {
+		if err := l.Feed.Resign(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		l = c.WaitLeader(b, 5*time.Second, l)
+	}
+}

@@ -1,0 +1,259 @@
+package postgres
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/basetest"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+	"github.com/leaderfeed/leaderfeed/internal/testenv"
+)
+
+// feedTiming is more lenient than basetest.FastTiming: these tests run
+// beside others under -race on small machines, where a renewal can wait
+// tens of milliseconds for a CPU.
+var feedTiming = heartbeat.Timing{
+	HeartbeatInterval:  50 * time.Millisecond,
+	ElectionTimeoutMin: 600 * time.Millisecond,
+	ElectionTimeoutMax: 900 * time.Millisecond,
+	LeaseDuration:      300 * time.Millisecond,
+}
+
+// listenerOf returns the shared listener of pool, nil if it has none.
+func listenerOf(pool *pgxpool.Pool) *listener {
+	registry.Lock()
+	defer registry.Unlock()
+	return registry.m[pool]
+}
+
+// killListener terminates the server process of pool's LISTEN connection.
+func killListener(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	l := listenerOf(pool)
+	if l == nil || l.connPID() == 0 {
+		t.Fatal("pool has no connected listener")
+	}
+	mustExec(t, pool, "SELECT pg_terminate_backend($1)", int(l.connPID()))
+}
+
+func isType(tp base.EventType) func(base.Event) bool {
+	return func(e base.Event) bool { return e.Type == tp }
+}
+
+// waitFeedsOpen waits until every node's feed is open after event from[i].
+func waitFeedsOpen(t *testing.T, c *basetest.Cluster, from []int) {
+	t.Helper()
+	for i, n := range c.Nodes {
+		n.WaitEvent(t, from[i], wait, "subscribe-started", isType(base.EventSubscribeStarted))
+	}
+}
+
+func marks(c *basetest.Cluster) []int {
+	m := make([]int, len(c.Nodes))
+	for i, n := range c.Nodes {
+		m[i] = len(n.Events())
+	}
+	return m
+}
+
+// TestFeedsRecoverFromListenerKill kills the LISTEN connection under running
+// feeds, again and again: every feed reports the error and reopens, the
+// leader keeps leading (its renewals do not use that connection), nobody
+// else leads meanwhile (the Checker of the cluster), and the election goes
+// on afterwards.
+func TestFeedsRecoverFromListenerKill(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		poolPerNode bool // each node a "process" of its own, with its own listener
+	}{{"one shared listener", false}, {"a listener per node", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			shared := newPool(t)
+			table := uniqueName(t)
+			pools := map[string]*pgxpool.Pool{}
+			var opened []*pgxpool.Pool
+			c := basetest.NewCluster(t, func(e string) (base.Backend, error) {
+				p := shared
+				if tc.poolPerNode {
+					p = newPool(t)
+				}
+				opened = append(opened, p)
+				return New(p, e, Options{Table: table, CreateIfMissing: true})
+			}, feedTiming, 3, 1)
+			for i, n := range c.Nodes {
+				pools[n.ID] = opened[i]
+			}
+			waitFeedsOpen(t, c, make([]int, len(c.Nodes)))
+			l := c.WaitLeader(t, 2*time.Second)
+
+			for range 3 {
+				m := marks(c)
+				victims := c.Nodes
+				if tc.poolPerNode {
+					victims = []*basetest.Node{c.Nodes[len(c.Nodes)-1]}
+				}
+				killListener(t, pools[victims[0].ID])
+				for i, n := range c.Nodes {
+					if !slices.Contains(victims, n) {
+						continue
+					}
+					_, at := n.WaitEvent(t, m[i], wait, "subscribe-error", isType(base.EventSubscribeError))
+					n.WaitEvent(t, at, wait, "subscribe-started after the error", isType(base.EventSubscribeStarted))
+				}
+				if !l.Feed.IsLeader() {
+					t.Fatal("the leader lost leadership when the LISTEN connection dropped")
+				}
+			}
+			for _, e := range l.Events() {
+				if e.Type == base.EventUnelected {
+					t.Fatalf("the leader was unelected: %v", e)
+				}
+			}
+			if err := l.Feed.Resign(ctxT(t)); err != nil {
+				t.Fatalf("Resign: %v", err)
+			}
+			c.WaitLeader(t, 2*time.Second, l)
+		})
+	}
+}
+
+// privateServer is a PostgreSQL cluster of the test's own, reached by its
+// unix socket only, so that the test can restart it without disturbing the
+// server that other tests (of this and other packages) use. It needs the
+// server binaries (Debian's layout or initdb and pg_ctl on PATH).
+type privateServer struct {
+	pgctl, dir string
+	asRoot     bool
+}
+
+func (s *privateServer) run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if s.asRoot {
+		args = append([]string{"-u", "postgres", "--", name}, args...)
+		name = "runuser"
+	}
+	cmd := exec.Command(name, args...)
+	// The server's output goes to its log file: a pipe here would be held
+	// open by the server.
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %v (log in %s)", cmd, err, s.dir)
+	}
+}
+
+func newPrivateServer(t *testing.T) (*privateServer, string) {
+	t.Helper()
+	var bin string
+	if dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl"); len(dirs) > 0 {
+		slices.Sort(dirs)
+		bin = filepath.Dir(dirs[len(dirs)-1])
+	} else if p, err := exec.LookPath("pg_ctl"); err == nil {
+		bin = filepath.Dir(p)
+	} else {
+		testenv.Unavailable(t, "no PostgreSQL server binaries (pg_ctl) to run a private server")
+	}
+	s := &privateServer{pgctl: filepath.Join(bin, "pg_ctl"), asRoot: os.Geteuid() == 0}
+	dir, err := os.MkdirTemp("", "leaderfeed-pgrestart-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.dir = dir
+	if s.asRoot {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Fatalf("running as root, but no user postgres to run the server: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := filepath.Join(dir, "data")
+	s.run(t, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "--no-sync",
+		"-E", "UTF8", "--no-locale")
+	t.Cleanup(func() {
+		s.run(t, s.pgctl, "-D", data, "-m", "immediate", "-w", "stop")
+		_ = os.RemoveAll(dir)
+	})
+	s.run(t, s.pgctl, "-D", data, "-l", filepath.Join(dir, "server.log"), "-w", "-t", "60",
+		"-o", "-c listen_addresses='' -k "+dir+" -c fsync=off", "start")
+	return s, fmt.Sprintf("host=%s port=5432 user=postgres dbname=postgres sslmode=disable", dir)
+}
+
+func (s *privateServer) restart(t *testing.T) {
+	s.run(t, s.pgctl, "-D", filepath.Join(s.dir, "data"), "-l", filepath.Join(s.dir, "server.log"),
+		"-m", "fast", "-w", "-t", "60", "restart")
+}
+
+// TestFeedsSurviveServerRestart restarts the server under a running
+// election: nobody leads twice at once (the Checker), and a node leads and
+// renews again once the server is back. It runs its own server.
+func TestFeedsSurviveServerRestart(t *testing.T) {
+	t.Parallel()
+	srv, url := newPrivateServer(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctxT(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+
+	table := uniqueName(t)
+	c := basetest.NewCluster(t, func(e string) (base.Backend, error) {
+		return New(pool, e, Options{Table: table, CreateIfMissing: true})
+	}, feedTiming, 3, 0)
+	waitFeedsOpen(t, c, make([]int, len(c.Nodes)))
+	l := c.WaitLeader(t, 2*time.Second)
+	m := marks(c)
+
+	start := time.Now()
+	srv.restart(t)
+	t.Logf("server restarted in %v", time.Since(start))
+	for i, n := range c.Nodes {
+		n.WaitEvent(t, m[i], wait, "subscribe-error", isType(base.EventSubscribeError))
+	}
+	// A node leads (the old leader if the restart was shorter than its
+	// lease) and its renewals reach the restarted server.
+	l2 := c.WaitLeader(t, 10*time.Second)
+	probe, err := New(pool, c.Election, Options{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	var first heartbeat.Record
+	deadline := time.Now().Add(wait)
+	for {
+		r, err := probe.Get(ctxT(t))
+		switch {
+		case err != nil:
+		case first.Revision == 0:
+			first = r
+		case r.Revision > first.Revision && !r.Vacant():
+			t.Logf("%s leads %v after the restart began (old leader %s); term %d, revision %d",
+				r.Leader, time.Since(start), l.ID, r.Term, r.Revision)
+			waitFeedsOpen(t, c, m)
+			if l2 != l && r.Term <= first.Term && first.Leader == l.ID {
+				t.Fatalf("new leader %s has term %d, not above the old leader's %d", r.Leader, r.Term, first.Term)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no renewal reached the server within %v after the restart (first read %+v)", wait, first)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

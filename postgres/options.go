@@ -1,0 +1,100 @@
+package postgres
+
+import (
+	"fmt"
+	"log/slog"
+	"regexp"
+
+	"github.com/leaderfeed/leaderfeed/base"
+)
+
+// Defaults of Options.
+const (
+	// DefaultSchema is the schema of the election table.
+	DefaultSchema = "public"
+	// DefaultTable is the name of the election table.
+	DefaultTable = "leaderfeed"
+	// DefaultChannelPrefix is the NOTIFY channel, also the name of the
+	// triggers and the prefix of the trigger functions.
+	DefaultChannelPrefix = "leaderfeed"
+	// MaxChannelPrefixLen is the longest ChannelPrefix: the trigger functions
+	// are named ChannelPrefix+"_notify_record" and ChannelPrefix+"_notify_change",
+	// and PostgreSQL identifiers have at most 63 bytes.
+	MaxChannelPrefixLen = 63 - len("_notify_record")
+)
+
+// Options configures a Backend. The zero value of every field means its
+// documented default.
+type Options struct {
+	// Schema is the schema of the election table and of the trigger
+	// functions. Default "public".
+	Schema string
+	// Table is the election table, one row per election. Default
+	// "leaderfeed".
+	Table string
+	// WatchTable optionally names a table of yours, in WatchSchema, whose
+	// row changes arrive as base.OtherChanged notifications. It must not be
+	// the election table. Its trigger costs a catalog lookup (of the primary
+	// key) and a NOTIFY per changed row. Empty: none.
+	WatchTable string
+	// WatchSchema is the schema of WatchTable. Default: Schema.
+	WatchSchema string
+	// ChannelPrefix is the NOTIFY channel the triggers send on; it also
+	// names the triggers and prefixes the trigger functions. At most
+	// MaxChannelPrefixLen bytes. Default "leaderfeed".
+	ChannelPrefix string
+	// CreateIfMissing lets Create create the schema, the election table, the
+	// trigger functions and the triggers (on the election table and on
+	// WatchTable). Default false: Create only checks that they exist and
+	// fails with an error matching base.ErrInvalidConfig if not.
+	CreateIfMissing bool
+	// Logger receives the listener's connects and drops (Info, Warn) and
+	// dropped foreign notifications (Debug). The listener is shared by the
+	// backends of a pool and logs to the Logger of the first of them that
+	// subscribed. Default: discard.
+	Logger *slog.Logger
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// withDefaults returns o with defaults applied and every name checked.
+func (o Options) withDefaults() (Options, error) {
+	if o.Schema == "" {
+		o.Schema = DefaultSchema
+	}
+	if o.Table == "" {
+		o.Table = DefaultTable
+	}
+	if o.WatchSchema == "" {
+		o.WatchSchema = o.Schema
+	}
+	if o.ChannelPrefix == "" {
+		o.ChannelPrefix = DefaultChannelPrefix
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	names := []struct{ field, v string }{
+		{"Schema", o.Schema},
+		{"Table", o.Table},
+		{"WatchSchema", o.WatchSchema},
+		{"ChannelPrefix", o.ChannelPrefix},
+	}
+	if o.WatchTable != "" {
+		names = append(names, struct{ field, v string }{"WatchTable", o.WatchTable})
+	}
+	for _, n := range names {
+		if !identRE.MatchString(n.v) {
+			return o, fmt.Errorf("postgres: Options.%s %q is not a plain identifier (want ^[A-Za-z_][A-Za-z0-9_]{0,62}$): %w",
+				n.field, n.v, base.ErrInvalidConfig)
+		}
+	}
+	if len(o.ChannelPrefix) > MaxChannelPrefixLen {
+		return o, fmt.Errorf("postgres: Options.ChannelPrefix %q is longer than %d bytes: %w",
+			o.ChannelPrefix, MaxChannelPrefixLen, base.ErrInvalidConfig)
+	}
+	if o.WatchTable != "" && o.WatchSchema == o.Schema && o.WatchTable == o.Table {
+		return o, fmt.Errorf("postgres: Options.WatchTable %q is the election table: %w", o.WatchTable, base.ErrInvalidConfig)
+	}
+	return o, nil
+}

@@ -1,0 +1,351 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leaderfeed/leaderfeed/base"
+)
+
+// createLockKey is the transaction-level advisory lock that serializes
+// Create across processes ("LFCreate").
+const createLockKey int64 = 0x4c46437265617465
+
+// recordFunctionBody is the trigger function of the election table. The
+// trigger is named after the channel, so TG_NAME is the channel. A key
+// longer than any valid election name cannot be an election of ours and is
+// not announced.
+const recordFunctionBody = `
+DECLARE
+  payload text;
+BEGIN
+  IF TG_OP = 'DELETE' OR (TG_OP = 'UPDATE' AND OLD.election IS DISTINCT FROM NEW.election) THEN
+    IF octet_length(OLD.election) <= 1024 THEN
+      PERFORM pg_notify(TG_NAME, json_build_object('k', 'r', 's', TG_TABLE_SCHEMA, 't', TG_TABLE_NAME,
+        'op', 'D', 'e', OLD.election)::text);
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+      RETURN NULL;
+    END IF;
+  END IF;
+  IF octet_length(NEW.election) > 1024 THEN
+    RETURN NULL;
+  END IF;
+  payload := json_build_object('k', 'r', 's', TG_TABLE_SCHEMA, 't', TG_TABLE_NAME,
+    'op', left(TG_OP, 1), 'e', NEW.election, 'l', NEW.leader, 'n', NEW.term, 'r', NEW.revision,
+    'ts', CASE WHEN isfinite(NEW.ts) THEN (extract(epoch FROM NEW.ts) * 1000000)::bigint END,
+    'v', translate(encode(NEW.value, 'base64'), E'\n', ''))::text;
+  IF octet_length(payload) >= 8000 THEN
+    payload := json_build_object('k', 'r', 's', TG_TABLE_SCHEMA, 't', TG_TABLE_NAME,
+      'op', left(TG_OP, 1), 'e', NEW.election, 'big', true)::text;
+  END IF;
+  PERFORM pg_notify(TG_NAME, payload);
+  RETURN NULL;
+END
+`
+
+// changeFunctionBody is the trigger function of a watched table: the row
+// before and after as JSON and its primary key, or the key alone when that
+// does not fit in a notification, or nothing but the operation when not even
+// the key fits.
+const changeFunctionBody = `
+DECLARE
+  cols text[];
+  o json;
+  n json;
+  r json;
+  k json;
+  payload text;
+BEGIN
+  SELECT array_agg(a.attname::text ORDER BY x.ord) INTO cols
+    FROM pg_index i
+    CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS x(attnum, ord)
+    JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = x.attnum
+   WHERE i.indrelid = TG_RELID AND i.indisprimary;
+  IF TG_OP <> 'INSERT' THEN
+    o := to_json(OLD);
+  END IF;
+  IF TG_OP <> 'DELETE' THEN
+    n := to_json(NEW);
+  END IF;
+  r := coalesce(n, o);
+  IF cols IS NULL THEN
+    k := NULL;
+  ELSIF array_length(cols, 1) = 1 THEN
+    k := r -> cols[1];
+  ELSE
+    SELECT json_object_agg(u.c, r -> u.c ORDER BY u.i) INTO k FROM unnest(cols) WITH ORDINALITY AS u(c, i);
+  END IF;
+  payload := json_build_object('k', 'c', 's', TG_TABLE_SCHEMA, 't', TG_TABLE_NAME,
+    'op', left(TG_OP, 1), 'key', k, 'old', o, 'new', n)::text;
+  IF octet_length(payload) >= 8000 THEN
+    payload := json_build_object('k', 'c', 's', TG_TABLE_SCHEMA, 't', TG_TABLE_NAME,
+      'op', left(TG_OP, 1), 'key', k, 'p', true)::text;
+    IF octet_length(payload) >= 8000 THEN
+      payload := json_build_object('k', 'c', 's', TG_TABLE_SCHEMA, 't', TG_TABLE_NAME,
+        'op', left(TG_OP, 1), 'p', true)::text;
+    END IF;
+  END IF;
+  PERFORM pg_notify(TG_NAME, payload);
+  RETURN NULL;
+END
+`
+
+// columns are the columns of the election table and their types as
+// format_type prints them.
+var columns = []struct{ name, typ, ddl string }{
+	{"election", "text", "text PRIMARY KEY"},
+	{"leader", "text", "text NOT NULL DEFAULT ''"},
+	{"term", "bigint", "bigint NOT NULL DEFAULT 0"},
+	{"revision", "bigint", "bigint NOT NULL"},
+	{"ts", "timestamp with time zone", "timestamptz NOT NULL DEFAULT clock_timestamp()"},
+	{"value", "bytea", "bytea NOT NULL DEFAULT ''::bytea"},
+}
+
+// ddl holds the statements that make what a Backend needs. Every name in
+// them is a validated identifier, quoted with pgx.Identifier.Sanitize.
+type ddl struct {
+	schema, table, recordFunc, changeFunc, trigger string
+	watch                                          string // "" when no watched table
+}
+
+func newDDL(o Options) ddl {
+	d := ddl{
+		schema:     pgx.Identifier{o.Schema}.Sanitize(),
+		table:      pgx.Identifier{o.Schema, o.Table}.Sanitize(),
+		recordFunc: pgx.Identifier{o.Schema, o.ChannelPrefix + "_notify_record"}.Sanitize(),
+		changeFunc: pgx.Identifier{o.Schema, o.ChannelPrefix + "_notify_change"}.Sanitize(),
+		trigger:    pgx.Identifier{o.ChannelPrefix}.Sanitize(),
+	}
+	if o.WatchTable != "" {
+		d.watch = pgx.Identifier{o.WatchSchema, o.WatchTable}.Sanitize()
+	}
+	return d
+}
+
+func (d ddl) createSchema() string { return "CREATE SCHEMA IF NOT EXISTS " + d.schema }
+
+func (d ddl) createTable() string {
+	var b strings.Builder
+	b.WriteString("CREATE TABLE IF NOT EXISTS " + d.table + " (\n")
+	for i, c := range columns {
+		b.WriteString("  " + c.name + " " + c.ddl)
+		if i < len(columns)-1 {
+			b.WriteString(",")
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+func createFunction(name, body string) string {
+	return "CREATE OR REPLACE FUNCTION " + name + "() RETURNS trigger LANGUAGE plpgsql AS $leaderfeed$" + body + "$leaderfeed$"
+}
+
+func (d ddl) createTrigger(table, function string) string {
+	return "CREATE TRIGGER " + d.trigger + " AFTER INSERT OR UPDATE OR DELETE ON " + table +
+		" FOR EACH ROW EXECUTE FUNCTION " + function + "()"
+}
+
+// SchemaSQL returns the SQL script that creates what a Backend with opts
+// needs (schema, election table, trigger functions, triggers), for a
+// database administrator to run when CreateIfMissing is off. It fails with
+// an error matching base.ErrInvalidConfig for the names New rejects. The
+// CREATE TRIGGER statements fail if the triggers exist already.
+func SchemaSQL(opts Options) (string, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return "", err
+	}
+	d := newDDL(o)
+	stmts := []string{
+		d.createSchema(),
+		d.createTable(),
+		createFunction(d.recordFunc, recordFunctionBody),
+		d.createTrigger(d.table, d.recordFunc),
+	}
+	if d.watch != "" {
+		stmts = append(stmts, createFunction(d.changeFunc, changeFunctionBody), d.createTrigger(d.watch, d.changeFunc))
+	}
+	return strings.Join(stmts, ";\n\n") + ";\n", nil
+}
+
+// querier is what pgx.Tx and *pgxpool.Pool have in common.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// create makes what is missing, in one transaction that holds an advisory
+// lock, so that processes racing to create do not collide.
+func (b *Backend) create(ctx context.Context) error {
+	o, d := b.opts, b.ddl
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", createLockKey); err != nil {
+		return err
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", o.Schema).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, d.createSchema()); err != nil {
+			return err
+		}
+	}
+	if err := tableExists(ctx, tx, o.Schema, o.Table, "election table"); errors.As(err, new(*missingError)) {
+		if _, err := tx.Exec(ctx, d.createTable()); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	if err := checkColumns(ctx, tx, o); err != nil {
+		return err
+	}
+	if err := ensureFunction(ctx, tx, o.Schema, o.ChannelPrefix+"_notify_record", d.recordFunc, recordFunctionBody); err != nil {
+		return err
+	}
+	if err := b.ensureTrigger(ctx, tx, o.Schema, o.Table, d.table, d.recordFunc); err != nil {
+		return err
+	}
+	if d.watch != "" {
+		if err := tableExists(ctx, tx, o.WatchSchema, o.WatchTable, "watched table"); err != nil {
+			if errors.As(err, new(*missingError)) {
+				return fmt.Errorf("%w (the backend never creates the watched table): %w", err, base.ErrInvalidConfig)
+			}
+			return err
+		}
+		if err := ensureFunction(ctx, tx, o.Schema, o.ChannelPrefix+"_notify_change", d.changeFunc, changeFunctionBody); err != nil {
+			return err
+		}
+		if err := b.ensureTrigger(ctx, tx, o.WatchSchema, o.WatchTable, d.watch, d.changeFunc); err != nil {
+			return err
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+// check verifies, without changing anything, that the election table (with
+// the right columns) and the triggers exist.
+func (b *Backend) check(ctx context.Context) error {
+	o := b.opts
+	if err := tableExists(ctx, b.pool, o.Schema, o.Table, "election table"); err != nil {
+		return err
+	}
+	if err := checkColumns(ctx, b.pool, o); err != nil {
+		return err
+	}
+	if err := triggerMissing(ctx, b.pool, o, o.Schema, o.Table); err != nil {
+		return err
+	}
+	if o.WatchTable != "" {
+		if err := tableExists(ctx, b.pool, o.WatchSchema, o.WatchTable, "watched table"); err != nil {
+			return err
+		}
+		if err := triggerMissing(ctx, b.pool, o, o.WatchSchema, o.WatchTable); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func tableExists(ctx context.Context, q querier, schema, table, what string) error {
+	var exists bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p'))`, schema, table).Scan(&exists)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return &missingError{what + " " + pgx.Identifier{schema, table}.Sanitize()}
+	}
+	return nil
+}
+
+// missingError reports a table or trigger that does not exist.
+type missingError struct{ what string }
+
+func (e *missingError) Error() string { return e.what + " does not exist" }
+
+func checkColumns(ctx context.Context, q querier, o Options) error {
+	rows, err := q.Query(ctx, `SELECT a.attname::text, format_type(a.atttypid, a.atttypmod)
+		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped`, o.Schema, o.Table)
+	if err != nil {
+		return err
+	}
+	have := map[string]string{}
+	var name, typ string
+	if _, err := pgx.ForEachRow(rows, []any{&name, &typ}, func() error { have[name] = typ; return nil }); err != nil {
+		return err
+	}
+	var problems []string
+	for _, c := range columns {
+		switch t, ok := have[c.name]; {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("column %s is missing", c.name))
+		case t != c.typ:
+			problems = append(problems, fmt.Sprintf("column %s is %s, want %s", c.name, t, c.typ))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("election table %s does not have the expected shape: %s: %w",
+			pgx.Identifier{o.Schema, o.Table}.Sanitize(), strings.Join(problems, "; "), base.ErrInvalidConfig)
+	}
+	return nil
+}
+
+func triggerExists(ctx context.Context, q querier, schema, table, trigger string) (bool, error) {
+	var exists bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+		JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2 AND t.tgname = $3 AND NOT t.tgisinternal)`,
+		schema, table, trigger).Scan(&exists)
+	return exists, err
+}
+
+func triggerMissing(ctx context.Context, q querier, o Options, schema, table string) error {
+	ok, err := triggerExists(ctx, q, schema, table, o.ChannelPrefix)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &missingError{"trigger " + pgx.Identifier{o.ChannelPrefix}.Sanitize() + " on " + pgx.Identifier{schema, table}.Sanitize()}
+	}
+	return nil
+}
+
+func ensureFunction(ctx context.Context, tx pgx.Tx, schema, name, quoted, body string) error {
+	var src string
+	err := tx.QueryRow(ctx, `SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = $1 AND p.proname = $2 AND p.pronargs = 0`, schema, name).Scan(&src)
+	switch {
+	case err == nil && src == body:
+		return nil
+	case err != nil && !errors.Is(err, pgx.ErrNoRows):
+		return err
+	}
+	_, err = tx.Exec(ctx, createFunction(quoted, body))
+	return err
+}
+
+func (b *Backend) ensureTrigger(ctx context.Context, tx pgx.Tx, schema, table, quotedTable, function string) error {
+	ok, err := triggerExists(ctx, tx, schema, table, b.opts.ChannelPrefix)
+	if err != nil || ok {
+		return err
+	}
+	_, err = tx.Exec(ctx, b.ddl.createTrigger(quotedTable, function))
+	return err
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/heartbeat"
@@ -46,7 +47,7 @@ type loop struct {
 	term         uint64
 	myRev        uint64
 	leaseEnd     time.Time
-	leaderCtx    context.Context
+	leaderCtx    *leaseContext
 	leaderCancel context.CancelFunc
 	leaseTimer   *time.Timer // AfterFunc: cancels leaderCtx at leaseEnd
 	leaseLost    chan struct{}
@@ -277,7 +278,7 @@ func (l *loop) observe(r heartbeat.Record, authoritative bool) {
 			l.myRev = max(l.myRev, r.Revision)
 			return
 		}
-		l.stepDown(ReasonDeposed, now, fmt.Errorf("leaderfeed: record names %q with term %d", r.Leader, r.Term))
+		l.stepDown(ReasonDeposed, fmt.Errorf("leaderfeed: record names %q with term %d", r.Leader, r.Term))
 	}
 	l.armClaim(true)
 }
@@ -296,7 +297,7 @@ func (l *loop) observeMissing(authoritative bool) {
 	l.f.mu.Unlock()
 	l.announce("", l.maxTerm, nil, now)
 	if l.leading {
-		l.stepDown(ReasonDeposed, now, errors.New("leaderfeed: election record was deleted"))
+		l.stepDown(ReasonDeposed, errors.New("leaderfeed: election record was deleted"))
 	}
 	l.armClaim(true)
 }
@@ -402,7 +403,8 @@ func (l *loop) becomeLeader(res heartbeat.Record, sentAt, now time.Time) {
 	l.claimTimer.Stop()
 	l.leading, l.term, l.myRev, l.lastErr = true, res.Term, res.Revision, nil
 	l.leaseEnd = sentAt.Add(l.t.LeaseDuration)
-	l.leaderCtx, l.leaderCancel = context.WithCancel(l.ctx)
+	l.leaderCtx = newLeaseContext(l.ctx, l.leaseEnd)
+	l.leaderCancel = l.leaderCtx.cancel
 	cancel, lost := l.leaderCancel, l.leaseLost
 	l.leaseTimer = time.AfterFunc(l.leaseEnd.Sub(now), func() {
 		cancel()
@@ -438,10 +440,16 @@ func (l *loop) renew(parent context.Context) error {
 	switch {
 	case err == nil:
 		newEnd := sentAt.Add(l.t.LeaseDuration)
-		if !l.leaseTimer.Stop() || !now.Before(newEnd) {
-			// The lease ran out before the reply: leadership is over.
+		if !l.leaseTimer.Stop() || !now.Before(newEnd) || !l.leaderCtx.extend(newEnd) {
+			// The lease ran out before the reply: leadership is over. Its
+			// timer may have fired without its signal being handled yet,
+			// or not have fired at all (Stop just stopped it late), so
+			// step down here rather than through onLeaseLost, which
+			// would take an uncancelled leader context for a signal of an
+			// earlier term and leave this node leading with no lease and
+			// no renewals.
 			l.lastErr = errLeaseOver
-			l.onLeaseLost()
+			l.stepDown(ReasonLeaseExpired, errLeaseOver)
 			l.observe(res, true)
 			return errLeaseOver
 		}
@@ -456,7 +464,7 @@ func (l *loop) renew(parent context.Context) error {
 		l.renewTimer.Reset(max(0, time.Until(sentAt.Add(l.t.HeartbeatInterval))))
 		return nil
 	case errors.As(err, &conflict):
-		l.stepDown(ReasonDeposed, now, err)
+		l.stepDown(ReasonDeposed, err)
 		l.observe(conflict.Current, true)
 		l.armClaim(false)
 		return fmt.Errorf("leaderfeed: renew: %w", err)
@@ -475,20 +483,23 @@ func (l *loop) onLeaseLost() {
 	if !l.leading || l.leaderCtx.Err() == nil {
 		return // a signal of an earlier term
 	}
-	l.stepDown(ReasonLeaseExpired, l.leaseEnd, l.lastErr)
+	l.stepDown(ReasonLeaseExpired, l.lastErr)
 	l.armClaim(false)
 }
 
 // stepDown ends this node's leadership: the leader context is cancelled
-// before anything else.
-func (l *loop) stepDown(reason Reason, at time.Time, err error) {
+// before anything else. The event's At is the end of the lease when it ran
+// out, else the moment after the cancellation (never after the lease's
+// end): no holder of the leader context finds it live after At.
+func (l *loop) stepDown(reason Reason, err error) {
 	if !l.leading {
 		return
 	}
 	l.leaderCancel()
+	at := time.Now()
 	l.leaseTimer.Stop()
 	l.renewTimer.Stop()
-	if at.After(l.leaseEnd) {
+	if reason == ReasonLeaseExpired || at.After(l.leaseEnd) {
 		at = l.leaseEnd
 	}
 	l.leading = false
@@ -514,7 +525,7 @@ func (l *loop) onRequest(r request) error {
 		if !l.leading {
 			return ErrNotLeader
 		}
-		l.stepDown(ReasonResigned, time.Now(), nil)
+		l.stepDown(ReasonResigned, nil)
 		res, err := l.writeVacancy(r.ctx)
 		var conflict *ConflictError
 		switch {
@@ -544,7 +555,7 @@ func (l *loop) onRequest(r request) error {
 // feed and wait for it to close.
 func (l *loop) shutdown() {
 	if l.leading {
-		l.stepDown(ReasonStopped, time.Now(), nil)
+		l.stepDown(ReasonStopped, nil)
 		l.f.mu.Lock()
 		ctx := l.f.stopCtx
 		l.f.mu.Unlock()
@@ -574,4 +585,57 @@ func (l *loop) shutdown() {
 		for range l.sub {
 		}
 	}
+}
+
+// leaseContext is the leader context of one term. Its timer (see
+// becomeLeader) cancels it when the lease ends, but a timer can fire late:
+// on a loaded machine by milliseconds, in a process that was paused
+// (SIGSTOP, a VM freeze) by the whole pause. So Err also compares the clock
+// with the lease's end and cancels the context itself once it has passed:
+// a holder that checks Err never finds the context live after the lease
+// ended. Done closes when the context is cancelled, by the timer or by Err;
+// contexts derived from it follow Done.
+type leaseContext struct {
+	context.Context
+	cancel context.CancelFunc
+
+	mu  sync.Mutex
+	end time.Time // the lease's end, on this process's monotonic clock
+}
+
+func newLeaseContext(parent context.Context, end time.Time) *leaseContext {
+	ctx, cancel := context.WithCancel(parent)
+	return &leaseContext{Context: ctx, cancel: cancel, end: end}
+}
+
+// Err returns the error of the underlying context, after cancelling it if
+// the lease has ended.
+func (c *leaseContext) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(c.end) {
+		c.cancel()
+	}
+	return c.Context.Err()
+}
+
+// extend moves the lease's end to end, unless the lease has ended (or the
+// context was cancelled) already; it reports whether it did. Checking and
+// moving under one lock means no Err call can cancel the context on the
+// old end after the lease was extended.
+func (c *leaseContext) extend(end time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.Context.Err() != nil {
+		return false
+	}
+	if !time.Now().Before(c.end) {
+		c.cancel()
+		return false
+	}
+	c.end = end
+	return true
 }

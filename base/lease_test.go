@@ -1,0 +1,45 @@
+package base
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// The leader context must be found cancelled once the lease has ended even
+// when the timer that cancels it has not fired yet (a loaded machine, a
+// process woken from SIGSTOP): its Err compares the clock with the lease.
+func TestLeaseContextErrChecksTheClock(t *testing.T) {
+	c := newLeaseContext(context.Background(), time.Now().Add(time.Hour))
+	if err := c.Err(); err != nil {
+		t.Fatalf("Err() = %v during the lease", err)
+	}
+	if !c.extend(time.Now().Add(-time.Millisecond)) { // the lease now ended a moment ago
+		t.Fatal("extend refused during the lease")
+	}
+	if err := c.Err(); err != context.Canceled {
+		t.Fatalf("Err() = %v after the lease ended, want context.Canceled", err)
+	}
+	select {
+	case <-c.Done():
+	default:
+		t.Fatal("Done() not closed after Err() found the lease over")
+	}
+}
+
+// A renewal whose reply comes after the lease ended must not revive the
+// context: extend refuses, so the loop steps down.
+func TestLeaseContextExtendAfterTheEnd(t *testing.T) {
+	c := newLeaseContext(context.Background(), time.Now().Add(-time.Millisecond))
+	if c.extend(time.Now().Add(time.Hour)) {
+		t.Fatal("extend revived a lease that had ended")
+	}
+	if c.Err() == nil {
+		t.Fatal("context live after a refused extend")
+	}
+	c2 := newLeaseContext(context.Background(), time.Now().Add(time.Hour))
+	c2.cancel()
+	if c2.extend(time.Now().Add(time.Hour)) {
+		t.Fatal("extend revived a cancelled context")
+	}
+}

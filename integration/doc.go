@@ -1,0 +1,42 @@
+// Package integration tests leaderfeed across separate processes, against
+// real database servers, while faults are injected: it is the evidence for
+// "never two leaders at once".
+//
+// The tests (go test ./integration/) build the node program in ./node, start
+// N copies of it (default 5) as separate OS processes, each on its own
+// Proxy in front of the server, and inject faults one after another:
+//
+//   - kill: SIGKILL the leader (a new process takes its place);
+//   - stop: SIGSTOP the leader for longer than its lease, then SIGCONT; it
+//     must find that it lost leadership and must not act as leader after
+//     its lease ended;
+//   - cut: cut the leader off the server at its Proxy, then heal;
+//   - feedkill: terminate only the changefeed connection of the leader and
+//     of one follower (PostgreSQL: pg_terminate_backend of the listener);
+//   - restart: restart the database server.
+//
+// Every node prints each transition, stamped with the system's monotonic
+// clock (see Monotonic), which every process on the machine shares; the
+// Checker reads all of those logs and verifies that no two leadership
+// intervals overlap, that terms strictly increase from one leader to the
+// next, that a node's leader context is never found live outside its
+// leadership interval, and that after every fault a leader exists within
+// the bound.
+//
+// On PostgreSQL the tests start a private server (initdb into a temporary
+// directory) so that they can restart it; they need the server binaries
+// (Debian's postgresql package) and fail in CI (CI=true) without them.
+// Against MongoDB and RethinkDB they run, with the faults that need no
+// control of the server (kill, stop, cut), when a real server is given
+// (LEADERFEED_MONGO_URL; LEADERFEED_RETHINK_ADDR unless
+// LEADERFEED_RETHINK_REQLITE=1) or Docker can start one, and are skipped
+// otherwise: the in-process (lungo) and non-atomic (reqlite) stand-ins the
+// other packages use cannot serve here. A given server that cannot be used
+// fails the test in CI.
+//
+// By default each kind of fault is injected 50 times (5 with -short).
+// LEADERFEED_SOAK=<faults> turns the test into a soak: that many faults in
+// total, spread evenly over the kinds, and a summary table printed at the
+// end (see SOAK.md). LEADERFEED_SEED replays the order of a run's faults
+// and its random choices.
+package integration

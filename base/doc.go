@@ -98,9 +98,6 @@
 //     leader context is cancelled then, and the work must watch it.
 //   - That followers see every intermediate revision: a slow changefeed may
 //     deliver only the latest record.
-//   - An event for a new value published by Proclaim: the leader and term
-//     stay the same, so no EventNewLeader is sent; Feed.Leader returns the
-//     record with the new value once the node has seen it.
 //   - Anything when another program writes the election record, when two
 //     nodes share a node id, or when the nodes of an election use different
 //     timings.

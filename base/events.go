@@ -20,7 +20,8 @@ const (
 	EventUnelected
 	// EventNewLeader: the election record names a leader (Leader, Term,
 	// Value) other than the last one this node announced, or none
-	// (Leader == ""). The first record observed is announced too.
+	// (Leader == ""), or the leader published a new Value (Proclaim). The
+	// first record observed is announced too.
 	EventNewLeader
 	// EventChange: a record of the watched table other than the election
 	// record changed (Change).

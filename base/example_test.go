@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/memory"
@@ -184,9 +183,8 @@ func ExampleFeed_LeaderContext() {
 }
 
 // Proclaim publishes a new value (here the leader's address) without a new
-// election: the leader writes it at once, and every node finds it in the
-// record that Leader returns. The term stays the same, so no EventNewLeader
-// is sent for it.
+// election: the leader writes it at once, and every node announces it with
+// an EventNewLeader of the same leader and term.
 func ExampleFeed_Proclaim() {
 	ctx := context.Background()
 	store := memory.NewStore()
@@ -214,13 +212,8 @@ func ExampleFeed_Proclaim() {
 	if err := leader.Proclaim(ctx, []byte("10.0.0.2:8080")); err != nil {
 		panic(err)
 	}
-	for { // the observer learns of the value with the next record it sees
-		if r, _ := observer.Leader(); string(r.Value) == "10.0.0.2:8080" {
-			fmt.Printf("observer: leader %s at %s, term %d\n", r.Leader, r.Value, r.Term)
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	e = waitFor(oEvents, base.EventNewLeader)
+	fmt.Printf("observer: leader %s at %s, term %d\n", e.Leader, e.Value, e.Term)
 	stop(observer, oEvents)
 	stop(leader, lEvents)
 	// Output:

@@ -373,12 +373,15 @@ func TestProclaimPublishesValue(t *testing.T) {
 	if err := l.Feed.Proclaim(ctx(t), []byte("10.0.0.7:8080")); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		rec, _ := f.Feed.Leader()
-		if string(rec.Value) == "10.0.0.7:8080" {
-			break
-		}
-		time.Sleep(time.Millisecond)
+	term, _ := l.Feed.Term()
+	e, _ := f.WaitEvent(t, 0, wait, "new-leader with the proclaimed value", func(e base.Event) bool {
+		return e.Type == base.EventNewLeader && string(e.Value) == "10.0.0.7:8080"
+	})
+	if e.Leader != l.ID || e.Term != term {
+		t.Fatalf("the new value was announced for %s term %d, want %s term %d", e.Leader, e.Term, l.ID, term)
+	}
+	if rec, _ := f.Feed.Leader(); string(rec.Value) != "10.0.0.7:8080" {
+		t.Fatalf("follower's Leader() has value %q after the announcement", rec.Value)
 	}
 }
 

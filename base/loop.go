@@ -37,6 +37,7 @@ type loop struct {
 	announced  struct {
 		leader string
 		term   uint64
+		value  []byte
 		ok     bool
 	}
 	ownVacancy uint64 // revision of the vacancy this node wrote on Resign
@@ -303,10 +304,10 @@ func (l *loop) observeMissing(authoritative bool) {
 }
 
 func (l *loop) announce(leader string, term uint64, value []byte, at time.Time) {
-	if l.announced.ok && l.announced.leader == leader && l.announced.term == term {
+	if l.announced.ok && l.announced.leader == leader && l.announced.term == term && bytes.Equal(l.announced.value, value) {
 		return
 	}
-	l.announced.leader, l.announced.term, l.announced.ok = leader, term, true
+	l.announced.leader, l.announced.term, l.announced.value, l.announced.ok = leader, term, bytes.Clone(value), true
 	l.emit(Event{Type: EventNewLeader, At: at, Leader: leader, Term: term, Value: bytes.Clone(value)})
 }
 

@@ -74,6 +74,11 @@
 // the BSON limit, whose change event also carries it) end the stream on a
 // real server. Terms and revisions are stored as int64.
 //
+// Safety needs writes that survive a failover: use majority write concern
+// (the driver's default since MongoDB 5.0) for the database you pass. A
+// write acknowledged by the primary alone can be rolled back when another
+// member is elected, and then one revision can be handed out twice.
+//
 // # lungo
 //
 // The store code runs unchanged against lungo v0.4.0, which the tests use in

@@ -55,6 +55,12 @@
 //
 // # What is not guaranteed
 //
+//   - Safety if the server loses commits it acknowledged: with
+//     synchronous_commit = off, or after failing over to an asynchronous
+//     standby, a crash can hand out one revision twice, and then two nodes
+//     can lead at once. Keep synchronous_commit on (the default) for the
+//     election table's transactions, and fail over only to synchronous
+//     standbys.
 //   - The channel is named after Options.ChannelPrefix only, so every
 //     listener of that prefix in the database receives the notifications of
 //     every table that uses it and drops the ones it does not need. Give each

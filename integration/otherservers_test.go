@@ -60,9 +60,7 @@ func TestFaultsMongo(t *testing.T) {
 			t.Cleanup(func() { _ = c.Terminate(context.Background()) })
 		}
 		if err != nil {
-			// No server was asked for: a Docker that cannot run the image is
-			// not a failure.
-			t.Skipf("skipped: starting a mongo:7 container: %v", err)
+			testenv.Unavailable(t, fmt.Sprintf("Docker works but a mongo:7 container did not start: %v", err))
 		}
 		if u, err = c.ConnectionString(ctx); err != nil {
 			t.Fatal(err)
@@ -146,9 +144,7 @@ func TestFaultsRethink(t *testing.T) {
 			t.Cleanup(func() { _ = c.Terminate(context.Background()) })
 		}
 		if err != nil {
-			// No server was asked for: a Docker that cannot run the image is
-			// not a failure.
-			t.Skipf("skipped: starting a rethinkdb:2.4 container: %v", err)
+			testenv.Unavailable(t, fmt.Sprintf("Docker works but a rethinkdb:2.4 container did not start: %v", err))
 		}
 		if addr, err = c.PortEndpoint(ctx, "28015/tcp", ""); err != nil {
 			t.Fatal(err)

@@ -17,7 +17,6 @@ func TestDefaults(t *testing.T) {
 		ElectionTimeoutMin: 2 * time.Second,
 		ElectionTimeoutMax: 4 * time.Second,
 		LeaseDuration:      1500 * time.Millisecond,
-		VacancyJitter:      2 * time.Millisecond,
 	}
 	if d != want {
 		t.Fatalf("DefaultTiming() = %+v, want %+v", d, want)
@@ -27,7 +26,7 @@ func TestDefaults(t *testing.T) {
 	}
 	// A lease derived from shrunk timings stays between heartbeat and timeout.
 	small := heartbeat.Timing{HeartbeatInterval: 10 * time.Millisecond, ElectionTimeoutMin: 50 * time.Millisecond}.WithDefaults()
-	if small.LeaseDuration != 30*time.Millisecond || small.ElectionTimeoutMax != 4*time.Second || small.VacancyJitter != time.Millisecond {
+	if small.LeaseDuration != 30*time.Millisecond || small.ElectionTimeoutMax != 4*time.Second || small.VacancyJitter != 0 {
 		t.Fatalf("derived %+v", small)
 	}
 	if err := small.Validate(); err != nil {
@@ -67,7 +66,7 @@ func TestValidateNamesTheFields(t *testing.T) {
 }
 
 func TestRandomizedDurationsStayInBounds(t *testing.T) {
-	tm := heartbeat.Timing{HeartbeatInterval: 10 * time.Millisecond, ElectionTimeoutMin: 100 * time.Millisecond, ElectionTimeoutMax: 200 * time.Millisecond}.WithDefaults()
+	tm := heartbeat.Timing{HeartbeatInterval: 10 * time.Millisecond, ElectionTimeoutMin: 100 * time.Millisecond, ElectionTimeoutMax: 200 * time.Millisecond, VacancyJitter: time.Millisecond}.WithDefaults()
 	r := rand.New(rand.NewPCG(1, 2))
 	var lo, hi bool
 	for range 10000 {

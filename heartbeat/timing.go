@@ -13,9 +13,6 @@ const (
 	DefaultHeartbeatInterval  = 1 * time.Second
 	DefaultElectionTimeoutMin = 2 * time.Second
 	DefaultElectionTimeoutMax = 4 * time.Second
-	// DefaultVacancyJitterMax bounds the random delay before a follower
-	// claims a vacant election, unless HeartbeatInterval/10 is smaller.
-	DefaultVacancyJitterMax = 2 * time.Millisecond
 )
 
 // ErrInvalidTiming is matched (with errors.Is) by every error of
@@ -49,19 +46,22 @@ type Timing struct {
 	// HeartbeatInterval and ElectionTimeoutMin (1.5 s with the defaults).
 	LeaseDuration time.Duration
 	// VacancyJitter is the largest random delay before a follower claims an
-	// election it has seen made vacant (after a resign). It keeps many
-	// followers from colliding; the compare-and-set keeps them safe when
-	// they do. Default: the smaller of 2 ms and HeartbeatInterval/10.
+	// election it has seen made vacant (after a resign). Default 0: every
+	// follower claims at once, and the compare-and-set lets exactly one
+	// win. A jitter only spares the store the refused claims of the
+	// others, and costs every handover about a millisecond at least (Go's
+	// timers wake at millisecond granularity): set a few milliseconds when
+	// an election has dozens of campaigners.
 	VacancyJitter time.Duration
 }
 
 // DefaultTiming returns the default timings: heartbeat 1 s, election timeout
-// in [2 s, 4 s], lease 1.5 s.
+// in [2 s, 4 s], lease 1.5 s, no vacancy jitter.
 func DefaultTiming() Timing { return Timing{}.WithDefaults() }
 
 // WithDefaults returns t with every zero field replaced by its default.
-// Derived defaults (LeaseDuration, VacancyJitter) are computed from the
-// other fields after those have their defaults.
+// The derived default of LeaseDuration is computed from the other fields
+// after those have their defaults. VacancyJitter's default is 0.
 func (t Timing) WithDefaults() Timing {
 	if t.HeartbeatInterval == 0 {
 		t.HeartbeatInterval = DefaultHeartbeatInterval
@@ -74,9 +74,6 @@ func (t Timing) WithDefaults() Timing {
 	}
 	if t.LeaseDuration == 0 && t.HeartbeatInterval > 0 && t.ElectionTimeoutMin > t.HeartbeatInterval {
 		t.LeaseDuration = t.HeartbeatInterval + (t.ElectionTimeoutMin-t.HeartbeatInterval)/2
-	}
-	if t.VacancyJitter == 0 {
-		t.VacancyJitter = min(DefaultVacancyJitterMax, t.HeartbeatInterval/10)
 	}
 	return t
 }

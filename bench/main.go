@@ -1,0 +1,321 @@
+// Command bench measures leaderfeed against etcd's concurrency.Election in
+// one process and one run: clean handover, crash failover at the same
+// dead-leader bound, the time an observer takes to learn the new leader,
+// store writes per heartbeat interval, and notification fan-out to 10, 100
+// and 1,000 followers. It writes a Markdown table (results.md) and a plot
+// of the latency distributions (latency.png) to -out.
+//
+// leaderfeed runs on the memory backend always, and on PostgreSQL when a
+// URL is given (-postgres, or LEADERFEED_POSTGRES_URL). etcd runs embedded
+// on loopback, with its data in a temporary directory removed at exit.
+// bench/run.sh starts a throwaway PostgreSQL when no URL is given.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+	"github.com/leaderfeed/leaderfeed/memory"
+	"github.com/leaderfeed/leaderfeed/postgres"
+)
+
+// config is what the flags set.
+type config struct {
+	out          string
+	pgURL        string
+	mongoURL     string
+	rethinkAddr  string
+	samples      int
+	crashSamples int
+	fanoutRounds int
+	fanout       []int
+	intervals    int
+	ttl          int
+	strict       bool
+	diagJitter   time.Duration // 0: no diagnostic handover
+	settle       time.Duration
+	timing       heartbeat.Timing // leaderfeed's, derived from ttl
+}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&c.out, "out", "out", "folder for results.md and latency.png")
+	fs.StringVar(&c.pgURL, "postgres", os.Getenv("LEADERFEED_POSTGRES_URL"), "PostgreSQL URL (default $LEADERFEED_POSTGRES_URL); empty: skip PostgreSQL (bench/run.sh starts one)")
+	fs.StringVar(&c.mongoURL, "mongo", os.Getenv("LEADERFEED_MONGO_URL"), "MongoDB URL, a replica set (default $LEADERFEED_MONGO_URL); empty: skip MongoDB")
+	fs.StringVar(&c.rethinkAddr, "rethink", os.Getenv("LEADERFEED_RETHINK_ADDR"), "RethinkDB host:port (default $LEADERFEED_RETHINK_ADDR); empty: skip RethinkDB")
+	fs.IntVar(&c.samples, "samples", 250, "handover and observer samples per system")
+	fs.IntVar(&c.crashSamples, "crash-samples", 200, "crash failover samples per system (about 1.5 s each; the systems run side by side)")
+	fs.IntVar(&c.fanoutRounds, "fanout-rounds", 100, "handovers per fan-out size; samples = rounds × followers")
+	sizes := fs.String("fanout", "10,100,1000", "fan-out sizes (followers)")
+	fs.IntVar(&c.intervals, "intervals", 40, "heartbeat intervals to count writes over")
+	fs.IntVar(&c.ttl, "ttl", 1, "dead-leader bound in seconds: etcd's session TTL and leaderfeed's ElectionTimeoutMax")
+	fs.BoolVar(&c.strict, "strict", true, "also measure leaderfeed's crash failover (on PostgreSQL, else memory) with ElectionTimeoutMin = ElectionTimeoutMax = TTL")
+	fs.DurationVar(&c.diagJitter, "diag-jitter", 2*time.Millisecond, "also measure leaderfeed's handover (on PostgreSQL, else memory) with this VacancyJitter (default 0), to show what a jitter costs; 0: don't")
+	fs.DurationVar(&c.settle, "settle", 150*time.Millisecond, "pause before each handover; keep it above etcd's 100 ms watcher sync period")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return c, fmt.Errorf("-fanout: bad size %q", s)
+		}
+		c.fanout = append(c.fanout, n)
+	}
+	if c.ttl < 1 {
+		return c, errors.New("-ttl must be at least 1 (etcd's lease TTLs are whole seconds)")
+	}
+	// The default timing scaled down to the bound: heartbeat : timeout min
+	// : timeout max = 1 : 2 : 4 (1 s, 2 s, 4 s by default).
+	bound := time.Duration(c.ttl) * time.Second
+	c.timing = heartbeat.Timing{HeartbeatInterval: bound / 4, ElectionTimeoutMin: bound / 2, ElectionTimeoutMax: bound}.WithDefaults()
+	return c, c.timing.Validate()
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func memorySystem() *lfSystem {
+	store := memory.NewStore()
+	return &lfSystem{name: "leaderfeed/memory", open: func(_ context.Context, election string, _ bool) (base.Backend, func(), error) {
+		b, err := store.Backend(election)
+		return b, func() {}, err
+	}}
+}
+
+var pgOptions = postgres.Options{Table: "leaderfeed_bench", ChannelPrefix: "leaderfeed_bench"}
+
+// postgresSystem prepares the table and returns the system, the server's
+// version and a function that closes the shared pool.
+func postgresSystem(ctx context.Context, url string) (*lfSystem, string, func(), error) {
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("postgres: %w", err)
+	}
+	pcfg.MaxConns = 16
+	shared, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("postgres: %w", err)
+	}
+	var version string
+	if err := shared.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
+		shared.Close()
+		return nil, "", nil, fmt.Errorf("postgres: %w (is the server at -postgres up?)", err)
+	}
+	setupOpts := pgOptions
+	setupOpts.CreateIfMissing = true
+	b, err := postgres.New(shared, "bench-setup", setupOpts)
+	if err == nil {
+		if err = b.Start(ctx); err == nil {
+			err = b.Create(ctx)
+		}
+		_ = b.Close()
+	}
+	if err != nil {
+		shared.Close()
+		return nil, "", nil, err
+	}
+	open := func(ctx context.Context, election string, own bool) (base.Backend, func(), error) {
+		pool, release := shared, func() {}
+		if own {
+			c := pcfg.Copy()
+			c.MaxConns = 4
+			p, err := pgxpool.NewWithConfig(ctx, c)
+			if err != nil {
+				return nil, nil, err
+			}
+			pool, release = p, p.Close
+		}
+		b, err := postgres.New(pool, election, pgOptions)
+		if err != nil {
+			release()
+			return nil, nil, err
+		}
+		return b, release, nil
+	}
+	return &lfSystem{name: "leaderfeed/postgres", open: open}, version, shared.Close, nil
+}
+
+// mainSystem is the one the targets are about: PostgreSQL if measured,
+// else memory.
+func mainSystem(systems []*lfSystem) *lfSystem {
+	for _, s := range systems {
+		if s.name == "leaderfeed/postgres" {
+			return s
+		}
+	}
+	return systems[0]
+}
+
+func run(ctx context.Context, cfg config) error {
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		return err
+	}
+	rep := &report{cfg: cfg, started: time.Now(), load0: loadavg(), args: os.Args[1:]}
+
+	systems := []*lfSystem{memorySystem()}
+	if cfg.pgURL != "" {
+		pg, version, closePG, err := postgresSystem(ctx, cfg.pgURL)
+		if err != nil {
+			return err
+		}
+		defer closePG()
+		rep.pgVersion = version
+		systems = append(systems, pg)
+	} else {
+		logf("no PostgreSQL URL: skipping leaderfeed/postgres (give -postgres or LEADERFEED_POSTGRES_URL, or use bench/run.sh, which starts a server)")
+		rep.skipped = append(rep.skipped, "leaderfeed/postgres: no URL given")
+	}
+	if cfg.mongoURL != "" {
+		s, closeMongo, err := mongoSystem(ctx, cfg.mongoURL)
+		if err != nil {
+			return err
+		}
+		defer closeMongo()
+		systems = append(systems, s)
+	} else {
+		rep.skipped = append(rep.skipped, "leaderfeed/mongo: no server given (-mongo or LEADERFEED_MONGO_URL)")
+	}
+	if cfg.rethinkAddr != "" {
+		s, closeRethink, err := rethinkSystem(ctx, cfg.rethinkAddr)
+		if err != nil {
+			return err
+		}
+		defer closeRethink()
+		systems = append(systems, s)
+		if os.Getenv("LEADERFEED_RETHINK_REQLITE") == "1" {
+			rep.caveats = append(rep.caveats, "leaderfeed/rethink ran on reqlite, a RethinkDB stand-in in JavaScript, not on RethinkDB: its numbers say nothing about a real server")
+		}
+	} else {
+		rep.skipped = append(rep.skipped, "leaderfeed/rethink: no server given (-rethink or LEADERFEED_RETHINK_ADDR)")
+	}
+	etcd, err := startEtcd(cfg.ttl)
+	if err != nil {
+		return err
+	}
+	defer etcd.close()
+	logf("etcd %s on %s; leaderfeed timing %+v; etcd session TTL %d s", etcdVersion(), etcd.endpoints[0], cfg.timing, cfg.ttl)
+
+	record := func(s series, err error) {
+		if err != nil {
+			logf("  %s %s: FAILED: %v", s.scenario, s.system, err)
+			s.note = "failed: " + err.Error()
+		} else {
+			sum := summarize(s.samples)
+			logf("  %s %s: n=%d p50=%s p99=%s max=%s ms", s.scenario, s.system, sum.n, ms(sum.p50), ms(sum.p99), ms(sum.max))
+		}
+		rep.series = append(rep.series, s)
+	}
+
+	logf("handover and observer (%d samples each)", cfg.samples)
+	for _, s := range systems {
+		h, o, err := s.handover(ctx, cfg)
+		record(h, err)
+		record(o, err)
+	}
+	h, o, err := etcd.handover(ctx, cfg)
+	record(h, err)
+	record(o, err)
+	if cfg.diagJitter > 0 {
+		// What does a vacancy jitter cost a handover? (None by default;
+		// 2 ms was the default before.)
+		d := cfg
+		d.timing.VacancyJitter = cfg.diagJitter
+		s := mainSystem(systems)
+		h, _, err := s.handover(ctx, d)
+		h.scenario = "handover-jitter"
+		record(h, err)
+	}
+
+	for _, n := range cfg.fanout {
+		logf("fan-out to %d followers (%d rounds)", n, cfg.fanoutRounds)
+		for _, s := range systems {
+			record(s.fanout(ctx, cfg, n))
+		}
+		record(etcd.fanout(ctx, cfg, n))
+	}
+
+	logf("writes per heartbeat interval (%d intervals of %v)", cfg.intervals, cfg.timing.HeartbeatInterval)
+	for _, s := range systems {
+		row, err := s.writes(ctx, cfg)
+		rep.addWrites(row, err)
+	}
+	row, err := etcd.writes(ctx, cfg)
+	rep.addWrites(row, err)
+
+	// Crash failover is timer-bound (hundreds of milliseconds per sample),
+	// so the systems run side by side rather than one after the other.
+	logf("crash failover (%d samples each, systems side by side; about 1.5 s per sample)", cfg.crashSamples)
+	runs := []func() (series, error){}
+	for _, s := range systems {
+		runs = append(runs, func() (series, error) { return s.crash(ctx, cfg, cfg.timing, "crash") })
+	}
+	if cfg.strict {
+		s := mainSystem(systems)
+		t := cfg.timing
+		t.ElectionTimeoutMin, t.LeaseDuration = t.ElectionTimeoutMax, 0
+		runs = append(runs, func() (series, error) { return s.crash(ctx, cfg, t.WithDefaults(), "crash-strict") })
+	}
+	runs = append(runs, func() (series, error) { return etcd.crash(ctx, cfg) })
+	results := make([]struct {
+		s   series
+		err error
+	}, len(runs))
+	var wg sync.WaitGroup
+	for i, r := range runs {
+		wg.Go(func() { results[i].s, results[i].err = r() })
+	}
+	wg.Wait()
+	for _, r := range results {
+		record(r.s, r.err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	rep.finished = time.Now()
+	rep.load1 = loadavg()
+	md := filepath.Join(cfg.out, "results.md")
+	if err := os.WriteFile(md, []byte(rep.markdown()), 0o644); err != nil {
+		return err
+	}
+	png := filepath.Join(cfg.out, "latency.png")
+	if err := plotLatency(png, rep.series); err != nil {
+		return err
+	}
+	logf("wrote %s and %s in %v", md, png, rep.finished.Sub(rep.started).Round(time.Second))
+	return nil
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# bench/run.sh: run the leaderfeed-vs-etcd benchmark with one command.
+#
+#	bash bench/run.sh [flags of the benchmark program...]
+#
+# Embedded etcd and the memory backend need nothing. PostgreSQL: if
+# LEADERFEED_POSTGRES_URL is set it is used as it is; otherwise a throwaway
+# server is started with ../.ci/postgres.sh (installing Debian's postgresql
+# package if needed) and stopped again at exit. Its state lives in a private
+# temporary directory, so it never touches a server that the test scripts
+# started. MongoDB and RethinkDB are benchmarked when LEADERFEED_MONGO_URL or
+# LEADERFEED_RETHINK_ADDR is set (see -h).
+#
+# Output: bench/out/results.md and bench/out/latency.png (change with -out).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$here"
+
+if [ -z "${LEADERFEED_POSTGRES_URL:-}" ]; then
+	pgtmp="$(mktemp -d "${TMPDIR:-/tmp}/leaderfeed-bench-pg.XXXXXX")"
+	chmod 755 "$pgtmp" # the server runs as user postgres when we are root
+	cleanup() {
+		leaderfeed_postgres_stop || true
+		rm -rf -- "$pgtmp"
+	}
+	trap cleanup EXIT
+	set +e
+	# shellcheck source=../.ci/postgres.sh
+	TMPDIR="$pgtmp" source ../.ci/postgres.sh
+	set -e
+	if [ -z "${LEADERFEED_POSTGRES_URL:-}" ]; then
+		echo "run.sh: could not start PostgreSQL; set LEADERFEED_POSTGRES_URL" >&2
+		exit 1
+	fi
+fi
+
+go run . -out "$here/out" "$@"

@@ -243,6 +243,32 @@ func TestLostReplyKeepsLeadership(t *testing.T) {
 	}
 }
 
+// The same with the leader's feed down, so that the only way it can learn
+// of its own committed write is the conflict of its next renewal: it must
+// recognise the current record as its own and keep leading.
+func TestLostReplyWithFeedDownKeepsLeadership(t *testing.T) {
+	c := cluster(t, memory.NewStore(), timing, 2)
+	l := c.WaitLeader(t, wait)
+	c.WaitSubscribed(t)
+	term, _ := l.Feed.Term()
+	l.Faulty.Inject(basetest.Fault{Method: basetest.MethodSubscribe, Err: errors.New("feed refused")})
+	mark := len(l.Events())
+	l.Faulty.BreakFeed(nil)
+	l.WaitEvent(t, mark, wait, "subscribe-error", func(e base.Event) bool { return e.Type == base.EventSubscribeError })
+	calls := l.Faulty.Calls(basetest.MethodHeartbeat)
+	l.Faulty.Inject(basetest.Fault{Method: basetest.MethodHeartbeat, Nth: 1, After: true})
+	deadline := time.Now().Add(10 * timing.HeartbeatInterval)
+	for time.Now().Before(deadline) {
+		if got, ok := l.Feed.Term(); !ok || got != term {
+			t.Fatalf("leadership lost after a lost reply with the feed down (term %d, leading %v)", got, ok)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got := l.Faulty.Calls(basetest.MethodHeartbeat) - calls; got < 5 {
+		t.Fatalf("%d renewals in 10 heartbeat intervals after the lost reply, want renewals to go on", got)
+	}
+}
+
 func TestBrokenFeedReopensAndPolls(t *testing.T) {
 	c := cluster(t, memory.NewStore(), timing, 2)
 	l := c.WaitLeader(t, wait)

@@ -464,6 +464,14 @@ func (l *loop) renew(parent context.Context) error {
 		l.observe(res, true)
 		l.renewTimer.Reset(max(0, time.Until(sentAt.Add(l.t.HeartbeatInterval))))
 		return nil
+	case errors.As(err, &conflict) && conflict.Current.Leader == l.f.id && conflict.Current.Term == l.term:
+		// The store holds our own later write: an earlier renewal committed
+		// but its reply was lost. Only this node writes its id with this
+		// term, so take the revision and renew on it at once; the lease
+		// still runs from the last renewal whose reply came back.
+		l.myRev = conflict.Current.Revision
+		l.renewTimer.Reset(0)
+		return fmt.Errorf("leaderfeed: renew: reply of an earlier renewal was lost: %w", err)
 	case errors.As(err, &conflict):
 		l.stepDown(ReasonDeposed, err)
 		l.observe(conflict.Current, true)

@@ -52,7 +52,7 @@ func TestFaultsMongo(t *testing.T) {
 	requested := u != ""
 	if !requested {
 		if !testenv.DockerWorks() {
-			t.Skip("skipped: no real MongoDB (set LEADERFEED_MONGO_URL or make Docker work); lungo is in-process only")
+			t.Skip("skipped, also in CI by design: cross-process faults need a real MongoDB (LEADERFEED_MONGO_URL or Docker); lungo is in-process only")
 		}
 		containerStarted()
 		c, err := mongodb.Run(ctx, "mongo:7", mongodb.WithReplicaSet("rs0"))
@@ -134,7 +134,7 @@ func TestFaultsRethink(t *testing.T) {
 	}
 	if addr == "" {
 		if !testenv.DockerWorks() {
-			t.Skip("skipped: no real RethinkDB (set LEADERFEED_RETHINK_ADDR to one or make Docker work); reqlite is not atomic")
+			t.Skip("skipped, also in CI by design: cross-process faults need a real RethinkDB (LEADERFEED_RETHINK_ADDR or Docker); reqlite is not atomic")
 		}
 		containerStarted()
 		c, err := testcontainers.Run(ctx, "rethinkdb:2.4",

@@ -138,6 +138,14 @@ type NodeLog struct {
 	// (taken after waiting for it). A term still open at the end of the
 	// log ends here: a dead process does not act.
 	End int64
+	// Killed, if not 0, is when the harness sent the process SIGKILL
+	// (taken as the kill(2) call returned). A term still open at the end
+	// of the log ends here rather than at End: once kill(2) has returned,
+	// the process can no longer return to user space, while End is only
+	// noticed after its output has been drained and it has been waited
+	// for, which on a loaded machine can be hundreds of milliseconds later
+	// and would show overlaps that never happened.
+	Killed int64
 }
 
 // Fault is one injected fault, as the harness recorded it.
@@ -168,7 +176,7 @@ type Interval struct {
 	Term   uint64
 	Start  int64
 	End    int64
-	Reason string // of the unelected line, or "process-ended"
+	Reason string // of the unelected line, or "killed" or "process-ended"
 }
 
 // String formats the interval with its times in seconds.
@@ -288,11 +296,15 @@ func Check(logs []NodeLog, faults []Fault, bound time.Duration) *Report {
 			}
 		}
 		if open != nil {
-			if lg.End == 0 {
+			switch {
+			case lg.Killed != 0 && (lg.End == 0 || lg.Killed < lg.End):
+				open.End, open.Reason = max(lg.Killed, open.Start), "killed"
+			case lg.End != 0:
+				open.End, open.Reason = max(lg.End, open.Start), "process-ended"
+			default:
 				r.LogErrors = append(r.LogErrors, fmt.Sprintf("%s: term %d open and no end of the process recorded", lg.Proc, open.Term))
 				continue
 			}
-			open.End, open.Reason = max(lg.End, open.Start), "process-ended"
 			r.Intervals = append(r.Intervals, *open)
 		}
 	}

@@ -65,13 +65,30 @@ func TestCheck(t *testing.T) {
 			want:  []string{"overlapping leadership", "n1#1 term 1 [0.100000, 0.300000]", "overlaps n2#1 term 2 [0.250000, 0.400000]", "by 50ms"},
 		},
 		{
-			name: "killed leader overlaps",
+			name: "ended leader overlaps",
 			logs: []NodeLog{
 				{Proc: "n1#1", End: 500 * ms, Lines: []Line{el(100, 1)}},
 				{Proc: "n2#1", End: 1000 * ms, Lines: []Line{el(450, 2), un(600, 2, "stopped")}},
 			},
 			fault: kill,
 			want:  []string{"overlapping leadership", "process-ended"},
+		},
+		{
+			name: "killed leader ends at the kill, not when its end was noticed",
+			logs: []NodeLog{
+				{Proc: "n1#1", End: 900 * ms, Killed: 150 * ms, Lines: []Line{el(100, 1)}},
+				{Proc: "n2#1", End: 1000 * ms, Lines: []Line{el(450, 2), un(600, 2, "stopped")}},
+			},
+			fault: kill,
+		},
+		{
+			name: "killed leader overlaps",
+			logs: []NodeLog{
+				{Proc: "n1#1", End: 900 * ms, Killed: 500 * ms, Lines: []Line{el(100, 1)}},
+				{Proc: "n2#1", End: 1000 * ms, Lines: []Line{el(450, 2), un(600, 2, "stopped")}},
+			},
+			fault: kill,
+			want:  []string{"overlapping leadership", "n1#1 term 1 [0.100000, 0.500000]", "ended: killed", "by 50ms"},
 		},
 		{
 			name: "term not increasing",

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,6 +117,7 @@ type proc struct {
 	feedUp    bool
 	subErrors int
 	end       int64
+	killed    int64 // when kill sent it SIGKILL
 	badLines  []string
 }
 
@@ -127,6 +129,8 @@ type harness struct {
 	rng    *rand.Rand
 	prox   []*Proxy
 	nextID []int
+	// command makes the command of a node process; nil: the node program.
+	command func(id string) *exec.Cmd
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on every change of state
@@ -167,16 +171,21 @@ func (h *harness) notify() {
 func (h *harness) start(i int) error {
 	h.nextID[i]++
 	id := fmt.Sprintf("n%d", i+1)
-	tm := h.cfg.timing
-	cmd := exec.Command(nodeBinary(h.t),
-		"-backend", h.srv.name(),
-		"-election", h.cfg.election,
-		"-id", id,
-		"-heartbeat", tm.HeartbeatInterval.String(),
-		"-emin", tm.ElectionTimeoutMin.String(),
-		"-emax", tm.ElectionTimeoutMax.String(),
-	)
-	cmd.Env = append(os.Environ(), "LEADERFEED_NODE_URL="+h.srv.nodeURL(h.prox[i].Addr()))
+	var cmd *exec.Cmd
+	if h.command != nil {
+		cmd = h.command(id)
+	} else {
+		tm := h.cfg.timing
+		cmd = exec.Command(nodeBinary(h.t),
+			"-backend", h.srv.name(),
+			"-election", h.cfg.election,
+			"-id", id,
+			"-heartbeat", tm.HeartbeatInterval.String(),
+			"-emin", tm.ElectionTimeoutMin.String(),
+			"-emax", tm.ElectionTimeoutMax.String(),
+		)
+		cmd.Env = append(os.Environ(), "LEADERFEED_NODE_URL="+h.srv.nodeURL(h.prox[i].Addr()))
+	}
 	// Should the test process die without its cleanup, its nodes die too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p := &proc{name: fmt.Sprintf("%s#%d", id, h.nextID[i]), id: id, slot: i, cmd: cmd, stderr: &tail{}, done: make(chan struct{})}
@@ -236,6 +245,39 @@ func (h *harness) read(p *proc, out io.Reader) {
 	h.notify()
 	h.mu.Unlock()
 	close(p.done)
+}
+
+// kill sends p SIGKILL and notes when: the checker ends p's open term
+// there, not when the harness gets round to noticing that p has ended.
+func (h *harness) kill(p *proc) error {
+	if p.cmd.Process == nil {
+		return nil
+	}
+	err := p.cmd.Process.Signal(syscall.SIGKILL)
+	// Taken once kill(2) has returned: from then on p cannot run user code
+	// again (a thread running on another CPU is interrupted within
+	// microseconds), so no earlier moment would be safe to end its term at.
+	at := Monotonic()
+	if err != nil {
+		return err // already waited for: its end is recorded
+	}
+	h.mu.Lock()
+	if p.killed == 0 {
+		p.killed = at
+	}
+	h.mu.Unlock()
+	return nil
+}
+
+// logs returns the logs of every process started so far.
+func (h *harness) logs() []NodeLog {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	logs := make([]NodeLog, 0, len(h.procs))
+	for _, p := range h.procs {
+		logs = append(logs, NodeLog{Proc: p.name, Lines: slices.Clone(p.lines), End: p.end, Killed: p.killed})
+	}
+	return logs
 }
 
 // waitFor waits until cond (called with h.mu held) is true.
@@ -358,10 +400,9 @@ func (h *harness) run(ctx context.Context) {
 		t.Error(failed)
 	}
 
+	logs := h.logs()
 	h.mu.Lock()
-	logs := make([]NodeLog, 0, len(h.procs))
 	for _, p := range h.procs {
-		logs = append(logs, NodeLog{Proc: p.name, Lines: p.lines, End: p.end})
 		for _, b := range p.badLines {
 			t.Errorf("%s: %s", p.name, b)
 		}
@@ -401,7 +442,7 @@ func (h *harness) keepLogs(logs []NodeLog, faults []Fault) {
 		for _, l := range lg.Lines {
 			b.WriteString(l.String() + "\n")
 		}
-		fmt.Fprintf(&b, "end %d\n", lg.End)
+		fmt.Fprintf(&b, "end %d killed %d\n", lg.End, lg.Killed)
 		_ = os.WriteFile(filepath.Join(dir, strings.ReplaceAll(lg.Proc, "#", "_")+".log"), []byte(b.String()), 0o644)
 	}
 	h.t.Logf("node logs and faults kept in %s", dir)
@@ -421,7 +462,7 @@ func (h *harness) inject(ctx context.Context, kind string, leader *proc) error {
 	switch kind {
 	case faultKill:
 		h.record(Fault{Kind: kind, Victim: leader.name, At: Monotonic(), NewLeader: true})
-		if err := leader.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		if err := h.kill(leader); err != nil {
 			return err
 		}
 		select {
@@ -561,9 +602,7 @@ func (h *harness) killAll() {
 	procs := append([]*proc(nil), h.procs...)
 	h.mu.Unlock()
 	for _, p := range procs {
-		if p.cmd.Process != nil {
-			_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		}
+		_ = h.kill(p)
 	}
 	for _, p := range procs {
 		<-p.done

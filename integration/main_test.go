@@ -51,6 +51,10 @@ func nodeBinary(t testing.TB) string {
 }
 
 func TestMain(m *testing.M) {
+	if id := os.Getenv(fakeNodeEnv); id != "" {
+		fakeNode(id)
+		return
+	}
 	code := m.Run()
 	if node.dir != "" {
 		os.RemoveAll(node.dir)

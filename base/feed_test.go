@@ -13,6 +13,7 @@ import (
 
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
+	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/memory"
 )
@@ -133,8 +134,8 @@ func TestStopBeforeStart(t *testing.T) {
 
 func TestStartFailureCanBeRetried(t *testing.T) {
 	b, _ := memory.NewStore().Backend("e")
-	fb := basetest.Wrap(b)
-	fb.Inject(basetest.Fault{Method: basetest.MethodCreate, Nth: 1, Err: errors.New("no permission")})
+	fb := faulty.Wrap(b)
+	fb.Inject(faulty.Fault{Method: faulty.MethodCreate, Nth: 1, Err: errors.New("no permission")})
 	f, _ := base.New(fb, "n1", base.Options{Timing: timing})
 	if err := f.Start(ctx(t)); err == nil || !strings.Contains(err.Error(), "no permission") {
 		t.Fatalf("Start: %v, want the Create error", err)
@@ -156,14 +157,14 @@ func TestRenewErrorsStepDownBeforeLeaseEnds(t *testing.T) {
 			c := cluster(t, memory.NewStore(), timing, 1)
 			l := c.WaitLeader(t, wait)
 			lctx, term, _ := l.Feed.LeaderContext()
-			ft := basetest.Fault{Method: basetest.MethodHeartbeat, Hang: mode == "hang"}
+			ft := faulty.Fault{Method: faulty.MethodHeartbeat, Hang: mode == "hang"}
 			injected := time.Now()
 			l.Faulty.Inject(ft)
 			e, _ := l.WaitEvent(t, 0, wait, "unelected", func(e base.Event) bool { return e.Type == base.EventUnelected })
 			if e.Reason != base.ReasonLeaseExpired || e.Term != term {
 				t.Fatalf("unelected %v, want lease-expired of term %d", e, term)
 			}
-			if mode == "fail" && !errors.Is(e.Err, basetest.ErrInjected) {
+			if mode == "fail" && !errors.Is(e.Err, faulty.ErrInjected) {
 				t.Errorf("unelected carries %v, want the last renewal error", e.Err)
 			}
 			// The last good renewal was sent before the fault was injected.
@@ -174,7 +175,7 @@ func TestRenewErrorsStepDownBeforeLeaseEnds(t *testing.T) {
 			if l.Feed.IsLeader() {
 				t.Fatal("IsLeader after the lease ran out")
 			}
-			if got := l.Faulty.Calls(basetest.MethodHeartbeat); mode == "fail" && got < 3 {
+			if got := l.Faulty.Calls(faulty.MethodHeartbeat); mode == "fail" && got < 3 {
 				t.Errorf("%d renewal attempts, want retries until the lease ran out", got)
 			}
 		})
@@ -233,7 +234,7 @@ func TestLostReplyKeepsLeadership(t *testing.T) {
 	c := cluster(t, memory.NewStore(), timing, 2)
 	l := c.WaitLeader(t, wait)
 	term, _ := l.Feed.Term()
-	l.Faulty.Inject(basetest.Fault{Method: basetest.MethodHeartbeat, Nth: 1, After: true})
+	l.Faulty.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Nth: 1, After: true})
 	deadline := time.Now().Add(10 * timing.HeartbeatInterval)
 	for time.Now().Before(deadline) {
 		if got, ok := l.Feed.Term(); !ok || got != term {
@@ -251,12 +252,12 @@ func TestLostReplyWithFeedDownKeepsLeadership(t *testing.T) {
 	l := c.WaitLeader(t, wait)
 	c.WaitSubscribed(t)
 	term, _ := l.Feed.Term()
-	l.Faulty.Inject(basetest.Fault{Method: basetest.MethodSubscribe, Err: errors.New("feed refused")})
+	l.Faulty.Inject(faulty.Fault{Method: faulty.MethodSubscribe, Err: errors.New("feed refused")})
 	mark := len(l.Events())
 	l.Faulty.BreakFeed(nil)
 	l.WaitEvent(t, mark, wait, "subscribe-error", func(e base.Event) bool { return e.Type == base.EventSubscribeError })
-	calls := l.Faulty.Calls(basetest.MethodHeartbeat)
-	l.Faulty.Inject(basetest.Fault{Method: basetest.MethodHeartbeat, Nth: 1, After: true})
+	calls := l.Faulty.Calls(faulty.MethodHeartbeat)
+	l.Faulty.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Nth: 1, After: true})
 	deadline := time.Now().Add(10 * timing.HeartbeatInterval)
 	for time.Now().Before(deadline) {
 		if got, ok := l.Feed.Term(); !ok || got != term {
@@ -264,7 +265,7 @@ func TestLostReplyWithFeedDownKeepsLeadership(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if got := l.Faulty.Calls(basetest.MethodHeartbeat) - calls; got < 5 {
+	if got := l.Faulty.Calls(faulty.MethodHeartbeat) - calls; got < 5 {
 		t.Fatalf("%d renewals in 10 heartbeat intervals after the lost reply, want renewals to go on", got)
 	}
 }
@@ -279,16 +280,16 @@ func TestBrokenFeedReopensAndPolls(t *testing.T) {
 		}
 	}
 	c.WaitSubscribed(t)
-	gets := f.Faulty.Calls(basetest.MethodGet)
+	gets := f.Faulty.Calls(faulty.MethodGet)
 	// The first reopen is refused, the second takes 6 heartbeat intervals.
-	f.Faulty.Inject(basetest.Fault{Method: basetest.MethodSubscribe, Nth: 1})
-	f.Faulty.Inject(basetest.Fault{Method: basetest.MethodSubscribe, Nth: 2, Delay: 6 * timing.HeartbeatInterval})
+	f.Faulty.Inject(faulty.Fault{Method: faulty.MethodSubscribe, Nth: 1})
+	f.Faulty.Inject(faulty.Fault{Method: faulty.MethodSubscribe, Nth: 2, Delay: 6 * timing.HeartbeatInterval})
 	mark := len(f.Events())
 	f.Faulty.BreakFeed(nil)
 	_, i := f.WaitEvent(t, mark, wait, "subscribe-error", func(e base.Event) bool { return e.Type == base.EventSubscribeError })
 	_, i = f.WaitEvent(t, i+1, wait, "a second subscribe-error (reopen refused)", func(e base.Event) bool { return e.Type == base.EventSubscribeError })
 	f.WaitEvent(t, i+1, wait, "subscribe-started", func(e base.Event) bool { return e.Type == base.EventSubscribeStarted })
-	if got := f.Faulty.Calls(basetest.MethodGet) - gets; got < 4 {
+	if got := f.Faulty.Calls(faulty.MethodGet) - gets; got < 4 {
 		t.Fatalf("%d reads while the feed was down for 6 heartbeat intervals, want a poll every interval and a read after reopening", got)
 	}
 	if c.WaitLeader(t, 0) != l {
@@ -360,7 +361,7 @@ func TestSlowConsumerDoesNotDelayHeartbeats(t *testing.T) {
 // (goleak checks at the end of the package).
 func TestStopBoundedByContext(t *testing.T) {
 	b, _ := memory.NewStore().Backend("e")
-	fb := basetest.Wrap(b)
+	fb := faulty.Wrap(b)
 	f, _ := base.New(fb, "n1", base.Options{Timing: timing})
 	if err := f.Start(ctx(t)); err != nil {
 		t.Fatal(err)
@@ -368,7 +369,7 @@ func TestStopBoundedByContext(t *testing.T) {
 	for !f.IsLeader() {
 		time.Sleep(time.Millisecond)
 	}
-	fb.Inject(basetest.Fault{Method: basetest.MethodHeartbeat, Hang: true})
+	fb.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Hang: true})
 	c, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if err := f.Stop(c); !errors.Is(err, context.DeadlineExceeded) {
@@ -415,8 +416,8 @@ func TestProclaimPublishesValue(t *testing.T) {
 // not make the node leader: it is bounded by the lease and given up.
 func TestSlowClaimDoesNotLead(t *testing.T) {
 	b, _ := memory.NewStore().Backend("e")
-	fb := basetest.Wrap(b)
-	fb.Inject(basetest.Fault{Method: basetest.MethodHeartbeat, Delay: timing.LeaseDuration + 10*time.Millisecond})
+	fb := faulty.Wrap(b)
+	fb.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Delay: timing.LeaseDuration + 10*time.Millisecond})
 	f, _ := base.New(fb, "n1", base.Options{Timing: timing})
 	events := f.Events()
 	if err := f.Start(ctx(t)); err != nil {

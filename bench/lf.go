@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
-	"github.com/leaderfeed/leaderfeed/base/basetest"
+	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -30,7 +30,7 @@ type lfSystem struct {
 type lfNode struct {
 	id      string
 	feed    *base.Feed
-	faulty  *basetest.Faulty
+	faulty  *faulty.Backend
 	release func()
 }
 
@@ -48,7 +48,7 @@ func (s *lfSystem) startNode(ctx context.Context, election, id string, tm heartb
 	if err != nil {
 		return nil, err
 	}
-	fb := basetest.Wrap(b)
+	fb := faulty.Wrap(b)
 	f, err := base.New(fb, id, base.Options{Timing: tm, ObserveOnly: observeOnly})
 	if err != nil {
 		_ = b.Close()
@@ -381,19 +381,19 @@ func (s *lfSystem) writes(ctx context.Context, cfg config) (writesRow, error) {
 	if err := sleep(ctx, 2*cfg.timing.HeartbeatInterval+cfg.timing.HeartbeatInterval/2); err != nil {
 		return row, err
 	}
-	count := func(m basetest.Method) []int {
+	count := func(m faulty.Method) []int {
 		c := make([]int, len(all))
 		for i, n := range all {
 			c[i] = n.faulty.Calls(m)
 		}
 		return c
 	}
-	hb0, get0 := count(basetest.MethodHeartbeat), count(basetest.MethodGet)
+	hb0, get0 := count(faulty.MethodHeartbeat), count(faulty.MethodGet)
 	t0 := time.Now()
 	if err := sleep(ctx, time.Duration(cfg.intervals)*cfg.timing.HeartbeatInterval); err != nil {
 		return row, err
 	}
-	hb1, get1 := count(basetest.MethodHeartbeat), count(basetest.MethodGet)
+	hb1, get1 := count(faulty.MethodHeartbeat), count(faulty.MethodGet)
 	iv := float64(time.Since(t0)) / float64(cfg.timing.HeartbeatInterval)
 	if !cur.node.feed.IsLeader() {
 		return row, errors.New("leadership changed during the count")
@@ -413,7 +413,7 @@ func (s *lfSystem) writes(ctx context.Context, cfg config) (writesRow, error) {
 	}
 	row.reads = float64(reads) / iv
 	row.intervals = iv
-	row.note = "Heartbeat calls (each one compare-and-set write) counted per node by basetest.Wrap"
+	row.note = "Heartbeat calls (each one compare-and-set write) counted per node by faulty.Wrap"
 	return row, nil
 }
 

@@ -338,7 +338,7 @@ const method = `- **Handover rounds** (handover, observer, fan-out) start after 
   naming the new leader.
 - **Crash failover**: 3 candidates; after a random pause of 0–500 ms (so the
   crash falls at every phase of the renewal cycle) the leader dies: leaderfeed:
-  its backend is cut off with basetest.Faulty.Partition (every call fails, the
+  its backend is cut off with faulty.Backend.Partition (every call fails, the
   feed breaks: it can neither renew nor resign); etcd: its client is closed
   without closing the session, so keepalives stop and the lease is not
   revoked. Measured from the crash to the next leader's EventElected / Campaign
@@ -361,7 +361,7 @@ const method = `- **Handover rounds** (handover, observer, fan-out) start after 
   start: on PostgreSQL the NOTIFY often reaches the followers before the
   writer has read its own UPDATE's reply.)
 - **Writes**: leaderfeed: 3 candidates and an observer wrapped in
-  basetest.Wrap, whose Calls counts Heartbeat (every write leaderfeed makes is
+  faulty.Wrap, whose Calls counts Heartbeat (every write leaderfeed makes is
   one compare-and-set Heartbeat) and Get per node. etcd: 3 candidates; the
   embedded server's own counters (etcd_mvcc_put_total,
   etcd_debugging_lease_renewed_total, etcd_mvcc_range_total).

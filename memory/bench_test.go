@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
-	"github.com/leaderfeed/leaderfeed/base/basetest"
+	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/memory"
 )
@@ -25,7 +25,7 @@ func benchNodes(b *testing.B, tm heartbeat.Timing, n int) ([]*benchNode, <-chan 
 		if err != nil {
 			b.Fatal(err)
 		}
-		link := basetest.Wrap(be)
+		link := faulty.Wrap(be)
 		id := fmt.Sprintf("node-%d", i)
 		f, err := base.New(link, id, base.Options{Timing: tm})
 		if err != nil {
@@ -60,7 +60,7 @@ func benchNodes(b *testing.B, tm heartbeat.Timing, n int) ([]*benchNode, <-chan 
 type benchNode struct {
 	id   string
 	feed *base.Feed
-	link *basetest.Faulty
+	link *faulty.Backend
 	done chan struct{}
 }
 

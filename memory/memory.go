@@ -109,29 +109,6 @@ func (s *Store) Keys() []string {
 	return keys
 }
 
-// WriteRaw stores r under r.Election as a foreign client would: without
-// compare-and-set and without validation. Tests use it to plant malformed
-// records; subscribers see the record, or an Ignored notification if it
-// breaks the record rules.
-func (s *Store) WriteRaw(r heartbeat.Record) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r = r.Clone()
-	s.records[r.Election] = r
-	s.publishRecord(r)
-}
-
-// DeleteRecord deletes the record of election, as a foreign client would.
-func (s *Store) DeleteRecord(election string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.records[election]; !ok {
-		return
-	}
-	delete(s.records, election)
-	s.publish(base.Notification{Type: base.RecordDeleted, Record: heartbeat.Record{Election: election}}, election)
-}
-
 // publishRecord sends r to the subscribers of its election, as a record or,
 // when it is malformed, as an Ignored notification. s.mu is held.
 func (s *Store) publishRecord(r heartbeat.Record) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -20,7 +21,7 @@ type Node struct {
 	// Feed is the node's Feed.
 	Feed *base.Feed
 	// Faulty wraps the node's backend, to inject faults into it.
-	Faulty *Faulty
+	Faulty *faulty.Backend
 
 	mu     sync.Mutex
 	events []base.Event
@@ -105,7 +106,7 @@ func NewCluster(t testing.TB, open func(election string) (base.Backend, error), 
 		if err != nil {
 			t.Fatalf("open backend: %v", err)
 		}
-		f := Wrap(b)
+		f := faulty.Wrap(b)
 		node := &Node{ID: fmt.Sprintf("node-%d", i), Faulty: f, wake: make(chan struct{}, 1), done: make(chan struct{})}
 		if i >= n {
 			node.ID = fmt.Sprintf("observer-%d", i-n)
@@ -329,7 +330,7 @@ func (s *suite) feeds(t *testing.T) {
 		}
 		for i, n := range c.Nodes {
 			_, at := n.WaitEvent(t, marks[i], feedWait, "subscribe-error", func(e base.Event) bool {
-				return e.Type == base.EventSubscribeError && errors.Is(e.Err, ErrInjected)
+				return e.Type == base.EventSubscribeError && errors.Is(e.Err, faulty.ErrInjected)
 			})
 			n.WaitEvent(t, at, feedWait, "subscribe-started after the error", func(e base.Event) bool { return e.Type == base.EventSubscribeStarted })
 		}
@@ -349,7 +350,7 @@ func (s *suite) feeds(t *testing.T) {
 			}
 		}
 		c.WaitSubscribed(t)
-		f.Faulty.Inject(Fault{Method: MethodSubscribe, Err: errors.New("feed refused")})
+		f.Faulty.Inject(faulty.Fault{Method: faulty.MethodSubscribe, Err: errors.New("feed refused")})
 		mark := len(f.Events())
 		f.Faulty.BreakFeed(nil)
 		f.WaitEvent(t, mark, feedWait, "subscribe-error", func(e base.Event) bool { return e.Type == base.EventSubscribeError })
@@ -358,7 +359,7 @@ func (s *suite) feeds(t *testing.T) {
 			t.Fatalf("Resign: %v", err)
 		}
 		c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin, l)
-		if gets := f.Faulty.Calls(MethodGet); gets < 2 {
+		if gets := f.Faulty.Calls(faulty.MethodGet); gets < 2 {
 			t.Fatalf("the follower read the record %d times with its feed down, want polling", gets)
 		}
 	})

@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
-	"github.com/leaderfeed/leaderfeed/base/basetest"
+	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/memory"
 )
@@ -98,7 +98,7 @@ func main() {
 type node struct {
 	id     string
 	feed   *base.Feed
-	link   *basetest.Faulty // Partition cuts the node off the store
+	link   *faulty.Backend // Partition cuts the node off the store
 	freeze chan chan struct{}
 	jobs   sync.WaitGroup // the node's jobs, one per term it led
 }
@@ -124,7 +124,7 @@ func run(w io.Writer) error {
 		if err != nil {
 			return nil, err
 		}
-		n := &node{id: id, link: basetest.Wrap(b), freeze: make(chan chan struct{})}
+		n := &node{id: id, link: faulty.Wrap(b), freeze: make(chan chan struct{})}
 		if n.feed, err = base.New(n.link, id, base.Options{Timing: timing}); err != nil {
 			return nil, err
 		}

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
-	"github.com/leaderfeed/leaderfeed/base/basetest"
+	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/memory"
 )
@@ -35,7 +35,7 @@ type node struct {
 	feed *base.Feed
 	// link cuts the node off the store, which to the others is exactly what
 	// a crash looks like: no more heartbeats, no resignation.
-	link *basetest.Faulty
+	link *faulty.Backend
 }
 
 func main() {
@@ -63,7 +63,7 @@ func run(out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		link := basetest.Wrap(b)
+		link := faulty.Wrap(b)
 		f, err := base.New(link, id, base.Options{Timing: timing, Value: []byte(id + ".internal:8080")})
 		if err != nil {
 			return err

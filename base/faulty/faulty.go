@@ -1,4 +1,9 @@
-package basetest
+// Package faulty wraps a base.Backend to inject faults: failed, delayed or
+// hung calls, replies lost after the write went through, broken feeds and
+// partitions. The conformance suite (base/basetest) and the examples use it;
+// it imports no testing package, so a program may use it too, for example to
+// show a failover.
+package faulty
 
 import (
 	"context"
@@ -11,9 +16,9 @@ import (
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
-// ErrInjected is the error Faulty returns for an injected failure, unless
+// ErrInjected is the error Backend returns for an injected failure, unless
 // the Fault names another.
-var ErrInjected = errors.New("basetest: injected fault")
+var ErrInjected = errors.New("faulty: injected fault")
 
 // Method names a Backend method for fault injection.
 type Method string
@@ -46,9 +51,9 @@ type Fault struct {
 	After bool
 }
 
-// Faulty wraps a Backend and injects faults: failed, delayed or hung calls,
+// Backend wraps a Backend and injects faults: failed, delayed or hung calls,
 // broken feeds, and a full partition. It is safe for concurrent use.
-type Faulty struct {
+type Backend struct {
 	base.Backend
 
 	mu          sync.Mutex
@@ -63,13 +68,13 @@ type activeFault struct {
 	call int // absolute call number, or 0 for every call
 }
 
-// Wrap returns b wrapped in a Faulty that injects nothing until told to.
-func Wrap(b base.Backend) *Faulty {
-	return &Faulty{Backend: b, calls: make(map[Method]int), subs: make(map[*faultySub]struct{})}
+// Wrap returns b wrapped in a Backend that injects nothing until told to.
+func Wrap(b base.Backend) *Backend {
+	return &Backend{Backend: b, calls: make(map[Method]int), subs: make(map[*faultySub]struct{})}
 }
 
 // Inject adds a fault.
-func (f *Faulty) Inject(ft Fault) {
+func (f *Backend) Inject(ft Fault) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	af := activeFault{Fault: ft}
@@ -80,7 +85,7 @@ func (f *Faulty) Inject(ft Fault) {
 }
 
 // Calls returns how many calls of m the wrapper has seen.
-func (f *Faulty) Calls(m Method) int {
+func (f *Backend) Calls(m Method) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls[m]
@@ -88,7 +93,7 @@ func (f *Faulty) Calls(m Method) int {
 
 // BreakFeed ends every open subscription with a Failed notification
 // carrying err (ErrInjected if nil). Later subscriptions work.
-func (f *Faulty) BreakFeed(err error) {
+func (f *Backend) BreakFeed(err error) {
 	if err == nil {
 		err = ErrInjected
 	}
@@ -106,7 +111,7 @@ func (f *Faulty) BreakFeed(err error) {
 // Partition cuts the backend off: every call fails with ErrInjected and
 // open subscriptions break, until Heal. It is how the suite simulates a
 // crashed or isolated node, which can neither renew nor resign.
-func (f *Faulty) Partition() {
+func (f *Backend) Partition() {
 	f.mu.Lock()
 	f.partitioned = true
 	f.mu.Unlock()
@@ -114,7 +119,7 @@ func (f *Faulty) Partition() {
 }
 
 // Heal removes every fault and ends a partition.
-func (f *Faulty) Heal() {
+func (f *Backend) Heal() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.faults = nil
@@ -123,7 +128,7 @@ func (f *Faulty) Heal() {
 
 // before runs the faults that hit this call of m. It returns the error to
 // return, and whether to make the real call before returning it.
-func (f *Faulty) before(ctx context.Context, m Method) (bool, error) {
+func (f *Backend) before(ctx context.Context, m Method) (bool, error) {
 	f.mu.Lock()
 	f.calls[m]++
 	n := f.calls[m]
@@ -174,7 +179,7 @@ func (f *Faulty) before(ctx context.Context, m Method) (bool, error) {
 }
 
 // Start injects faults into Backend.Start.
-func (f *Faulty) Start(ctx context.Context) error {
+func (f *Backend) Start(ctx context.Context) error {
 	if after, err := f.before(ctx, MethodStart); err != nil {
 		if after {
 			_ = f.Backend.Start(ctx)
@@ -185,7 +190,7 @@ func (f *Faulty) Start(ctx context.Context) error {
 }
 
 // Create injects faults into Backend.Create.
-func (f *Faulty) Create(ctx context.Context) error {
+func (f *Backend) Create(ctx context.Context) error {
 	if after, err := f.before(ctx, MethodCreate); err != nil {
 		if after {
 			_ = f.Backend.Create(ctx)
@@ -196,7 +201,7 @@ func (f *Faulty) Create(ctx context.Context) error {
 }
 
 // Get injects faults into Backend.Get.
-func (f *Faulty) Get(ctx context.Context) (heartbeat.Record, error) {
+func (f *Backend) Get(ctx context.Context) (heartbeat.Record, error) {
 	if after, err := f.before(ctx, MethodGet); err != nil {
 		if after {
 			_, _ = f.Backend.Get(ctx)
@@ -208,7 +213,7 @@ func (f *Faulty) Get(ctx context.Context) (heartbeat.Record, error) {
 
 // Heartbeat injects faults into Backend.Heartbeat. With Fault.After the
 // write is made and its result thrown away, as when a reply is lost.
-func (f *Faulty) Heartbeat(ctx context.Context, expectedRevision uint64, next heartbeat.Record) (heartbeat.Record, error) {
+func (f *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next heartbeat.Record) (heartbeat.Record, error) {
 	if after, err := f.before(ctx, MethodHeartbeat); err != nil {
 		if after {
 			_, _ = f.Backend.Heartbeat(ctx, expectedRevision, next)
@@ -220,7 +225,7 @@ func (f *Faulty) Heartbeat(ctx context.Context, expectedRevision uint64, next he
 
 // Subscribe injects faults into Backend.Subscribe and wraps the feed so
 // that BreakFeed and Partition can break it.
-func (f *Faulty) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+func (f *Backend) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
 	if _, err := f.before(ctx, MethodSubscribe); err != nil {
 		return nil, err
 	}

@@ -7,7 +7,7 @@
 //
 // Make a backend for the election's name, then a Feed for this node on it:
 //
-//	b, err := postgres.New(pool, "scheduler", postgres.Options{CreateIfMissing: true})
+//	b, err := postgres.New(pool, "scheduler", postgres.Options{})
 //	feed, err := base.New(b, nodeID, base.Options{Value: []byte(myAddr)})
 //	events := feed.Events() // before Start, to miss none
 //	err = feed.Start(ctx)   // checks the server, creates what is missing

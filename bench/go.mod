@@ -50,6 +50,9 @@ require (
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/jonboulle/clockwork v0.5.0 // indirect
 	github.com/klauspost/compress v1.20.1 // indirect
+	github.com/leaderfeed/leaderfeed/mongo v0.0.0-00010101000000-000000000000
+	github.com/leaderfeed/leaderfeed/postgres v0.0.0-00010101000000-000000000000
+	github.com/leaderfeed/leaderfeed/rethink v0.0.0-00010101000000-000000000000
 	github.com/montanaflynn/stats v0.7.1 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/opentracing/opentracing-go v1.1.0 // indirect
@@ -99,3 +102,9 @@ require (
 	sigs.k8s.io/json v0.0.0-20211020170558-c049b76a60c6 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
+
+replace github.com/leaderfeed/leaderfeed/postgres => ../postgres
+
+replace github.com/leaderfeed/leaderfeed/mongo => ../mongo
+
+replace github.com/leaderfeed/leaderfeed/rethink => ../rethink

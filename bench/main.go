@@ -135,9 +135,7 @@ func postgresSystem(ctx context.Context, url string) (*lfSystem, string, func(),
 		shared.Close()
 		return nil, "", nil, fmt.Errorf("postgres: %w (is the server at -postgres up?)", err)
 	}
-	setupOpts := pgOptions
-	setupOpts.CreateIfMissing = true
-	b, err := postgres.New(shared, "bench-setup", setupOpts)
+	b, err := postgres.New(shared, "bench-setup", pgOptions)
 	if err == nil {
 		if err = b.Start(ctx); err == nil {
 			err = b.Create(ctx)

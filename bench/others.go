@@ -84,9 +84,7 @@ func rethinkSystem(ctx context.Context, addr string) (*lfSystem, func(), error) 
 		return nil, nil, err
 	}
 	opts := rethink.Options{Database: benchName, Table: benchName}
-	setup := opts
-	setup.CreateIfMissing = true
-	b, err := rethink.New(shared, "bench-setup", setup)
+	b, err := rethink.New(shared, "bench-setup", opts)
 	if err == nil {
 		if err = b.Start(ctx); err == nil {
 			err = b.Create(ctx)

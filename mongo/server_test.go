@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/256dpi/lungo"
-	"github.com/testcontainers/testcontainers-go/modules/mongodb"
 	"go.mongodb.org/mongo-driver/bson"
 	mongodrv "go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
@@ -40,7 +39,7 @@ const testDB = "leaderfeed_test"
 // server is the store one test runs against: lungo (an engine per test) or
 // a real server (shared, a collection per test).
 type server struct {
-	kind string             // "lungo", "LEADERFEED_MONGO_URL" or "docker"
+	kind string             // "lungo" or "LEADERFEED_MONGO_URL"
 	db   lungo.IDatabase    // the database the backends use
 	drv  *mongodrv.Database // the real driver's database, nil on lungo
 	coll string             // the collection of this test
@@ -49,11 +48,10 @@ type server struct {
 
 // realServer is the one real server of the test binary, found once.
 type realServer struct {
-	once      sync.Once
-	kind      string
-	client    *mongodrv.Client
-	err       error
-	terminate func()
+	once   sync.Once
+	kind   string
+	client *mongodrv.Client
+	err    error
 }
 
 var shared realServer
@@ -63,33 +61,11 @@ func (r *realServer) find() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		url := os.Getenv("LEADERFEED_MONGO_URL")
-		switch {
-		case url != "":
-			r.kind = "LEADERFEED_MONGO_URL"
-		case testenv.DockerWorks():
-			r.kind = "docker"
-			c, err := mongodb.Run(ctx, "mongo:7", mongodb.WithReplicaSet("rs0"))
-			if err != nil {
-				r.err = fmt.Errorf("starting a mongo:7 container: %w", err)
-				if c != nil {
-					_ = c.Terminate(context.Background())
-				}
-				return
-			}
-			r.terminate = func() { _ = c.Terminate(context.Background()) }
-			if url, err = c.ConnectionString(ctx); err != nil {
-				r.err = err
-				return
-			}
-		default:
+		if url == "" {
 			return // lungo
 		}
+		r.kind = "LEADERFEED_MONGO_URL"
 		opts := options.Client().ApplyURI(url)
-		if r.kind == "docker" {
-			// The replica set's member is named by its container host name,
-			// which the test cannot resolve: talk to the one node directly.
-			opts.SetDirect(true)
-		}
 		client, err := mongodrv.Connect(ctx, opts)
 		if err == nil {
 			err = client.Ping(ctx, nil)
@@ -106,15 +82,13 @@ func (r *realServer) teardown() {
 	if r.client != nil {
 		_ = r.client.Disconnect(context.Background())
 	}
-	if r.terminate != nil {
-		r.terminate()
-	}
 }
 
 var collSeq atomic.Int64
 
 // newServer returns the store for one test: the real server when
-// LEADERFEED_MONGO_URL is set or Docker works, else a fresh lungo engine.
+// LEADERFEED_MONGO_URL is set (the containertest module sets it for a
+// container), else a fresh lungo engine.
 func newServer(t *testing.T) *server {
 	t.Helper()
 	shared.find()

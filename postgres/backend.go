@@ -88,8 +88,8 @@ func (b *Backend) Start(ctx context.Context) error {
 }
 
 // Create makes the schema, the election table, the trigger functions and
-// the triggers (on the election table and on Options.WatchTable) when
-// Options.CreateIfMissing is on, and otherwise only checks that they exist.
+// the triggers (on the election table and on Options.WatchTable) when they
+// are missing, or with Options.NoCreate only checks that they exist.
 // It is idempotent and safe to run from many processes at once: it runs in
 // one transaction under an advisory lock. What it finds missing or of the
 // wrong shape fails with an error matching base.ErrInvalidConfig.
@@ -98,13 +98,13 @@ func (b *Backend) Create(ctx context.Context) error {
 		return fmt.Errorf("postgres: Create: %w", base.ErrClosed)
 	}
 	var err error
-	if b.opts.CreateIfMissing {
+	if !b.opts.NoCreate {
 		err = b.create(ctx)
 	} else {
 		err = b.check(ctx)
 	}
 	if errors.As(err, new(*missingError)) && !errors.Is(err, base.ErrInvalidConfig) {
-		return fmt.Errorf("postgres: %v and Options.CreateIfMissing is off (see SchemaSQL): %w", err, base.ErrInvalidConfig)
+		return fmt.Errorf("postgres: %v and Options.NoCreate is set (see SchemaSQL): %w", err, base.ErrInvalidConfig)
 	}
 	if err != nil {
 		return wrapErr(ctx, "postgres: Create", err)

@@ -23,7 +23,6 @@ const wait = 5 * time.Second
 // open returns a started, created backend, closed at cleanup.
 func open(t *testing.T, pool *pgxpool.Pool, election string, opts Options) *Backend {
 	t.Helper()
-	opts.CreateIfMissing = true
 	b, err := New(pool, election, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -535,19 +534,19 @@ func TestCreate(t *testing.T) {
 	pool := newPool(t)
 	ctx := ctxT(t)
 
-	t.Run("missing table without CreateIfMissing", func(t *testing.T) {
-		b, err := New(pool, "e", Options{Table: uniqueName(t)})
+	t.Run("missing table with NoCreate", func(t *testing.T) {
+		b, err := New(pool, "e", Options{Table: uniqueName(t), NoCreate: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer b.Close()
-		if err := b.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) || !strings.Contains(err.Error(), "CreateIfMissing") {
-			t.Fatalf("Create: %v, want ErrInvalidConfig naming CreateIfMissing", err)
+		if err := b.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) || !strings.Contains(err.Error(), "NoCreate") {
+			t.Fatalf("Create: %v, want ErrInvalidConfig naming NoCreate", err)
 		}
 	})
 
 	t.Run("racing creators in a new schema", func(t *testing.T) {
-		opts := Options{Schema: uniqueName(t), Table: "elections", WatchTable: "mine", CreateIfMissing: true}
+		opts := Options{Schema: uniqueName(t), Table: "elections", WatchTable: "mine"}
 		t.Cleanup(func() {
 			_, _ = pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{opts.Schema}.Sanitize()+" CASCADE")
 		})
@@ -578,7 +577,7 @@ func TestCreate(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		opts.CreateIfMissing = false
+		opts.NoCreate = true
 		b, _ := New(pool, "e", opts)
 		defer b.Close()
 		if err := b.Create(ctx); err != nil {
@@ -608,7 +607,7 @@ func TestCreate(t *testing.T) {
 	t.Run("wrong table shape", func(t *testing.T) {
 		table := uniqueName(t)
 		mustExec(t, pool, "CREATE TABLE "+pgx.Identifier{"public", table}.Sanitize()+" (election text PRIMARY KEY, leader int)")
-		b, _ := New(pool, "e", Options{Table: table, CreateIfMissing: true})
+		b, _ := New(pool, "e", Options{Table: table})
 		defer b.Close()
 		if err := b.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) || !strings.Contains(err.Error(), "leader") {
 			t.Fatalf("Create on a foreign table: %v", err)

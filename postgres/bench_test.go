@@ -16,7 +16,7 @@ import (
 
 func benchBackend(b *testing.B, pool *pgxpool.Pool, table, election string) *Backend {
 	b.Helper()
-	be, err := New(pool, election, Options{Table: table, CreateIfMissing: true})
+	be, err := New(pool, election, Options{Table: table})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func BenchmarkHandover(b *testing.B) {
 	pool := newPool(b)
 	table := uniqueName(b)
 	c := basetest.NewCluster(b, func(e string) (base.Backend, error) {
-		return New(pool, e, Options{Table: table, CreateIfMissing: true})
+		return New(pool, e, Options{Table: table})
 	}, feedTiming, 3, 0)
 	l := c.WaitLeader(b, 5*time.Second)
 	for b.Loop() {

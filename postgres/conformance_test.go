@@ -32,7 +32,7 @@ func newHarness(t *testing.T) *harness {
 	h := &harness{pool: pool, table: uniqueName(t), watched: map[string]bool{}}
 	// Create the election table now, so that WriteMalformed can write to
 	// it before any backend ran Create.
-	b, err := New(pool, "setup", Options{Table: h.table, CreateIfMissing: true})
+	b, err := New(pool, "setup", Options{Table: h.table})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func (h *harness) watch(ctx context.Context, election string) (string, error) {
 }
 
 func (h *harness) options(watch string) Options {
-	return Options{Table: h.table, WatchTable: watch, CreateIfMissing: true}
+	return Options{Table: h.table, WatchTable: watch}
 }
 
 func (h *harness) Harness() basetest.Harness {

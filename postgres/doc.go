@@ -50,8 +50,8 @@
 // deletes arrive as base.OtherChanged notifications: Old and New are the rows
 // as JSON objects (row_to_json), Key is the primary key (the value itself for
 // a one-column key, an object of column values for a compound key, null when
-// the table has none). TRUNCATE is not reported. With CreateIfMissing the
-// backend installs the trigger on that table; it never creates the table.
+// the table has none). TRUNCATE is not reported. Unless Options.NoCreate is
+// set, Create installs the trigger on that table; it never creates the table.
 //
 // # What is not guaranteed
 //

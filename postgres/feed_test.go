@@ -88,7 +88,7 @@ func TestFeedsRecoverFromListenerKill(t *testing.T) {
 					p = newPool(t)
 				}
 				opened = append(opened, p)
-				return New(p, e, Options{Table: table, CreateIfMissing: true})
+				return New(p, e, Options{Table: table})
 			}, feedTiming, 3, 1)
 			for i, n := range c.Nodes {
 				pools[n.ID] = opened[i]
@@ -214,7 +214,7 @@ func TestFeedsSurviveServerRestart(t *testing.T) {
 
 	table := uniqueName(t)
 	c := basetest.NewCluster(t, func(e string) (base.Backend, error) {
-		return New(pool, e, Options{Table: table, CreateIfMissing: true})
+		return New(pool, e, Options{Table: table})
 	}, feedTiming, 3, 0)
 	waitFeedsOpen(t, c, make([]int, len(c.Nodes)))
 	l := c.WaitLeader(t, 2*time.Second)

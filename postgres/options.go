@@ -43,11 +43,13 @@ type Options struct {
 	// names the triggers and prefixes the trigger functions. At most
 	// MaxChannelPrefixLen bytes. Default "leaderfeed".
 	ChannelPrefix string
-	// CreateIfMissing lets Create create the schema, the election table, the
-	// trigger functions and the triggers (on the election table and on
-	// WatchTable). Default false: Create only checks that they exist and
-	// fails with an error matching base.ErrInvalidConfig if not.
-	CreateIfMissing bool
+	// NoCreate stops Create from creating anything: it then only checks that
+	// the schema, the election table, the trigger functions and the triggers
+	// (on the election table and on WatchTable) exist, and fails with an
+	// error matching base.ErrInvalidConfig if not (an administrator runs
+	// SchemaSQL first). Default false: Create creates what is missing, as in
+	// every backend.
+	NoCreate bool
 	// Logger receives the listener's connects and drops (Info, Warn) and
 	// dropped foreign notifications (Debug). The listener is shared by the
 	// backends of a pool and logs to the Logger of the first of them that

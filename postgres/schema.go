@@ -155,7 +155,7 @@ func (d ddl) createTrigger(table, function string) string {
 
 // SchemaSQL returns the SQL script that creates what a Backend with opts
 // needs (schema, election table, trigger functions, triggers), for a
-// database administrator to run when CreateIfMissing is off. It fails with
+// database administrator to run when the application runs with NoCreate. It fails with
 // an error matching base.ErrInvalidConfig for the names New rejects. The
 // CREATE TRIGGER statements fail if the triggers exist already.
 func SchemaSQL(opts Options) (string, error) {

@@ -13,34 +13,23 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 	"go.uber.org/goleak"
 
 	"github.com/leaderfeed/leaderfeed/internal/testenv"
 )
 
-// The server the tests use, looked up once: LEADERFEED_POSTGRES_URL, then a
-// testcontainers-go container when Docker works, else none.
+// The server the tests use: LEADERFEED_POSTGRES_URL (scripts/test.sh starts
+// one and sets it). The same tests run against a PostgreSQL container from the
+// containertest module, which sets the variable for them.
 var server struct {
-	once      sync.Once
-	url       string
-	reason    string
-	container *tcpostgres.PostgresContainer
+	once   sync.Once
+	url    string
+	reason string
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	usedContainer := server.container != nil
-	if usedContainer {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if err := server.container.Terminate(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "postgres: terminating the test container:", err)
-		}
-		cancel()
-	}
-	// testcontainers-go leaves goroutines of its own behind; check for
-	// leaks only when it was not used.
-	if code == 0 && !usedContainer {
+	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
@@ -54,36 +43,8 @@ func TestMain(m *testing.M) {
 func serverURL(t testing.TB) string {
 	t.Helper()
 	server.once.Do(func() {
-		if u := os.Getenv("LEADERFEED_POSTGRES_URL"); u != "" {
-			server.url = u
-			return
-		}
-		if !testenv.DockerWorks() {
-			server.reason = "no PostgreSQL: LEADERFEED_POSTGRES_URL is unset and Docker does not work (source .ci/postgres.sh)"
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		c, err := tcpostgres.Run(ctx, "postgres:16-alpine",
-			tcpostgres.WithDatabase("leaderfeed"),
-			tcpostgres.WithUsername("leaderfeed"),
-			tcpostgres.WithPassword("leaderfeed"),
-			tcpostgres.BasicWaitStrategies(),
-		)
-		if err != nil {
-			server.reason = fmt.Sprintf("no PostgreSQL: starting a container failed: %v", err)
-			if c != nil {
-				server.container = c
-			}
-			return
-		}
-		server.container = c
-		u, err := c.ConnectionString(ctx, "sslmode=disable")
-		if err != nil {
-			server.reason = fmt.Sprintf("no PostgreSQL: container connection string: %v", err)
-			return
-		}
-		server.url = u
+		server.url = os.Getenv("LEADERFEED_POSTGRES_URL")
+		server.reason = "no PostgreSQL: LEADERFEED_POSTGRES_URL is unset (scripts/test.sh starts one)"
 	})
 	if server.url == "" {
 		testenv.Unavailable(t, server.reason)

@@ -16,78 +16,37 @@ import (
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/internal/testenv"
 	"github.com/leaderfeed/leaderfeed/rethink"
-	"github.com/testcontainers/testcontainers-go"
-	"github.com/testcontainers/testcontainers-go/wait"
 	"go.uber.org/goleak"
 	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
 )
 
-// server is the RethinkDB the tests use, found once in TestMain, in this
-// order: LEADERFEED_RETHINK_ADDR (with LEADERFEED_RETHINK_REQLITE=1 when it
-// is reqlite, as .ci/rethink.sh sets), a rethinkdb:2.4 container when Docker
-// works, else none (tests then call testenv.Unavailable).
+// server is the RethinkDB the tests use, found once in TestMain:
+// LEADERFEED_RETHINK_ADDR, with LEADERFEED_RETHINK_REQLITE=1 when it is
+// reqlite, as .ci/rethink.sh sets (the containertest module sets the address
+// of a rethinkdb:2.4 container); else none, and tests call
+// testenv.Unavailable.
 var server struct {
 	addr    string
 	reqlite bool
 	reason  string // why there is none
 }
 
-// leakOpts are the goroutines goleak ignores: none, except with a
-// container, whose testcontainers-go reaper and Docker client connections
-// (started before the tests, or HTTP keep-alive loops) are not ours. The
-// rethinkdb-go driver needs no exception: its goroutines (connection
-// readers, the host pool's decay loop) end when the session is closed,
-// which every test does.
-var leakOpts []goleak.Option
-
+// TestMain finds the server, runs the tests and fails the run on leaked
+// goroutines. The rethinkdb-go driver needs no exception: its goroutines
+// (connection readers, the host pool's decay loop) end when the session is
+// closed, which every test does.
 func TestMain(m *testing.M) {
-	terminate := findServer()
-	if terminate != nil {
-		leakOpts = append(leakOpts, goleak.IgnoreCurrent(),
-			goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-			goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"))
-	}
+	server.addr = os.Getenv("LEADERFEED_RETHINK_ADDR")
+	server.reqlite = os.Getenv("LEADERFEED_RETHINK_REQLITE") == "1"
+	server.reason = "no RethinkDB: set LEADERFEED_RETHINK_ADDR (source .ci/rethink.sh starts reqlite)"
 	code := m.Run()
-	if terminate != nil {
-		terminate()
-	}
 	if code == 0 {
-		if err := goleak.Find(leakOpts...); err != nil {
+		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 			code = 1
 		}
 	}
 	os.Exit(code)
-}
-
-func findServer() (terminate func()) {
-	if addr := os.Getenv("LEADERFEED_RETHINK_ADDR"); addr != "" {
-		server.addr = addr
-		server.reqlite = os.Getenv("LEADERFEED_RETHINK_REQLITE") == "1"
-		return nil
-	}
-	if !testenv.DockerWorks() {
-		server.reason = "no RethinkDB: set LEADERFEED_RETHINK_ADDR (source .ci/rethink.sh starts reqlite) or make Docker work"
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	ctr, err := testcontainers.Run(ctx, "rethinkdb:2.4",
-		testcontainers.WithExposedPorts("28015/tcp"),
-		testcontainers.WithWaitStrategy(wait.ForListeningPort("28015/tcp")))
-	if err != nil {
-		server.reason = fmt.Sprintf("no RethinkDB: starting the rethinkdb:2.4 container failed: %v", err)
-		if ctr != nil {
-			_ = ctr.Terminate(context.Background())
-		}
-		return nil
-	}
-	addr, err := ctr.PortEndpoint(ctx, "28015/tcp", "")
-	if err != nil {
-		server.reason = fmt.Sprintf("no RethinkDB: container port: %v", err)
-	}
-	server.addr = addr
-	return func() { _ = ctr.Terminate(context.Background()) }
 }
 
 // needServer skips (or fails, in CI) when there is no server.
@@ -171,7 +130,7 @@ func open(t testing.TB, s *r.Session, db, table, election string) base.Backend {
 	if s == nil {
 		s = connect(t)
 	}
-	b, err := rethink.New(s, election, rethink.Options{Database: db, Table: table, CreateIfMissing: true})
+	b, err := rethink.New(s, election, rethink.Options{Database: db, Table: table})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -50,7 +50,7 @@ func run(ctx context.Context, w io.Writer, url, election string) error {
 		return fmt.Errorf("postgres: cannot reach the server: %w", err)
 	}
 	err = demo.Run(ctx, w, func() (base.Backend, error) {
-		return postgres.New(pool, election, postgres.Options{CreateIfMissing: true})
+		return postgres.New(pool, election, postgres.Options{})
 	})
 	if errors.Is(err, base.ErrUnsupported) {
 		return fmt.Errorf("%w (leaderfeed needs PostgreSQL 12 or later)", err)

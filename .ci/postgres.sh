@@ -5,16 +5,23 @@
 #	source .ci/postgres.sh || exit 1
 #
 # It installs Debian's postgresql package only when no server binaries are
-# found, initdb's a cluster in a fresh temporary directory, starts it on
-# 127.0.0.1 (port 54329, or the next free one up to 54339; unix socket in the
+# found (without letting the package start the system's own cluster: a
+# policy-rc.d refuses the start during the install, and a cluster the install
+# left running is stopped), initdb's a cluster in a fresh temporary directory,
+# starts it on 127.0.0.1 on a port found free at run time (unix socket in the
 # temporary directory), waits until it is ready, creates the database
 # "leaderfeed" and exports LEADERFEED_POSTGRES_URL. Sourcing it again stops
-# the instance an earlier run started and starts a new one. The password is
-# random, goes only into the exported URL and is never printed.
+# the instance this clone started before and starts a new one; the state file
+# is inside the clone (.ci/tmp), so clones on one machine never touch each
+# other's servers. The data directory is under $TMPDIR, not in the clone,
+# because the server runs as the user postgres, who may not be able to enter
+# the clone. The password is random, goes only into the exported URL and is
+# never printed.
 #
 # leaderfeed_postgres_stop stops the server and removes its directory.
 
-leaderfeed_postgres_state="${TMPDIR:-/tmp}/leaderfeed-postgres.last"
+leaderfeed_postgres_state="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/tmp/postgres.state"
+mkdir -p "$(dirname "$leaderfeed_postgres_state")"
 
 # leaderfeed_postgres_as runs a command as the user that owns the cluster.
 leaderfeed_postgres_as() {
@@ -54,6 +61,48 @@ leaderfeed_postgres_stop() {
 	rm -f -- "$leaderfeed_postgres_state"
 }
 
+# leaderfeed_postgres_install installs Debian's postgresql package without
+# leaving the system's cluster running: policy-rc.d answers 101 ("action
+# forbidden") to the package's start request, and any cluster that runs
+# anyway afterwards is stopped.
+leaderfeed_postgres_install() {
+	local sudo="" policy=/usr/sbin/policy-rc.d had_policy=0 rc=0
+	[ "$(id -u)" = 0 ] || sudo="sudo -E"
+	echo "postgres: server binaries missing, installing Debian's postgresql package"
+	export DEBIAN_FRONTEND=noninteractive
+	if [ -e "$policy" ]; then
+		had_policy=1
+	else
+		printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null && $sudo chmod 755 "$policy"
+	fi
+	$sudo apt-get update -qq >/dev/null && $sudo apt-get install -y -qq postgresql >/dev/null || rc=1
+	[ "$had_policy" = 1 ] || $sudo rm -f "$policy"
+	if [ "$rc" != 0 ]; then
+		echo "postgres: apt-get install postgresql failed" >&2
+		return 1
+	fi
+	if command -v pg_lsclusters >/dev/null 2>&1; then
+		pg_lsclusters -h 2>/dev/null | while read -r ver name _ status _; do
+			[ "$status" = online ] && $sudo pg_ctlcluster "$ver" "$name" stop || true
+		done
+	fi
+}
+
+# leaderfeed_postgres_free_port prints a TCP port free on 127.0.0.1, tried
+# from a random start so that runs side by side rarely meet.
+leaderfeed_postgres_free_port() {
+	local p i
+	p=$((20000 + RANDOM % 20000))
+	for i in $(seq 1 200); do
+		if ! leaderfeed_postgres_port_busy "$p"; then
+			echo "$p"
+			return 0
+		fi
+		p=$((p + 1))
+	done
+	return 1
+}
+
 leaderfeed_postgres_port_busy() {
 	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
@@ -61,19 +110,7 @@ leaderfeed_postgres_port_busy() {
 leaderfeed_postgres_start() {
 	local bin dir port pass p
 	if ! bin="$(leaderfeed_postgres_bin)"; then
-		echo "postgres: server binaries missing, installing Debian's postgresql package"
-		export DEBIAN_FRONTEND=noninteractive
-		if [ "$(id -u)" = 0 ]; then
-			apt-get update -qq >/dev/null && apt-get install -y -qq postgresql >/dev/null || {
-				echo "postgres: apt-get install postgresql failed" >&2
-				return 1
-			}
-		else
-			sudo -E apt-get update -qq >/dev/null && sudo -E apt-get install -y -qq postgresql >/dev/null || {
-				echo "postgres: apt-get install postgresql failed" >&2
-				return 1
-			}
-		fi
+		leaderfeed_postgres_install || return 1
 		bin="$(leaderfeed_postgres_bin)" || {
 			echo "postgres: no initdb/pg_ctl found after installing postgresql" >&2
 			return 1
@@ -86,15 +123,9 @@ leaderfeed_postgres_start() {
 
 	leaderfeed_postgres_stop
 
-	port=""
-	for p in 54329 54330 54331 54332 54333 54334 54335 54336 54337 54338 54339; do
-		if ! leaderfeed_postgres_port_busy "$p"; then
-			port="$p"
-			break
-		fi
-	done
-	if [ -z "$port" ]; then
-		echo "postgres: ports 54329-54339 on 127.0.0.1 are all taken" >&2
+	port="${LEADERFEED_POSTGRES_PORT:-}"
+	if [ -z "$port" ] && ! port="$(leaderfeed_postgres_free_port)"; then
+		echo "postgres: found no free port on 127.0.0.1" >&2
 		return 1
 	fi
 

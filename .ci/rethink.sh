@@ -16,7 +16,8 @@
 # .config() is "not implemented"; changefeeds ignore include_states,
 # include_types and include_initial and carry no "type" field; r.error()
 # messages get a trailing period; there is no "test" database and the
-# password must be empty. Set LEADERFEED_RETHINK_PORT to move it off 28415.
+# password must be empty. The port is found free at run time (from a random
+# start, so clones side by side rarely meet); LEADERFEED_RETHINK_PORT fixes it.
 
 # leaderfeed_rethink_stop kills the reqlite this script started (pid file
 # .ci/tmp/reqlite.pid), if it still runs; it never touches other processes.
@@ -42,7 +43,14 @@ leaderfeed_rethink_start() {
   mkdir -p "$ci/tmp" || return 1
   log="$ci/tmp/reqlite.log"
   pidfile="$ci/tmp/reqlite.pid"
-  port="${LEADERFEED_RETHINK_PORT:-28415}"
+  port="${LEADERFEED_RETHINK_PORT:-}"
+  if [ -z "$port" ]; then
+    port=$((29000 + RANDOM % 20000))
+    for i in $(seq 1 200); do
+      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
+      port=$((port + 1))
+    done
+  fi
   offset=$((port - 28015))       # reqlite's --driver-port is an offset added to 28015
   if [ "$offset" -lt 0 ]; then
     echo "rethink.sh: LEADERFEED_RETHINK_PORT must be >= 28015, got $port" >&2
@@ -77,7 +85,7 @@ leaderfeed_rethink_start() {
   leaderfeed_rethink_stop || return 1
 
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-    echo "rethink.sh: port $port is taken by something else; set LEADERFEED_RETHINK_PORT" >&2
+    echo "rethink.sh: port $port is taken by something else; set LEADERFEED_RETHINK_PORT to a free one" >&2
     return 1
   fi
 

@@ -1,24 +1,46 @@
 #!/usr/bin/env bash
 # scripts/test.sh: the whole test suite, with the servers it needs.
 #
-# It installs what is missing (Debian's postgresql, npm's reqlite@2.3.0),
-# starts PostgreSQL and reqlite on 127.0.0.1, and runs every test with the
-# race detector. MongoDB runs in-process (lungo), so it needs nothing.
+# It installs what is missing (Debian's postgresql, npm's reqlite@2.3.0,
+# gotestsum into .ci/tmp/bin), starts PostgreSQL and reqlite on 127.0.0.1 on
+# ports found free at run time, and runs the tests of every Go module of the
+# repository (scripts/modules.sh; bench/ is vetted by .ci/run, not tested)
+# with the race detector. It prints a line per test as it ends and a summary
+# at the end. MongoDB runs in-process (lungo), so it needs nothing.
+#
 # Servers given in the environment are used instead of starting new ones:
 #   LEADERFEED_POSTGRES_URL, LEADERFEED_RETHINK_ADDR, LEADERFEED_MONGO_URL
-# Extra arguments go to `go test` (for example -run or -v).
+# Extra arguments go to every `go test` (for example -run or -short).
+# LEADERFEED_TEST_FORMAT picks gotestsum's output format (default testname).
+#
+# State (pid files, logs, tools) lives in .ci/tmp of this clone, so two
+# clones can run it at the same time; the servers it starts are stopped when
+# it exits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export CI="${CI:-}"
+
+# shellcheck source=../.ci/tools.sh
+source .ci/tools.sh
+
+stops=()
+cleanup() {
+	local s
+	for s in "${stops[@]}"; do $s >/dev/null 2>&1 || true; done
+}
+trap cleanup EXIT
 
 if [ -z "${LEADERFEED_POSTGRES_URL:-}" ]; then
 	# shellcheck source=../.ci/postgres.sh
 	source .ci/postgres.sh
-	trap 'leaderfeed_postgres_stop >/dev/null 2>&1 || true' EXIT
+	stops+=(leaderfeed_postgres_stop)
 fi
 if [ -z "${LEADERFEED_RETHINK_ADDR:-}" ]; then
 	# shellcheck source=../.ci/rethink.sh
 	source .ci/rethink.sh
-	trap 'leaderfeed_rethink_stop >/dev/null 2>&1 || true; leaderfeed_postgres_stop >/dev/null 2>&1 || true' EXIT
+	stops+=(leaderfeed_rethink_stop)
 fi
 
-go test -race -count=1 -timeout 25m "$@" ./...
+mkdir -p .ci/tmp
+gotestsum --format "${LEADERFEED_TEST_FORMAT:-testname}" --format-hide-empty-pkg \
+	--jsonfile .ci/tmp/test.json --raw-command -- scripts/gotest-json.sh "$@"

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# scripts/check-deps.sh: a service that imports only one backend must not get
+# the others' drivers nor the test tools in its go.sum. For each backend it
+# makes a throwaway module that imports only that backend (pointed at this
+# checkout with replace directives), tidies it and fails if its go.sum names
+# a module it must not need.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+R=github.com/leaderfeed/leaderfeed
+tools='testcontainers|moby|docker|lungo'
+declare -A forbidden=(
+	[postgres]="mongo-driver|rethinkdb-go|$tools"
+	[mongo]="pgx|rethinkdb-go|testcontainers|moby|docker"
+	[rethink]="pgx|mongo-driver|$tools"
+)
+status=0
+for b in postgres mongo rethink; do
+	d="$tmp/$b"
+	mkdir -p "$d"
+	cat >"$d/go.mod" <<MOD
+module example.com/uses$b
+
+go 1.26
+
+replace $R => $root
+replace $R/$b => $root/$b
+MOD
+	cat >"$d/main.go" <<SRC
+package main
+
+import _ "$R/$b"
+
+func main() {}
+SRC
+	(cd "$d" && go mod edit -require="$R/$b@v0.0.0-00010101000000-000000000000" -require="$R@v0.0.0-00010101000000-000000000000" && go mod tidy >/dev/null 2>"$d/tidy.log") || {
+		echo "check-deps: go mod tidy of a module importing $R/$b failed:"; cat "$d/tidy.log"; status=1; continue
+	}
+	bad=$(grep -E "${forbidden[$b]}" "$d/go.sum" | awk '{print $1}' | sort -u || true)
+	if [ -n "$bad" ]; then
+		echo "check-deps: a module importing only $R/$b gets go.sum lines for:"; echo "$bad" | sed 's/^/  /'
+		status=1
+	else
+		echo "check-deps: $R/$b: $(wc -l <"$d/go.sum") go.sum lines, none for ${forbidden[$b]}"
+	fi
+done
+exit $status

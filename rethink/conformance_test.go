@@ -24,7 +24,7 @@ func harness(t *testing.T) basetest.Harness {
 	tb := r.DB(db).Table(table)
 	return basetest.Harness{
 		Open: func(t *testing.T, election string) (base.Backend, error) {
-			b, err := rethink.New(connect(t), election, rethink.Options{Database: db, Table: table, CreateIfMissing: true})
+			b, err := rethink.New(connect(t), election, rethink.Options{Database: db, Table: table})
 			if err != nil {
 				return nil, err
 			}

@@ -29,7 +29,7 @@ func TestFeedServerRestart(t *testing.T) {
 			addr = p.addr
 		}
 		calls++
-		b, err := rethink.New(connectTo(t, addr), election, rethink.Options{Database: db, Table: table, CreateIfMissing: true})
+		b, err := rethink.New(connectTo(t, addr), election, rethink.Options{Database: db, Table: table})
 		if err != nil {
 			return nil, err
 		}

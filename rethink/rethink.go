@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 	"sync"
@@ -25,8 +26,14 @@ const (
 	// MaxTableNameLen is the longest database or table name this package
 	// accepts, in bytes.
 	MaxTableNameLen = 64
-	// tableReadyTimeout bounds how long Create waits for a table to be ready.
+	// tableReadyTimeout bounds how long Create waits for a table to be
+	// ready, and how long it retries while the table's primary replica is
+	// not available.
 	tableReadyTimeout = 30 * time.Second
+	// durability is the durability of every write of the election record:
+	// acknowledged only once on disk. It overrides a table configured with
+	// durability "soft".
+	durability = "hard"
 )
 
 // conflictMarker is the message of the r.Error that the update function
@@ -44,10 +51,19 @@ type Options struct {
 	// election that uses it, and possibly documents of the caller's own,
 	// whose changes the feed reports. Default DefaultTable.
 	Table string
-	// CreateIfMissing makes Create create the database and the table when
-	// they do not exist. When false (the default), Create fails with an
-	// error matching base.ErrInvalidConfig if either is missing.
-	CreateIfMissing bool
+	// NoCreate makes Create check that the database and the table exist
+	// instead of creating them: it then fails with an error matching
+	// base.ErrInvalidConfig if either is missing. Without it (the default),
+	// Create creates what is missing. Either way Create resolves duplicate
+	// databases or tables of the configured names (see Backend.Create).
+	NoCreate bool
+
+	// Logger receives what the backend has to report besides errors, with
+	// fixed messages and attributes: duplicate databases or tables dropped
+	// (Warn), a table configured to acknowledge writes it may lose (Warn),
+	// system tables it may not read (Warn), retries while the table is not
+	// ready (Debug). Default: discard.
+	Logger *slog.Logger
 }
 
 // Backend is a base.Backend over one election in one RethinkDB table. It is
@@ -58,7 +74,8 @@ type Backend struct {
 	election string
 	db       string
 	table    string
-	create   bool
+	noCreate bool
+	log      *slog.Logger
 
 	closed    atomic.Bool
 	closeCtx  context.Context
@@ -93,13 +110,18 @@ func New(session *r.Session, election string, opts Options) (*Backend, error) {
 	if opts.Database == "rethinkdb" {
 		return nil, fmt.Errorf("rethink: %w: the database %q is RethinkDB's system database", base.ErrInvalidConfig, opts.Database)
 	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Backend{
 		session:   session,
 		election:  election,
 		db:        opts.Database,
 		table:     opts.Table,
-		create:    opts.CreateIfMissing,
+		noCreate:  opts.NoCreate,
+		log:       log.With("election", election),
 		closeCtx:  ctx,
 		closeFunc: cancel,
 	}, nil
@@ -138,13 +160,23 @@ func (b *Backend) check(ctx context.Context) error {
 }
 
 // wrap adds context to a driver error. A done ctx wins: the driver reports
-// a cancelled query as a timeout of its own.
+// a cancelled query as a timeout of its own. Two answers of a real server
+// get a hint: a table without a primary replica (for about a second after a
+// restart) is transient, and the Feed retries every call as usual; an
+// ambiguous name means duplicate databases or tables, which Create
+// resolves.
 func (b *Backend) wrap(ctx context.Context, what string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("rethink: %s: %w", what, cerr)
 	}
 	if b.closed.Load() {
 		return fmt.Errorf("rethink: %s: %w (%v)", what, base.ErrClosed, err)
+	}
+	switch {
+	case unavailable(err):
+		return fmt.Errorf("rethink: %s: %w (transient: the table is not ready yet, as after a server restart)", what, err)
+	case strings.Contains(err.Error(), "is ambiguous"):
+		return fmt.Errorf("rethink: %s: %w (duplicate databases or tables of one name: Create resolves them)", what, err)
 	}
 	return fmt.Errorf("rethink: %s: %w", what, err)
 }
@@ -179,69 +211,6 @@ func (b *Backend) Start(ctx context.Context) error {
 	}
 	if string(raw) != "1" {
 		return fmt.Errorf("rethink: start: the server answered r.expr(1) with %s", raw)
-	}
-	return nil
-}
-
-// Create checks that the database and the table exist, creating them when
-// Options.CreateIfMissing is set; it is idempotent and safe to run from
-// many processes at once. It checks that the table's primary key is "id"
-// and waits until the table is ready for writes.
-func (b *Backend) Create(ctx context.Context) error {
-	if err := b.ensure(ctx, "database", b.db, r.DBList().Contains(b.db), r.DBCreate(b.db)); err != nil {
-		return err
-	}
-	db := r.DB(b.db)
-	if err := b.ensure(ctx, "table", b.db+"."+b.table, db.TableList().Contains(b.table), db.TableCreate(b.table)); err != nil {
-		return err
-	}
-	raw, err := b.run(ctx, "create: reading the table info", b.term().Info().Field("primary_key"))
-	if err != nil {
-		return err
-	}
-	var pk string
-	if err := json.Unmarshal(raw, &pk); err != nil || pk != fieldID {
-		return fmt.Errorf("rethink: %w: table %s.%s has the primary key %s; leaderfeed needs %q",
-			base.ErrInvalidConfig, b.db, b.table, raw, fieldID)
-	}
-	wctx, cancel := context.WithTimeout(ctx, tableReadyTimeout)
-	defer cancel()
-	_, err = b.run(wctx, "create: waiting for the table", b.term().Wait(r.WaitOpts{WaitFor: "ready_for_writes"}))
-	if err != nil && !notImplemented(err) {
-		return err
-	}
-	return nil
-}
-
-// notImplemented reports the answers of servers without table.wait()
-// (reqlite): a response type the driver does not know, or "not
-// implemented".
-func notImplemented(err error) bool {
-	var derr r.RQLDriverError
-	if errors.As(err, &derr) && strings.Contains(err.Error(), "Unexpected response type: 0") {
-		return true
-	}
-	return strings.Contains(err.Error(), "has not been implemented")
-}
-
-// ensure checks with exists whether a database or table exists and creates
-// it with create if allowed. A concurrent creator winning the race is fine.
-func (b *Backend) ensure(ctx context.Context, what, name string, exists, create r.Term) error {
-	raw, err := b.run(ctx, "create: looking for "+what+" "+name, exists)
-	if err != nil {
-		return err
-	}
-	if string(raw) == "true" {
-		return nil
-	}
-	if !b.create {
-		return fmt.Errorf("rethink: %w: %s %s does not exist and Options.CreateIfMissing is off", base.ErrInvalidConfig, what, name)
-	}
-	if _, err := b.run(ctx, "create: creating "+what+" "+name, create); err != nil {
-		if strings.Contains(err.Error(), "already exists") && ctx.Err() == nil {
-			return nil
-		}
-		return err
 	}
 	return nil
 }
@@ -295,12 +264,12 @@ func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next h
 	doc := encodeRecord(b.election, expectedRevision+1, next)
 	var q r.Term
 	if expectedRevision == 0 {
-		q = b.term().Insert(doc, r.InsertOpts{Conflict: "error", ReturnChanges: true})
+		q = b.term().Insert(doc, r.InsertOpts{Conflict: "error", ReturnChanges: true, Durability: durability})
 	} else {
 		delete(doc, fieldID)
 		q = b.term().Get(b.election).Update(func(row r.Term) any {
 			return r.Branch(casCondition(row, expectedRevision), doc, r.Error(conflictMarker))
-		}, r.UpdateOpts{ReturnChanges: true})
+		}, r.UpdateOpts{ReturnChanges: true, Durability: durability})
 	}
 	what := fmt.Sprintf("heartbeat of %q on revision %d", b.election, expectedRevision)
 	raw, err := b.run(ctx, what, q)

@@ -170,7 +170,7 @@ func (s rethinkServer) prepare(ctx context.Context, election string) error {
 		return err
 	}
 	defer session.Close()
-	b, err := rethink.New(session, election, rethink.Options{Database: itDatabase, CreateIfMissing: true})
+	b, err := rethink.New(session, election, rethink.Options{Database: itDatabase})
 	if err != nil {
 		return err
 	}

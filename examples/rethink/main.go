@@ -45,6 +45,6 @@ func run(ctx context.Context, w io.Writer, addr, election string) error {
 	}
 	defer session.Close() //nolint:errcheck // nothing to do about it
 	return demo.Run(ctx, w, func() (base.Backend, error) {
-		return rethink.New(session, election, rethink.Options{CreateIfMissing: true})
+		return rethink.New(session, election, rethink.Options{})
 	})
 }

@@ -227,7 +227,7 @@ func open(ctx context.Context, backend, addr, db, election, id string) (base.Bac
 		if err != nil {
 			return nil, nil, err
 		}
-		b, err := rethink.New(session, election, rethink.Options{Database: db, CreateIfMissing: true})
+		b, err := rethink.New(session, election, rethink.Options{Database: db})
 		if err != nil {
 			_ = session.Close()
 			return nil, nil, err

@@ -109,7 +109,9 @@ func run(out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	say(leader.id, "*** took over %v after the crash (election timeout %v..%v)",
+	// The election timeout counts from the last heartbeat a follower saw,
+	// up to one interval before the crash, so this can be under its minimum.
+	say(leader.id, "*** took over %v after the crash (election timeout %v..%v from the last heartbeat seen)",
 		time.Since(crashAt).Round(time.Millisecond), timing.ElectionTimeoutMin, timing.ElectionTimeoutMax)
 	crashed.link.Heal()
 	say(crashed.id, "*** is back, as a follower")

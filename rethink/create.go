@@ -85,6 +85,13 @@ func converge(ctx context.Context, c catalog, log *slog.Logger, db, table string
 			err = c.createDB(ctx)
 		case actCreateTable:
 			err = c.createTable(ctx)
+			if err != nil && (ambiguous(err) || strings.Contains(err.Error(), "does not exist")) {
+				// A late creator made a duplicate database, or another
+				// process dropped the one listed, since the listing:
+				// list again.
+				log.Debug("rethink: the database changed while creating the table; listing again", "database", db, "err", err)
+				err = nil
+			}
 		case actDropDBs, actDropTables:
 			err = drop(ctx, c, log, s, db, table)
 		}
@@ -333,6 +340,12 @@ func notImplemented(err error) bool {
 func unavailable(err error) bool {
 	s := strings.ToLower(err.Error())
 	return strings.Contains(s, "primary replica") && strings.Contains(s, "not available")
+}
+
+// ambiguous reports the answer of a real server to a query naming a
+// database or table that has duplicates.
+func ambiguous(err error) bool {
+	return strings.Contains(err.Error(), "is ambiguous")
 }
 
 // serverCatalog is the catalog of the server b talks to.

@@ -343,10 +343,10 @@ func (c *fakeClient) createTable(ctx context.Context) error {
 		exists = exists || (len(ids) == 1 && t.DB == ids[0] && t.Name == c.table)
 	}
 	f.mu.Unlock()
-	switch {
-	case len(ids) != 1:
-		return fmt.Errorf("rethinkdb: Database `%s` is ambiguous or missing (%d)", c.db, len(ids))
-	case exists:
+	if err := nameError(c.db, len(ids)); err != nil {
+		return err
+	}
+	if exists {
 		return nil
 	}
 	if err := f.gate.wait(ctx); err != nil {
@@ -356,10 +356,22 @@ func (c *fakeClient) createTable(ctx context.Context) error {
 	f.mu.Lock()
 	ids = f.dbIDs(c.db)
 	f.mu.Unlock()
-	if len(ids) != 1 {
-		return fmt.Errorf("rethinkdb: Database `%s` is ambiguous or missing (%d)", c.db, len(ids))
+	if err := nameError(c.db, len(ids)); err != nil {
+		return err
 	}
 	f.addTable(ids[0], c.table)
+	return nil
+}
+
+// nameError is the server's answer to a query naming a database of which
+// there are n.
+func nameError(db string, n int) error {
+	switch {
+	case n == 0:
+		return fmt.Errorf("rethinkdb: Database `%s` does not exist", db)
+	case n > 1:
+		return fmt.Errorf("rethinkdb: Database `%s` is ambiguous; there are multiple databases with that name", db)
+	}
 	return nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -175,7 +174,7 @@ func (b *Backend) wrap(ctx context.Context, what string, err error) error {
 	switch {
 	case unavailable(err):
 		return fmt.Errorf("rethink: %s: %w (transient: the table is not ready yet, as after a server restart)", what, err)
-	case strings.Contains(err.Error(), "is ambiguous"):
+	case ambiguous(err):
 		return fmt.Errorf("rethink: %s: %w (duplicate databases or tables of one name: Create resolves them)", what, err)
 	}
 	return fmt.Errorf("rethink: %s: %w", what, err)

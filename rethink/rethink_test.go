@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -621,5 +623,62 @@ func TestServerRestart(t *testing.T) {
 	}
 	if _, err := b.Heartbeat(ctx, r2.Revision, rec("b", 2, "")); err != nil {
 		t.Fatalf("Heartbeat through the restarted server: %v", err)
+	}
+}
+
+// messages is a slog.Handler that keeps the messages logged.
+type messages struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (m *messages) Enabled(context.Context, slog.Level) bool { return true }
+func (m *messages) WithAttrs([]slog.Attr) slog.Handler       { return m }
+func (m *messages) WithGroup(string) slog.Handler            { return m }
+func (m *messages) Handle(_ context.Context, rec slog.Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.msgs = append(m.msgs, rec.Message)
+	return nil
+}
+
+func (m *messages) has(prefix string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.ContainsFunc(m.msgs, func(s string) bool { return strings.HasPrefix(s, prefix) })
+}
+
+// TestCreateSoftDurability: a table configured with durability "soft"
+// acknowledges writes before they reach disk. The election writes ask for
+// hard durability themselves, so Create warns instead of refusing. reqlite
+// cannot report a table's configuration (empty system tables): there
+// Create says at Debug that it skipped the check.
+func TestCreateSoftDurability(t *testing.T) {
+	db := newDatabase(t)
+	s := connect(t)
+	if _, err := r.DB(db).TableCreate(table, r.TableCreateOpts{Durability: "soft"}).RunWrite(s); err != nil {
+		t.Fatal(err)
+	}
+	log := &messages{}
+	b, err := rethink.New(s, "soft", rethink.Options{Database: db, Table: table, NoCreate: true, Logger: slog.New(log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Create(testCtx(t)); err != nil {
+		t.Fatalf("Create on a soft table: %v", err)
+	}
+	switch {
+	case server.reqlite:
+		if !log.has("rethink: the system tables do not list the database") {
+			t.Fatalf("reqlite: logged %q, want the message that the checks were skipped", log.msgs)
+		}
+	case !log.has("rethink: table durability is soft"):
+		t.Fatalf("logged %q, want a warning about durability soft", log.msgs)
+	}
+	// The election's own writes work (with hard durability).
+	w := wrapWrites(b)
+	if _, err := w.Heartbeat(testCtx(t), 0, rec("a", 1, "")); err != nil {
+		t.Fatal(err)
 	}
 }

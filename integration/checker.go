@@ -162,6 +162,12 @@ type Fault struct {
 	// Ref is when the fault was over (for a restart: when the server
 	// accepted connections again); used when NewLeader is false.
 	Ref int64
+	// Since, if not 0 (with NewLeader false), is where the time to leader
+	// is counted from instead of Ref, while the bound still counts from
+	// Ref: for a database failover, the time to leader is from the kill of
+	// the primary, and the bound starts when a primary took writes again.
+	// A leader elected after Since that leads at Ref counts.
+	Since int64
 	// LeaseEndBy, if not 0, is a time by which the victim's lease had
 	// certainly ended: for a stop, the moment every thread of the victim
 	// was seen stopped plus LeaseDuration (no renewal can have been sent
@@ -199,8 +205,8 @@ type Report struct {
 	LeaseErrors    []string
 	LogErrors      []string
 	LivenessErrors []string
-	// TimeToLeader is, per fault (same index), how long after the fault a
-	// leader existed; -1 when none did.
+	// TimeToLeader is, per fault (same index), how long after the fault
+	// (At, Ref or Since: see Fault) a leader existed; -1 when none did.
 	TimeToLeader []time.Duration
 	// overlapKinds and actKinds count violations by the kind of the fault
 	// last injected before them.
@@ -381,15 +387,23 @@ func Check(logs []NodeLog, faults []Fault, bound time.Duration) *Report {
 			for _, iv := range r.Intervals {
 				if iv.Start <= f.Ref && f.Ref <= iv.End {
 					ttl = 0
+					if f.Since != 0 {
+						r.TimeToLeader[k] = time.Duration(max(0, iv.Start-f.Since))
+					}
 					break
 				}
 				if iv.Start > f.Ref {
 					ttl = time.Duration(iv.Start - f.Ref)
+					if f.Since != 0 {
+						r.TimeToLeader[k] = time.Duration(iv.Start - f.Since)
+					}
 					break
 				}
 			}
 		}
-		r.TimeToLeader[k] = ttl
+		if f.Since == 0 || ttl < 0 {
+			r.TimeToLeader[k] = ttl
+		}
 		switch {
 		case ttl < 0:
 			r.LivenessErrors = append(r.LivenessErrors, fmt.Sprintf("fault %d (%s of %s at %s): no leader afterwards", f.Seq, f.Kind, f.Victim, secs(f.At)))
@@ -408,6 +422,12 @@ func compare(a, b int64) int {
 		return 1
 	}
 	return 0
+}
+
+// Counts returns one line with the number of violations of each rule.
+func (r *Report) Counts() string {
+	return fmt.Sprintf("overlaps %d, terms not increasing %d, acted outside term %d, led past lease %d, malformed %d, no leader within the bound %d",
+		len(r.Overlaps), len(r.TermErrors), len(r.ActErrors), len(r.LeaseErrors), len(r.LogErrors), len(r.LivenessErrors))
 }
 
 // Summary returns a Markdown table of the faults by kind (in the order of

@@ -5,6 +5,7 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,17 +32,25 @@ const (
 	faultCut      = "cut"
 	faultFeedKill = "feedkill"
 	faultRestart  = "restart"
+	// faultFailover kills a replicated database's primary (SIGKILL to
+	// every process of it), promotes its standby and brings the old
+	// primary back as the new standby.
+	faultFailover = "failover"
 )
 
+// allKinds are the faults a single PostgreSQL server takes.
 var allKinds = []string{faultKill, faultStop, faultCut, faultFeedKill, faultRestart}
 
 // server is the database the nodes run against.
 type server interface {
+	// name is the backend the nodes use (the node program's -backend).
 	name() string
-	// target is the host:port the proxies forward to.
-	target() string
-	// nodeURL is what a node connects to, through its proxy.
-	nodeURL(proxy string) string
+	// targets are the host:port addresses of the server's processes;
+	// every node has a Proxy in front of each.
+	targets() []string
+	// nodeURL is what a node connects to, through its proxies (one per
+	// target, in the same order).
+	nodeURL(proxies []string) string
 	prepare(ctx context.Context, election string) error
 	// restart restarts the server and returns once it accepts connections
 	// again, or errUnsupported.
@@ -49,6 +58,11 @@ type server interface {
 	// killFeeds ends the changefeed connections of the given nodes only,
 	// or fails with errUnsupported.
 	killFeeds(ctx context.Context, ids []string) (int, error)
+	// failover kills the primary of a replicated server, promotes a
+	// standby and makes the old primary a standby again, or fails with
+	// errUnsupported. It returns the Monotonic times of the kill and of
+	// the moment the new primary took writes.
+	failover(ctx context.Context) (killed, writable int64, err error)
 }
 
 // config of one run.
@@ -60,6 +74,11 @@ type config struct {
 	bound    time.Duration // a leader must exist this long after a fault
 	election string
 	seed     uint64
+	// label names the run in the summary (default: the server's name).
+	label string
+	// reportOnly: violations of the rules are reported, not failures (a
+	// store known to lose acknowledged writes).
+	reportOnly bool
 }
 
 func defaultConfig(kinds []string) config {
@@ -114,6 +133,7 @@ type proc struct {
 	lines     []Line
 	started   bool
 	term      uint64 // the term it leads, 0 when it does not
+	electedAt int64  // Mono of its last elected line
 	feedUp    bool
 	subErrors int
 	end       int64
@@ -127,7 +147,7 @@ type harness struct {
 	cfg    config
 	srv    server
 	rng    *rand.Rand
-	prox   []*Proxy
+	prox   [][]*Proxy // of each slot, one per target of the server
 	nextID []int
 	// command makes the command of a node process; nil: the node program.
 	command func(id string) *exec.Cmd
@@ -147,17 +167,24 @@ func newHarness(t *testing.T, srv server, cfg config) *harness {
 		slots:   make([]*proc, cfg.nodes),
 		nextID:  make([]int, cfg.nodes),
 	}
-	t.Logf("%s: %d nodes, timing %+v, bound %v, seed %d", srv.name(), cfg.nodes, cfg.timing, cfg.bound, cfg.seed)
+	t.Logf("%s: %d nodes, timing %+v, bound %v, seed %d", cmp.Or(cfg.label, srv.name()), cfg.nodes, cfg.timing, cfg.bound, cfg.seed)
 	// Registered first, so it runs last: whatever happened, no process is
 	// left behind.
 	t.Cleanup(h.killAll)
+	if h.cfg.label == "" {
+		h.cfg.label = srv.name()
+	}
 	for range cfg.nodes {
-		p, err := NewProxy(srv.target())
-		if err != nil {
-			t.Fatal(err)
+		var slot []*Proxy
+		for _, target := range srv.targets() {
+			p, err := NewProxy(target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() })
+			slot = append(slot, p)
 		}
-		t.Cleanup(func() { p.Close() })
-		h.prox = append(h.prox, p)
+		h.prox = append(h.prox, slot)
 	}
 	return h
 }
@@ -184,7 +211,11 @@ func (h *harness) start(i int) error {
 			"-emin", tm.ElectionTimeoutMin.String(),
 			"-emax", tm.ElectionTimeoutMax.String(),
 		)
-		cmd.Env = append(os.Environ(), "LEADERFEED_NODE_URL="+h.srv.nodeURL(h.prox[i].Addr()))
+		addrs := make([]string, len(h.prox[i]))
+		for k, p := range h.prox[i] {
+			addrs[k] = p.Addr()
+		}
+		cmd.Env = append(os.Environ(), "LEADERFEED_NODE_URL="+h.srv.nodeURL(addrs))
 	}
 	// Should the test process die without its cleanup, its nodes die too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -223,7 +254,7 @@ func (h *harness) read(p *proc, out io.Reader) {
 			case KindStart:
 				p.started = true
 			case KindElected:
-				p.term = l.Term
+				p.term, p.electedAt = l.Term, l.Mono
 			case KindUnelected:
 				p.term = 0
 			case KindSubStarted:
@@ -411,17 +442,41 @@ func (h *harness) run(ctx context.Context) {
 	h.mu.Unlock()
 	rep := Check(logs, faults, h.cfg.bound)
 	table := rep.Summary(faults, h.cfg.kinds)
-	summary := fmt.Sprintf("%s: %d faults in %v, %d leadership intervals, seed %d\n\n%s",
-		h.srv.name(), len(faults), elapsed.Round(time.Second), len(rep.Intervals), h.cfg.seed, table)
-	if soakFaults(t) > 0 {
+	summary := fmt.Sprintf("%s: %d faults in %v, %d leadership intervals, seed %d\n\n%s\n%s",
+		h.cfg.label, len(faults), elapsed.Round(time.Second), len(rep.Intervals), h.cfg.seed, table, rep.Counts())
+	if db := dbFailoverTimes(faults); db != "" {
+		summary += "\n" + db
+	}
+	if soakFaults(t) > 0 || h.cfg.reportOnly {
 		fmt.Println(summary)
 	} else {
 		t.Log("\n" + summary)
 	}
 	if err := rep.Err(); err != nil {
-		t.Error(err)
 		h.keepLogs(logs, faults)
+		if h.cfg.reportOnly {
+			t.Logf("reported, not failed (%s):\n%v", h.cfg.label, err)
+		} else {
+			t.Error(err)
+		}
 	}
+}
+
+// dbFailoverTimes describes how long the database itself took to fail
+// over (from the kill of the primary to a primary taking writes again),
+// when there were failovers.
+func dbFailoverTimes(faults []Fault) string {
+	var ds []time.Duration
+	for _, f := range faults {
+		if f.Kind == faultFailover {
+			ds = append(ds, time.Duration(f.Ref-f.At))
+		}
+	}
+	if len(ds) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("database failover (kill of the primary to a primary taking writes): median %s, p99 %s, worst %s",
+		pct(ds, 0.5), pct(ds, 0.99), pct(ds, 1))
 }
 
 // keepLogs writes every node's log and the faults into a directory that
@@ -503,15 +558,31 @@ func (h *harness) inject(ctx context.Context, kind string, leader *proc) error {
 		})
 
 	case faultCut:
-		px := h.prox[leader.slot]
 		h.record(Fault{Kind: kind, Victim: leader.name, At: Monotonic(), NewLeader: true})
-		px.Cut()
+		for _, px := range h.prox[leader.slot] {
+			px.Cut()
+		}
 		err := h.waitFor("a new leader while the old one is cut off", bound+5*time.Second, func() bool {
 			return newLeader() && leader.term == 0
 		})
 		time.Sleep(time.Duration(h.rng.Int64N(int64(2 * tm.HeartbeatInterval))))
-		px.Heal()
+		for _, px := range h.prox[leader.slot] {
+			px.Heal()
+		}
 		return err
+
+	case faultFailover:
+		killed, writable, err := h.srv.failover(ctx)
+		if err != nil {
+			return err
+		}
+		// The time to leader counts from the kill; the bound from the
+		// moment the store took writes again.
+		h.record(Fault{Kind: kind, Victim: h.srv.name() + " primary", At: killed, Ref: writable, Since: killed})
+		return h.waitFor("a leader after the failover", bound+5*time.Second, func() bool {
+			l := h.leaderLocked()
+			return l != nil && (l.electedAt > killed || l == leader && l.term == term)
+		})
 
 	case faultFeedKill:
 		victims := []*proc{leader}

@@ -39,11 +39,12 @@ func fakeNode(id string) {
 type stubServer struct{}
 
 func (stubServer) name() string                                     { return "stub" }
-func (stubServer) target() string                                   { return "127.0.0.1:1" }
-func (stubServer) nodeURL(string) string                            { return "" }
+func (stubServer) targets() []string                                { return []string{"127.0.0.1:1"} }
+func (stubServer) nodeURL([]string) string                          { return "" }
 func (stubServer) prepare(context.Context, string) error            { return nil }
 func (stubServer) restart(context.Context) error                    { return errUnsupported }
 func (stubServer) killFeeds(context.Context, []string) (int, error) { return 0, errUnsupported }
+func (stubServer) failover(context.Context) (int64, int64, error)   { return 0, 0, errUnsupported }
 
 // A killed leader's term ends when it was killed, not when the harness
 // notices that the process has ended (after draining its output and

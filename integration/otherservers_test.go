@@ -90,12 +90,12 @@ func newMongoServer(raw string) (*mongoServer, error) {
 	return &mongoServer{u: u}, nil
 }
 
-func (s *mongoServer) name() string   { return "mongo" }
-func (s *mongoServer) target() string { return s.u.Host }
+func (s *mongoServer) name() string      { return "mongo" }
+func (s *mongoServer) targets() []string { return []string{s.u.Host} }
 
-func (s *mongoServer) nodeURL(proxy string) string {
+func (s *mongoServer) nodeURL(proxies []string) string {
 	u := *s.u
-	u.Host = proxy
+	u.Host = proxies[0]
 	return u.String()
 }
 
@@ -120,6 +120,7 @@ func (s *mongoServer) restart(context.Context) error { return errUnsupported }
 func (s *mongoServer) killFeeds(context.Context, []string) (int, error) {
 	return 0, errUnsupported
 }
+func (s *mongoServer) failover(context.Context) (int64, int64, error) { return 0, 0, errUnsupported }
 
 // TestFaultsRethink runs the node faults against a real RethinkDB:
 // LEADERFEED_RETHINK_ADDR unless it is reqlite (LEADERFEED_RETHINK_REQLITE=1,
@@ -160,9 +161,9 @@ func TestFaultsRethink(t *testing.T) {
 
 type rethinkServer struct{ addr string }
 
-func (s rethinkServer) name() string                { return "rethink" }
-func (s rethinkServer) target() string              { return s.addr }
-func (s rethinkServer) nodeURL(proxy string) string { return proxy }
+func (s rethinkServer) name() string                    { return "rethink" }
+func (s rethinkServer) targets() []string               { return []string{s.addr} }
+func (s rethinkServer) nodeURL(proxies []string) string { return proxies[0] }
 
 func (s rethinkServer) prepare(ctx context.Context, election string) error {
 	session, err := r.Connect(r.ConnectOpts{Address: s.addr, Timeout: 5 * time.Second})
@@ -185,3 +186,4 @@ func (s rethinkServer) restart(context.Context) error { return errUnsupported }
 func (s rethinkServer) killFeeds(context.Context, []string) (int, error) {
 	return 0, errUnsupported
 }
+func (s rethinkServer) failover(context.Context) (int64, int64, error) { return 0, 0, errUnsupported }

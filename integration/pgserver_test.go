@@ -27,15 +27,23 @@ import (
 	"github.com/leaderfeed/leaderfeed/postgres"
 )
 
-// pgServer is a private PostgreSQL cluster in a temporary directory, made
-// with the same Debian binaries as .ci/postgres.sh uses, so that the test
-// can restart it without disturbing the server other packages test on.
+// pgServer is a private PostgreSQL cluster in a directory of the test's
+// own (t.TempDir), made with the same Debian binaries as .ci/postgres.sh
+// uses, so that the test can restart it without disturbing the server
+// other packages test on. The directory holds the data directory (data),
+// the server's log (server.log) and its unix socket.
 type pgServer struct {
 	bin, dir string
 	port     int
 	pass     string
 	asRoot   bool // commands run as user postgres through runuser
+	uid, gid int  // of user postgres, when asRoot
+	// settings are -c options of this server beyond the common ones.
+	settings string
 	restarts int
+	// killed is set while the server is known dead after a SIGKILL, so
+	// that cleanup does not signal a process id that may have been reused.
+	killed bool
 }
 
 func pgBinDir() (string, bool) {
@@ -63,60 +71,90 @@ func isExec(p string) bool {
 	return err == nil && st.Mode()&0o111 != 0
 }
 
-// startPG initdb's and starts a cluster on a free port of 127.0.0.1, and
-// stops and removes it at cleanup.
-func startPG(t *testing.T) *pgServer {
+// newPG returns a server that is neither initialized nor started: the
+// binaries, a directory under t.TempDir the server's user can write, and a
+// free port of 127.0.0.1. At cleanup the server is stopped (immediate
+// shutdown) before the directory is removed.
+func newPG(t *testing.T) *pgServer {
 	t.Helper()
 	bin, ok := pgBinDir()
 	if !ok {
 		testenv.Unavailable(t, "no PostgreSQL server binaries (initdb, pg_ctl): install Debian's postgresql package")
 	}
-	s := &pgServer{bin: bin, asRoot: os.Geteuid() == 0}
-	var uid, gid int
+	s := &pgServer{bin: bin, asRoot: os.Geteuid() == 0, settings: "-c full_page_writes=off"}
 	if s.asRoot {
 		u, err := user.Lookup("postgres")
 		if err != nil {
 			testenv.Unavailable(t, "running as root but there is no user postgres to run the server")
 		}
-		uid, _ = strconv.Atoi(u.Uid)
-		gid, _ = strconv.Atoi(u.Gid)
+		s.uid, _ = strconv.Atoi(u.Uid)
+		s.gid, _ = strconv.Atoi(u.Gid)
 	}
-	dir, err := os.MkdirTemp("", "leaderfeed-it-pg.")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.dir = dir
-	t.Cleanup(func() {
-		_ = s.pgctl(context.Background(), "-m", "immediate", "-w", "-t", "30", "stop")
-		os.RemoveAll(dir)
-	})
-	pass := make([]byte, 16)
-	_, _ = rand.Read(pass)
-	s.pass = hex.EncodeToString(pass)
-	pwfile := filepath.Join(dir, "pwfile")
-	if err := os.WriteFile(pwfile, []byte(s.pass+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	s.dir = t.TempDir()
 	if s.asRoot {
-		for _, p := range []string{dir, pwfile} {
-			if err := os.Chown(p, uid, gid); err != nil {
-				t.Fatal(err)
-			}
+		// t.TempDir's parent is private to root; user postgres needs to
+		// pass through it to its own directory.
+		if err := os.Chmod(filepath.Dir(s.dir), 0o711); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.chown(s.dir); err != nil {
+			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if out, err := s.command(ctx, "initdb", "-D", filepath.Join(dir, "data"), "-U", "postgres", "--pwfile="+pwfile,
-		"--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8", "--no-locale").CombinedOutput(); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
-	}
-	os.Remove(pwfile)
+	// Registered after t.TempDir, so it runs before the directory goes.
+	t.Cleanup(func() {
+		if !s.killed {
+			_ = s.pgctl(context.Background(), "-m", "immediate", "-w", "-t", "30", "stop")
+		}
+	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.port = ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
+	return s
+}
+
+// chown gives p to the server's user, when the tests run as root.
+func (s *pgServer) chown(p string) error {
+	if !s.asRoot {
+		return nil
+	}
+	return os.Chown(p, s.uid, s.gid)
+}
+
+// initdb creates the cluster with a random password for user postgres
+// (scram-sha-256 over TCP, trust on the unix socket).
+func (s *pgServer) initdb(ctx context.Context) error {
+	pass := make([]byte, 16)
+	_, _ = rand.Read(pass)
+	s.pass = hex.EncodeToString(pass)
+	pwfile := filepath.Join(s.dir, "pwfile")
+	if err := os.WriteFile(pwfile, []byte(s.pass+"\n"), 0o600); err != nil {
+		return err
+	}
+	defer os.Remove(pwfile)
+	if err := s.chown(pwfile); err != nil {
+		return err
+	}
+	if out, err := s.command(ctx, "initdb", "-D", filepath.Join(s.dir, "data"), "-U", "postgres", "--pwfile="+pwfile,
+		"--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8", "--no-locale").CombinedOutput(); err != nil {
+		return fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// startPG initdb's and starts a cluster on a free port of 127.0.0.1, and
+// stops and removes it at cleanup.
+func startPG(t *testing.T) *pgServer {
+	t.Helper()
+	s := newPG(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := s.initdb(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -151,32 +189,48 @@ func (s *pgServer) start(ctx context.Context) error {
 		// revision N then matches a new, different revision N) and two
 		// nodes can both win a term. The elections need a store that keeps
 		// what it acknowledged. fsync=off is safe here: the restarts kill
-		// the server, not the machine, so written WAL survives.
-		fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=300 -c fsync=off -c full_page_writes=off", s.port, s.dir),
+		// the server, not the machine, so written WAL survives. (A
+		// replicated pair turns full_page_writes back on, for pg_rewind.)
+		fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=300 -c fsync=off %s", s.port, s.dir, s.settings),
 		"start")
 }
 
-func (s *pgServer) url(hostport string) string {
-	u := url.URL{Scheme: "postgres", User: url.UserPassword("postgres", s.pass), Host: hostport, Path: "/postgres",
-		RawQuery: "sslmode=disable&connect_timeout=2"}
+// url returns a URL of database postgres on the given host:port pairs.
+// With more than one, a client connects to the first that accepts writes
+// (target_session_attrs=read-write), as a client of a replicated server
+// does.
+func (s *pgServer) url(hostports ...string) string {
+	q := "sslmode=disable&connect_timeout=2"
+	if len(hostports) > 1 {
+		q += "&target_session_attrs=read-write"
+	}
+	u := url.URL{Scheme: "postgres", User: url.UserPassword("postgres", s.pass), Host: strings.Join(hostports, ","), Path: "/postgres",
+		RawQuery: q}
 	return u.String()
 }
 
 func (s *pgServer) target() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
-func (s *pgServer) nodeURL(proxy string) string { return s.url(proxy) }
+func (s *pgServer) targets() []string { return []string{s.target()} }
+
+func (s *pgServer) nodeURL(proxies []string) string { return s.url(proxies...) }
 
 func (s *pgServer) name() string { return "postgres" }
 
 // prepare creates the election table and triggers once, so that the nodes
 // do not race to create them.
 func (s *pgServer) prepare(ctx context.Context, election string) error {
-	pool, err := pgxpool.New(ctx, s.url(s.target()))
+	return pgPrepare(ctx, s.url(s.target()), election)
+}
+
+// pgPrepare creates the election table and triggers on the server at u.
+func pgPrepare(ctx context.Context, u, election string) error {
+	pool, err := pgxpool.New(ctx, u)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	b, err := postgres.New(pool, election, postgres.Options{CreateIfMissing: true})
+	b, err := postgres.New(pool, election, postgres.Options{})
 	if err != nil {
 		return err
 	}
@@ -205,7 +259,13 @@ func (s *pgServer) restart(ctx context.Context) error {
 // killFeeds terminates the LISTEN connections of the given nodes (the node
 // program names them "lf-<id>-listen") and returns how many it ended.
 func (s *pgServer) killFeeds(ctx context.Context, ids []string) (int, error) {
-	conn, err := pgx.Connect(ctx, s.url(s.target()))
+	return pgKillFeeds(ctx, s.url(s.target()), ids)
+}
+
+// pgKillFeeds terminates the LISTEN connections of the given nodes on the
+// server at u.
+func pgKillFeeds(ctx context.Context, u string, ids []string) (int, error) {
+	conn, err := pgx.Connect(ctx, u)
 	if err != nil {
 		return 0, err
 	}
@@ -219,5 +279,7 @@ func (s *pgServer) killFeeds(ctx context.Context, ids []string) (int, error) {
 		FROM pg_stat_activity WHERE application_name = ANY($1)`, names).Scan(&n)
 	return n, err
 }
+
+func (s *pgServer) failover(context.Context) (int64, int64, error) { return 0, 0, errUnsupported }
 
 var errUnsupported = errors.New("not supported on this server")

@@ -202,3 +202,39 @@ func TestCheckTimeToLeader(t *testing.T) {
 		}
 	}
 }
+
+// After a database failover the time to leader counts from the kill of the
+// primary (Since), while the bound counts from when the store took writes
+// again (Ref): the database's own failover time is not the election's.
+func TestCheckTimeToLeaderSince(t *testing.T) {
+	failover := Fault{Kind: "failover", Seq: 1, At: 150 * ms, Since: 150 * ms, Ref: 1200 * ms}
+	for _, tt := range []struct {
+		name  string
+		next  []Line // of n2
+		bound time.Duration
+		ttl   time.Duration
+		err   string
+	}{
+		{"elected after Ref", []Line{el(1500, 2), un(1600, 2, "stopped")}, time.Second, 1350 * time.Millisecond, ""},
+		{"elected between Since and Ref", []Line{el(1000, 2), un(1600, 2, "stopped")}, time.Second, 850 * time.Millisecond, ""},
+		{"bound counts from Ref", []Line{el(1500, 2), un(1600, 2, "stopped")}, 250 * time.Millisecond, 1350 * time.Millisecond, "a leader only after 300ms (bound 250ms)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			logs := []NodeLog{
+				{Proc: "n1#1", End: 2000 * ms, Lines: []Line{el(100, 1), un(200, 1, "lease-expired")}},
+				{Proc: "n2#1", End: 2000 * ms, Lines: tt.next},
+			}
+			r := Check(logs, []Fault{failover}, tt.bound)
+			if got := r.TimeToLeader[0]; got != tt.ttl {
+				t.Errorf("time to leader %v, want %v", got, tt.ttl)
+			}
+			err := r.Err()
+			switch {
+			case tt.err == "" && err != nil:
+				t.Errorf("want no violation, got %v", err)
+			case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+				t.Errorf("want %q, got %v", tt.err, err)
+			}
+		})
+	}
+}

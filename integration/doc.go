@@ -13,7 +13,10 @@
 //   - cut: cut the leader off the server at its Proxy, then heal;
 //   - feedkill: terminate only the changefeed connection of the leader and
 //     of one follower (PostgreSQL: pg_terminate_backend of the listener);
-//   - restart: restart the database server.
+//   - restart: restart the database server;
+//   - failover: on a replicated PostgreSQL, kill -9 every process of the
+//     primary, promote the standby and bring the old primary back as the
+//     new standby (pg_rewind).
 //
 // Every node prints each transition, stamped with the system's monotonic
 // clock (see Monotonic), which every process on the machine shares; the
@@ -21,11 +24,22 @@
 // intervals overlap, that terms strictly increase from one leader to the
 // next, that a node's leader context is never found live outside its
 // leadership interval, and that after every fault a leader exists within
-// the bound.
+// the bound. A killed node's leadership ends when it was killed (the
+// harness notes the moment kill(2) returned), not when its exit is
+// noticed, which on a loaded machine can be much later.
 //
 // On PostgreSQL the tests start a private server (initdb into a temporary
 // directory) so that they can restart it; they need the server binaries
 // (Debian's postgresql package) and fail in CI (CI=true) without them.
+// TestFaultsPostgresFailover runs the nodes against a primary with a
+// synchronous standby (synchronous_standby_names='*', synchronous_commit=on)
+// made with pg_basebackup, both private clusters, through one proxy per
+// server and a multi-host URL (target_session_attrs=read-write), and fails
+// the primary over 10 times; every rule must hold. With asynchronous
+// replication a failover can lose writes the old primary acknowledged, so
+// TestFaultsPostgresFailoverAsync runs only with LEADERFEED_PG_ASYNC=1 and
+// reports what it finds without failing.
+//
 // Against MongoDB and RethinkDB they run, with the faults that need no
 // control of the server (kill, stop, cut), when a real server is given
 // (LEADERFEED_MONGO_URL; LEADERFEED_RETHINK_ADDR unless
@@ -34,8 +48,9 @@
 // other packages use cannot serve here. A given server that cannot be used
 // fails the test in CI.
 //
-// By default each kind of fault is injected 50 times (5 with -short).
-// LEADERFEED_SOAK=<faults> turns the test into a soak: that many faults in
+// By default each kind of fault is injected 50 times (5 with -short), a
+// failover 10 times.
+// LEADERFEED_SOAK=<faults> turns each test into a soak: that many faults in
 // total, spread evenly over the kinds, and a summary table printed at the
 // end (see SOAK.md). LEADERFEED_SEED replays the order of a run's faults
 // and its random choices.

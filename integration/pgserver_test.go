@@ -223,7 +223,8 @@ func (s *pgServer) prepare(ctx context.Context, election string) error {
 	return pgPrepare(ctx, s.url(s.target()), election)
 }
 
-// pgPrepare creates the election table and triggers on the server at u.
+// pgPrepare creates the election table and triggers on the server at u
+// (a URL or a connection string).
 func pgPrepare(ctx context.Context, u, election string) error {
 	pool, err := pgxpool.New(ctx, u)
 	if err != nil {

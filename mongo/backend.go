@@ -6,18 +6,15 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"strings"
 	"sync"
 
-	"github.com/256dpi/lungo"
-	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/primitive"
-	mongodrv "go.mongodb.org/mongo-driver/mongo"
-	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
+	"github.com/leaderfeed/leaderfeed/mongo/internal/driver"
 )
 
 // DefaultCollection is the collection the election documents are kept in
@@ -43,11 +40,9 @@ type Options struct {
 // Backend is the MongoDB backend of one election. It implements
 // base.Backend. All methods are safe for concurrent use.
 type Backend struct {
-	db       lungo.IDatabase
-	coll     lungo.ICollection
+	coll     driver.Collection
 	election string
 	collName string
-	driver   bool // db wraps the real driver: Start runs hello
 	noCreate bool
 	log      *slog.Logger
 
@@ -64,35 +59,17 @@ type Backend struct {
 
 var _ base.Backend = (*Backend)(nil)
 
-// New returns a backend for the election named election, kept in a
-// collection of db. The caller owns db's client: the backend never
-// disconnects it. New checks the names (errors match base.ErrInvalidConfig)
-// but does no I/O; Start checks the server.
+// New returns a backend for the election named election, kept in the
+// collection Options.Collection of db (a *mongo.Database of
+// go.mongodb.org/mongo-driver/v2). The caller owns db's client: the backend
+// never disconnects it. New checks the names (errors match
+// base.ErrInvalidConfig) but does no I/O; Start checks the server.
+//
+// The election's reads and writes use majority read and write concern and
+// the primary, whatever db's own settings are.
 func New(db *mongodrv.Database, election string, opts Options) (*Backend, error) {
 	if db == nil {
 		return nil, fmt.Errorf("mongo: %w: nil database", base.ErrInvalidConfig)
-	}
-	// lungo's adapter of the real driver; the database keeps its own read
-	// and write concerns. Its Client method is not used.
-	return newBackend(&lungo.MongoDatabase{Database: db}, true, election, opts)
-}
-
-// NewLungo is New for a lungo.IDatabase: lungo's in-process engine (for
-// tests and single-process programs; it always supports change streams) or
-// lungo's adapter of the real driver (*lungo.MongoDatabase, on which Start
-// checks the server as New's backend does). Other implementations are
-// used as they are, without the server check.
-func NewLungo(db lungo.IDatabase, election string, opts Options) (*Backend, error) {
-	if db == nil {
-		return nil, fmt.Errorf("mongo: %w: nil database", base.ErrInvalidConfig)
-	}
-	_, driver := db.(*lungo.MongoDatabase)
-	return newBackend(db, driver, election, opts)
-}
-
-func newBackend(db lungo.IDatabase, driver bool, election string, opts Options) (*Backend, error) {
-	if err := heartbeat.ValidateName("election name", election); err != nil {
-		return nil, fmt.Errorf("mongo: %w: %w", base.ErrInvalidConfig, err)
 	}
 	collName := opts.Collection
 	if collName == "" {
@@ -101,19 +78,58 @@ func newBackend(db lungo.IDatabase, driver bool, election string, opts Options) 
 	if err := validateNames(db.Name(), collName); err != nil {
 		return nil, err
 	}
+	return newBackend(newV2Collection(db.Collection(collName)), election, opts)
+}
+
+// NewCollection is New for a *mongo.Collection of
+// go.mongodb.org/mongo-driver/v2: the election documents are kept in coll.
+// Options.Collection must be empty or coll's name.
+func NewCollection(coll *mongodrv.Collection, election string, opts Options) (*Backend, error) {
+	if coll == nil {
+		return nil, fmt.Errorf("mongo: %w: nil collection", base.ErrInvalidConfig)
+	}
+	if opts.Collection != "" && opts.Collection != coll.Name() {
+		return nil, fmt.Errorf("mongo: %w: Options.Collection is %q but the collection given is %q",
+			base.ErrInvalidConfig, opts.Collection, coll.Name())
+	}
+	if err := validateNames(coll.Database().Name(), coll.Name()); err != nil {
+		return nil, err
+	}
+	return newBackend(newV2Collection(coll), election, opts)
+}
+
+func init() {
+	driver.NewBackend = func(c driver.Collection, election string, opts any) (any, error) {
+		o, _ := opts.(Options)
+		if c == nil {
+			return nil, fmt.Errorf("mongo: %w: nil collection", base.ErrInvalidConfig)
+		}
+		if err := validateNames(c.DatabaseName(), c.Name()); err != nil {
+			return nil, err
+		}
+		b, err := newBackend(c, election, o)
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+}
+
+func newBackend(coll driver.Collection, election string, opts Options) (*Backend, error) {
+	if err := heartbeat.ValidateName("election name", election); err != nil {
+		return nil, fmt.Errorf("mongo: %w: %w", base.ErrInvalidConfig, err)
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Backend{
-		db:          db,
-		coll:        db.Collection(collName),
+		coll:        coll,
 		election:    election,
-		collName:    collName,
-		driver:      driver,
+		collName:    coll.Name(),
 		noCreate:    opts.NoCreate,
-		log:         log.With("election", election, "collection", collName),
+		log:         log.With("election", election, "collection", coll.Name()),
 		closeCtx:    ctx,
 		closeCancel: cancel,
 		subs:        map[*subscription]struct{}{},
@@ -179,20 +195,14 @@ func (b *Backend) opError(ctx context.Context, op string, err error) error {
 	return b.errorf("%s: %w", op, err)
 }
 
-// Start checks that the server can run change streams: on the real driver
-// it runs hello (isMaster on old servers) and fails with an error matching
-// base.ErrUnsupported on a standalone mongod. lungo always can.
+// Start checks that the server can run change streams: it runs hello
+// (isMaster on servers older than 4.4.2) and fails with an error matching
+// base.ErrUnsupported on a standalone mongod.
 func (b *Backend) Start(ctx context.Context) error {
 	if err := b.check(ctx, "start"); err != nil {
 		return err
 	}
-	if !b.driver {
-		return nil
-	}
-	hello, err := b.db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
-	if err != nil && hasCode(err, 59) { // CommandNotFound: server older than 4.4.2
-		hello, err = b.db.RunCommand(ctx, bson.D{{Key: "isMaster", Value: 1}}).Raw()
-	}
+	hello, err := b.coll.Hello(ctx)
 	if err != nil {
 		return b.opError(ctx, "start: hello", err)
 	}
@@ -215,15 +225,6 @@ func checkHello(hello bson.Raw) error {
 		"(a single-node replica set will do: start mongod with --replSet rs0 and run rs.initiate() once)", base.ErrUnsupported)
 }
 
-// hasCode reports whether err is a server error with one of codes.
-func hasCode(err error, codes ...int) bool {
-	var se mongodrv.ServerError
-	if !errors.As(err, &se) {
-		return false
-	}
-	return slices.ContainsFunc(codes, se.HasErrorCode)
-}
-
 // Create creates the collection if it is missing, or with Options.NoCreate
 // checks that it exists. It is idempotent.
 func (b *Backend) Create(ctx context.Context) error {
@@ -231,18 +232,17 @@ func (b *Backend) Create(ctx context.Context) error {
 		return err
 	}
 	if b.noCreate {
-		names, err := b.db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: b.collName}})
+		ok, err := b.coll.Exists(ctx)
 		if err != nil {
 			return b.opError(ctx, "create: list collections", err)
 		}
-		if !slices.Contains(names, b.collName) {
+		if !ok {
 			return b.errorf("create: %w: collection %q does not exist in database %q and Options.NoCreate is set",
-				base.ErrInvalidConfig, b.collName, b.db.Name())
+				base.ErrInvalidConfig, b.collName, b.coll.DatabaseName())
 		}
 		return nil
 	}
-	err := b.db.CreateCollection(ctx, b.collName)
-	if err != nil && !hasCode(err, 48) { // NamespaceExists (lungo's create is idempotent)
+	if err := b.coll.Create(ctx); err != nil {
 		return b.opError(ctx, "create collection "+b.collName, err)
 	}
 	return nil
@@ -259,8 +259,8 @@ func (b *Backend) Get(ctx context.Context) (heartbeat.Record, error) {
 }
 
 func (b *Backend) get(ctx context.Context) (heartbeat.Record, error) {
-	raw, err := b.coll.FindOne(ctx, bson.D{{Key: "_id", Value: b.election}}).Raw()
-	if errors.Is(err, mongodrv.ErrNoDocuments) {
+	raw, err := b.coll.FindOne(ctx, b.election)
+	if errors.Is(err, driver.ErrNoDocument) {
 		return heartbeat.Record{}, b.errorf("get: %w", base.ErrNotFound)
 	}
 	if err != nil {
@@ -311,16 +311,12 @@ func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next h
 			{Key: fieldMark, Value: int32(1)},
 			{Key: fieldLeader, Value: next.Leader},
 			{Key: fieldTerm, Value: int64(next.Term)},
-			{Key: fieldValue, Value: primitive.Binary{Data: value}},
+			{Key: fieldValue, Value: bson.Binary{Data: value}},
 		}},
 		{Key: "$inc", Value: bson.D{{Key: fieldRevision, Value: int64(1)}}},
 		{Key: "$currentDate", Value: bson.D{{Key: fieldTimestamp, Value: true}}},
 	}
-	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
-	if expectedRevision == 0 {
-		opts.SetUpsert(true)
-	}
-	raw, err := b.coll.FindOneAndUpdate(ctx, filter, update, opts).Raw()
+	raw, err := b.coll.FindOneAndUpdate(ctx, filter, update, expectedRevision == 0)
 	switch {
 	case err == nil:
 		rec, err := decodeRecord(raw, b.election)
@@ -328,7 +324,7 @@ func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next h
 			return heartbeat.Record{}, b.errorf("heartbeat: written, but: %w", err)
 		}
 		return rec, nil
-	case errors.Is(err, mongodrv.ErrNoDocuments), lungo.IsUniquenessError(err):
+	case errors.Is(err, driver.ErrNoDocument), errors.Is(err, driver.ErrDuplicateKey):
 		// Lost: nothing matched, or the upsert's insert hit the existing
 		// document. Report what is there now.
 		cur, gerr := b.get(ctx)

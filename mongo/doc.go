@@ -4,18 +4,31 @@
 //
 // # Using it
 //
-// The caller owns the client and passes a *mongo.Database of the official
-// driver (go.mongodb.org/mongo-driver, v1) to New; the backend never
-// disconnects it:
+// The caller owns the client of the official driver
+// (go.mongodb.org/mongo-driver/v2) and passes a *mongo.Database to New, or
+// a *mongo.Collection to NewCollection; the backend never disconnects it:
 //
-//	client, err := mongo.Connect(ctx, options.Client().ApplyURI(url))
+//	import (
+//		"go.mongodb.org/mongo-driver/v2/mongo"
+//		"go.mongodb.org/mongo-driver/v2/mongo/options"
+//
+//		"github.com/leaderfeed/leaderfeed/base"
+//		lfmongo "github.com/leaderfeed/leaderfeed/mongo"
+//	)
+//
+//	client, err := mongo.Connect(options.Client().ApplyURI(url))
 //	...
 //	b, err := lfmongo.New(client.Database("app"), "scheduler", lfmongo.Options{})
 //	feed, err := base.New(b, nodeID, base.Options{})
 //
-// NewLungo takes a lungo.IDatabase instead: either lungo's in-process
-// engine (github.com/256dpi/lungo), for tests and single-process programs,
-// or lungo's wrapper of the real driver.
+// There is no entry point for the driver v1 (go.mongodb.org/mongo-driver),
+// which MongoDB has deprecated: a program still on v1 can open a v2 client
+// beside its v1 one for leaderfeed (the two modules live side by side). So
+// a service importing this package gets neither v1 nor lungo in its go.sum.
+//
+// Package github.com/leaderfeed/leaderfeed/mongo/onlungo (a module of its
+// own) runs the same backend on lungo's in-process engine, for tests and
+// examples without a server.
 //
 // # The document
 //
@@ -43,6 +56,12 @@
 //     precision). The first claim (expected revision 0) is an upsert; when
 //     another node's upsert wins the race, the loser's insert fails on the
 //     unique _id index and Heartbeat returns a *base.ConflictError.
+//   - The election's writes use write concern majority, and its reads read
+//     concern majority on the primary, whatever the client, database or
+//     collection passed in says: a write acknowledged by the primary alone
+//     can be rolled back when another member is elected, and then one
+//     revision could be handed out twice. Documents of the caller's own
+//     are never written.
 //   - The change stream delivers the election record's changes in commit
 //     order. Update events are completed with the document as it is when the
 //     stream reads the event (fullDocument: updateLookup), so on a real
@@ -55,60 +74,66 @@
 //     nil (MongoDB gives no pre-image without collection options this
 //     backend does not set). An update whose document was deleted before
 //     the stream read it carries New == nil and Partial == true.
-//   - The backend keeps the resume token of the last event it delivered, so
-//     a stream reopened by a new call of Subscribe misses nothing. When the
-//     token is no longer valid (the oplog rolled over) or there is none, the
+//   - The backend keeps the resume token of the last event it delivered,
+//     and while the collection is idle the postBatchResumeToken of each
+//     empty batch, so a stream reopened by a new call of Subscribe misses
+//     nothing, even after a long quiet time. When the token can no longer
+//     be resumed from (error codes 136 CappedPositionLost, 260
+//     InvalidResumeToken, 280 ChangeStreamFatalError, 286
+//     ChangeStreamHistoryLost: the oplog rolled over) or there is none, the
 //     new stream starts at the present: Subscribe then re-reads the record
 //     and delivers it first (RecordChanged, or RecordDeleted when there is
 //     none), and logs the gap at Warn on Options.Logger: changes to other
 //     documents during the gap are lost.
-//   - Start fails with an error matching base.ErrUnsupported when the server
-//     is a standalone mongod: change streams need a replica set (a
-//     single-node replica set will do) or a sharded cluster.
+//   - A dropped or renamed collection (or database) is reported as
+//     RecordDeleted; the server then invalidates the stream, and the
+//     subscription ends with Failed. The next Subscribe starts at the
+//     present and re-reads the record.
+//   - Start runs hello (isMaster on servers older than 4.4.2) and fails
+//     with an error matching base.ErrUnsupported when the server is a
+//     standalone mongod (no setName, not a mongos answering msg:
+//     "isdbgrid"): change streams need a replica set (a single-node
+//     replica set will do; the message says how to make one) or a sharded
+//     cluster.
 //
 // # Limits
 //
 // Collection names must be valid MongoDB names: non-empty, without '$' or
 // NUL, not starting with "system.", and the namespace "<db>.<collection>"
-// at most 255 bytes. Change events larger than 16 MiB (a user document near
-// the BSON limit, whose change event also carries it) end the stream on a
-// real server. Terms and revisions are stored as int64.
+// at most 255 bytes. A change event larger than 16 MiB (a user document
+// near the BSON limit, whose change event also carries it) fails on the
+// server with BSONObjectTooLarge (code 10334); resuming before it would
+// meet it again, so the subscription fails, the next stream starts at the
+// present and the record is re-read: changes to other documents in
+// between are lost, the election's state is not. Terms and revisions are
+// stored as int64.
 //
-// Safety needs writes that survive a failover: use majority write concern
-// (the driver's default since MongoDB 5.0) for the database you pass. A
-// write acknowledged by the primary alone can be rolled back when another
-// member is elected, and then one revision can be handed out twice.
+// # What is tested where
 //
-// # lungo
-//
-// The store code runs unchanged against lungo v0.4.0, which the tests use in
-// every run. Where lungo differs from a real server, the code keeps to what
-// both do: it watches with an empty pipeline and filters in the client
-// (lungo panics on a non-empty one); it uses no $$NOW, $expr, aggregation
-// or pipeline update; it detects duplicate keys with
-// lungo.IsUniquenessError, which matches both; it passes only options lungo
-// supports or ignores (lungo panics on the others); it treats a stream that
-// ends with Err() == nil (lungo's engine closed) as failed. Start runs the
-// hello command only on the real driver (lungo has no RunCommand, and always
-// supports change streams). lungo runs in-process only: it proves nothing
-// about several processes.
+// The backend's logic runs on a narrow internal interface with two
+// adapters: the driver v2 (this package) and lungo (package onlungo).
+// Every test run, CI included, runs the store tests and the conformance
+// suite on lungo v0.4.0 through the lungo adapter, and this package's
+// server-free tests (the driver-v2 adapter's error classification, hello
+// checks, record decoding, an update event without its document, a server
+// that does not answer). The driver-v2 adapter itself runs the same tests
+// only against a real server: when LEADERFEED_MONGO_URL is set, or in the
+// containertest module where Docker works (a mongo:7 container). CI has
+// neither. Behaviour that only a real server shows is written from the
+// server's documentation: hello, majority concerns, postBatchResumeToken,
+// updateLookup's null document, the error codes above, invalidate on a
+// real drop. lungo runs in-process only: it proves nothing about several
+// processes.
 //
 // # Running the tests against a real server
 //
-// The tests look for a server in this order:
-//
-//  1. LEADERFEED_MONGO_URL, for example
-//     LEADERFEED_MONGO_URL='mongodb://localhost:27017/?replicaSet=rs0'
-//     go test ./mongo/... — the server must be a replica set; the tests use
-//     the database leaderfeed_test and drop the collections they create.
-//  2. Docker, through testcontainers-go: a mongo:7 container started as a
-//     single-node replica set (set LEADERFEED_NO_DOCKER=1 to skip it).
-//  3. lungo, in-process, always available.
-//
-// A single-node replica set for local runs:
+// LEADERFEED_MONGO_URL names a replica set; the tests use the database
+// leaderfeed_test and drop the collections they create. Without it, the
+// real-server tests of this package skip with a one-line reason. A
+// single-node replica set for local runs:
 //
 //	docker run -d --name lf-mongo -p 27017:27017 mongo:7 --replSet rs0
 //	docker exec lf-mongo mongosh --quiet --eval \
 //	  'rs.initiate({_id: "rs0", members: [{_id: 0, host: "localhost:27017"}]})'
-//	LEADERFEED_MONGO_URL='mongodb://localhost:27017/?replicaSet=rs0' go test -race ./mongo/...
+//	cd mongo && LEADERFEED_MONGO_URL='mongodb://localhost:27017/?replicaSet=rs0' go test -race ./...
 package mongo

@@ -4,8 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/primitive"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
@@ -56,7 +55,7 @@ func decodeRecord(doc bson.Raw, election string) (heartbeat.Record, error) {
 	if !ok {
 		return bad("field %q is %s, not a date", fieldTimestamp, typeName(ts))
 	}
-	rec.Timestamp = primitive.DateTime(dt).Time().UTC()
+	rec.Timestamp = bson.DateTime(dt).Time().UTC()
 	value := doc.Lookup(fieldValue)
 	_, data, ok := value.BinaryOK()
 	if !ok {

@@ -1,182 +1,131 @@
-package mongo
+package mongo_test
 
 import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/256dpi/lungo"
-	"go.mongodb.org/mongo-driver/bson"
-	mongodrv "go.mongodb.org/mongo-driver/mongo"
-	"go.mongodb.org/mongo-driver/mongo/options"
-	"go.uber.org/goleak"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/leaderfeed/leaderfeed/internal/testenv"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+	"github.com/leaderfeed/leaderfeed/mongo"
+	"github.com/leaderfeed/leaderfeed/mongo/internal/driver"
+	"github.com/leaderfeed/leaderfeed/mongo/internal/suite"
 )
-
-// TestMain tears down the shared real server (if one was used) and then
-// fails the run on leaked goroutines.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	shared.teardown()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
 
 // testDB is the database the real-server tests use.
 const testDB = "leaderfeed_test"
 
-// server is the store one test runs against: lungo (an engine per test) or
-// a real server (shared, a collection per test).
-type server struct {
-	kind string             // "lungo" or "LEADERFEED_MONGO_URL"
-	db   lungo.IDatabase    // the database the backends use
-	drv  *mongodrv.Database // the real driver's database, nil on lungo
-	coll string             // the collection of this test
-	eng  *lungo.Engine      // lungo only
+var collSeq atomic.Int64
+
+// realClient connects to LEADERFEED_MONGO_URL for the test, and skips it
+// without one. The client is disconnected when the test ends.
+func realClient(t *testing.T) *mongodrv.Client {
+	t.Helper()
+	url := os.Getenv("LEADERFEED_MONGO_URL")
+	if url == "" {
+		t.Skip("skipped: no LEADERFEED_MONGO_URL; the driver-v2 adapter needs a real replica set (the suite runs on lungo in mongo/onlungo)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client, err := mongodrv.Connect(options.Client().ApplyURI(url))
+	if err == nil {
+		t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+		err = client.Ping(ctx, nil)
+	}
+	if err != nil {
+		t.Fatalf("MongoDB at LEADERFEED_MONGO_URL: %v", err)
+	}
+	return client
 }
 
-// realServer is the one real server of the test binary, found once.
-type realServer struct {
-	once   sync.Once
-	kind   string
-	client *mongodrv.Client
-	err    error
-}
-
-var shared realServer
-
-func (r *realServer) find() {
-	r.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		url := os.Getenv("LEADERFEED_MONGO_URL")
-		if url == "" {
-			return // lungo
+// TestSuiteOnServer runs the store tests through the driver-v2 adapter
+// against the server in LEADERFEED_MONGO_URL (a replica set).
+func TestSuiteOnServer(t *testing.T) {
+	c := realClient(t)
+	db := c.Database(testDB)
+	suite.Run(t, func(t *testing.T) *suite.Server {
+		coll := fmt.Sprintf("t%d_%d", time.Now().UnixNano()%1e9, collSeq.Add(1))
+		var dropOnce sync.Map
+		user := func() *mongodrv.Collection { return db.Collection(coll) }
+		return &suite.Server{
+			Kind: "LEADERFEED_MONGO_URL",
+			Real: true,
+			Coll: coll,
+			Open: func(name string) driver.Collection {
+				if _, done := dropOnce.LoadOrStore(name, true); !done {
+					t.Cleanup(func() { _ = db.Collection(name).Drop(context.Background()) })
+				}
+				return mongo.V2Collection(db.Collection(name))
+			},
+			Put: func(ctx context.Context, key any, doc bson.M) error {
+				_, err := user().ReplaceOne(ctx, bson.M{"_id": key}, doc, options.Replace().SetUpsert(true))
+				return err
+			},
+			Insert: func(ctx context.Context, doc bson.M) error {
+				_, err := user().InsertOne(ctx, doc)
+				return err
+			},
+			Update: func(ctx context.Context, key any, update bson.M) error {
+				_, err := user().UpdateOne(ctx, bson.M{"_id": key}, update)
+				return err
+			},
+			Delete: func(ctx context.Context, key any) error {
+				_, err := user().DeleteOne(ctx, bson.M{"_id": key})
+				return err
+			},
+			Drop: func(ctx context.Context) error { return user().Drop(ctx) },
 		}
-		r.kind = "LEADERFEED_MONGO_URL"
-		opts := options.Client().ApplyURI(url)
-		client, err := mongodrv.Connect(ctx, opts)
-		if err == nil {
-			err = client.Ping(ctx, nil)
-		}
-		if err != nil {
-			r.err = fmt.Errorf("connecting to %s: %w", r.kind, err)
-			return
-		}
-		r.client = client
 	})
 }
 
-func (r *realServer) teardown() {
-	if r.client != nil {
-		_ = r.client.Disconnect(context.Background())
-	}
-}
-
-var collSeq atomic.Int64
-
-// newServer returns the store for one test: the real server when
-// LEADERFEED_MONGO_URL is set (the containertest module sets it for a
-// container), else a fresh lungo engine.
-func newServer(t *testing.T) *server {
-	t.Helper()
-	shared.find()
-	if shared.err != nil {
-		testenv.Unavailable(t, "MongoDB: "+shared.err.Error())
-	}
-	if shared.client == nil {
-		return newLungo(t, lungo.Options{})
-	}
-	coll := fmt.Sprintf("t%d_%d", time.Now().UnixNano()%1e9, collSeq.Add(1))
-	db := shared.client.Database(testDB)
-	t.Cleanup(func() { _ = db.Collection(coll).Drop(context.Background()) })
-	return &server{kind: shared.kind, db: &lungo.MongoDatabase{Database: db}, drv: db, coll: coll}
-}
-
-// newLungo returns a server on a fresh lungo engine with opts, closed when
-// the test ends.
-func newLungo(t *testing.T, opts lungo.Options) *server {
-	t.Helper()
-	if opts.Store == nil {
-		opts.Store = lungo.NewMemoryStore()
-	}
-	client, eng, err := lungo.Open(context.Background(), opts)
+// TestPublicConstructorsOnServer runs New and NewCollection, the entry
+// points users call, against the server in LEADERFEED_MONGO_URL.
+func TestPublicConstructorsOnServer(t *testing.T) {
+	c := realClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := fmt.Sprintf("pub%d", time.Now().UnixNano()%1e9)
+	db := c.Database(testDB)
+	t.Cleanup(func() { _ = db.Collection(name).Drop(context.Background()) })
+	b1, err := mongo.New(db, "pub", mongo.Options{Collection: name})
 	if err != nil {
-		t.Fatalf("lungo.Open: %v", err)
+		t.Fatal(err)
 	}
-	t.Cleanup(eng.Close)
-	return &server{kind: "lungo", db: client.Database(testDB), coll: "elections", eng: eng}
-}
-
-// backend opens a backend on s for election, with the test's collection.
-func (s *server) backend(t *testing.T, election string, opts Options) *Backend {
-	t.Helper()
-	b, err := s.newBackend(election, opts)
+	defer func() { _ = b1.Close() }()
+	b2, err := mongo.NewCollection(db.Collection(name), "pub", mongo.Options{})
 	if err != nil {
-		t.Fatalf("new backend: %v", err)
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = b.Close() })
-	return b
-}
-
-func (s *server) newBackend(election string, opts Options) (*Backend, error) {
-	if opts.Collection == "" {
-		opts.Collection = s.coll
+	defer func() { _ = b2.Close() }()
+	for _, b := range []*mongo.Backend{b1, b2} {
+		if err := b.Start(ctx); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		if err := b.Create(ctx); err != nil {
+			t.Fatalf("Create: %v", err)
+		}
 	}
-	if s.drv != nil {
-		return New(s.drv, election, opts)
+	ch, err := b2.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return NewLungo(s.db, election, opts)
-}
-
-// collection returns the test's collection, for writes of the test's own.
-func (s *server) collection() lungo.ICollection { return s.db.Collection(s.coll) }
-
-// started opens, starts and creates a backend.
-func (s *server) started(t *testing.T, election string) *Backend {
-	t.Helper()
-	b := s.backend(t, election, Options{})
-	ctx := testCtx(t)
-	if err := b.Start(ctx); err != nil {
-		t.Fatalf("Start: %v", err)
+	r, err := b1.Heartbeat(ctx, 0, heartbeat.Record{Leader: "a", Term: 1})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := b.Create(ctx); err != nil {
-		t.Fatalf("Create: %v", err)
+	select {
+	case n := <-ch:
+		if !n.Record.Equal(r) {
+			t.Fatalf("b2 saw %+v, want %+v", n, r)
+		}
+	case <-ctx.Done():
+		t.Fatal("b2 saw nothing")
 	}
-	return b
-}
-
-var electionSeq atomic.Int64
-
-// electionName returns an election name unique in the test binary.
-func electionName(t *testing.T) string {
-	name := strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
-	if len(name) > 100 {
-		name = name[:100]
-	}
-	return fmt.Sprintf("%s-%d", name, electionSeq.Add(1))
-}
-
-// testCtx returns a context that ends with the test, or after 20 seconds.
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// putDoc writes a user document with key into the test's collection.
-func (s *server) putDoc(ctx context.Context, key any, doc bson.M) error {
-	_, err := s.collection().ReplaceOne(ctx, bson.M{"_id": key}, doc, options.Replace().SetUpsert(true))
-	return err
 }

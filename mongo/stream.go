@@ -5,24 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/256dpi/lungo"
-	"go.mongodb.org/mongo-driver/bson"
-	mongodrv "go.mongodb.org/mongo-driver/mongo"
-	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/mongo/internal/driver"
 )
-
-// errStreamEnded is the cause of a Failed notification when the change
-// stream ended without an error (lungo does so when its engine is closed).
-var errStreamEnded = errors.New("change stream ended")
-
-// errInvalidated is the cause of a Failed notification when the server
-// invalidated the change stream (the collection was dropped or renamed).
-var errInvalidated = errors.New("change stream invalidated: the collection was dropped or renamed")
 
 // subscription is one open change stream.
 type subscription struct {
@@ -69,21 +58,12 @@ func (b *Backend) Subscribe(ctx context.Context) (<-chan base.Notification, erro
 		cancelLive()
 	}
 
-	open := func(token bson.Raw) (lungo.IChangeStream, error) {
-		// Only options lungo supports or ignores: it panics on others.
-		opts := options.ChangeStream().SetFullDocument(options.UpdateLookup)
-		if token != nil {
-			opts.SetResumeAfter(token)
-		}
-		// An empty pipeline: lungo panics on any other; we filter here.
-		return b.coll.Watch(streamCtx, mongodrv.Pipeline{}, opts)
-	}
-	stream, err := open(token)
+	stream, err := b.coll.Watch(streamCtx, token)
 	gap := reopened && token == nil
-	if err != nil && token != nil && tokenLost(err) {
+	if err != nil && token != nil && errors.Is(err, driver.ErrHistoryLost) {
 		b.log.Warn("mongo: resume token no longer valid; starting the change stream at the present", "err", err)
 		gap = true
-		stream, err = open(nil)
+		stream, err = b.coll.Watch(streamCtx, nil)
 	}
 	if err != nil {
 		release()
@@ -143,7 +123,7 @@ func (b *Backend) Subscribe(ctx context.Context) (<-chan base.Notification, erro
 
 // run reads the change stream until it ends and sends its notifications
 // on ch. Sends give up when live is done.
-func (b *Backend) run(live, streamCtx context.Context, stream lungo.IChangeStream, sub *subscription,
+func (b *Backend) run(live, streamCtx context.Context, stream driver.Stream, sub *subscription,
 	ch chan<- base.Notification, first []base.Notification, release func()) {
 	defer b.wg.Done()
 	defer close(ch)
@@ -174,15 +154,24 @@ func (b *Backend) run(live, streamCtx context.Context, stream lungo.IChangeStrea
 	}
 
 	var failure error
-	for stream.Next(streamCtx) {
+	for {
+		raw, err := stream.Next(streamCtx)
+		if err != nil {
+			failure = err
+			break
+		}
+		if raw == nil { // an empty batch: keep its postBatchResumeToken
+			b.saveToken(stream.ResumeToken())
+			continue
+		}
 		var ev changeEvent
-		if err := stream.Decode(&ev); err != nil {
+		if err := bson.Unmarshal(raw, &ev); err != nil {
 			failure = fmt.Errorf("decoding a change event: %w", err)
 			break
 		}
 		if ev.OperationType == "invalidate" {
 			b.saveToken(nil) // only startAfter could resume after it
-			failure = errInvalidated
+			failure = driver.ErrInvalidated
 			break
 		}
 		if n, ok := b.translate(&ev, &st); ok && !send(n) {
@@ -193,19 +182,21 @@ func (b *Backend) run(live, streamCtx context.Context, stream lungo.IChangeStrea
 	if live.Err() != nil {
 		return // ctx done or backend closed: no Failed notification
 	}
-	if failure == nil {
-		failure = stream.Err()
-		switch {
-		case failure == nil:
-			failure = errStreamEnded
-		case errors.Is(failure, context.Canceled) && streamCtx.Err() != nil:
-			failure = fmt.Errorf("%w: closed", errStreamEnded)
-		case tokenLost(failure):
-			b.saveToken(nil)
-		}
+	switch {
+	case errors.Is(failure, context.Canceled) && streamCtx.Err() != nil:
+		failure = fmt.Errorf("%w: closed", driver.ErrStreamEnded)
+	case errors.Is(failure, driver.ErrHistoryLost):
+		b.saveToken(nil)
+	case errors.Is(failure, driver.ErrEventTooLarge):
+		// Resuming from the token before the event would meet it again:
+		// the next stream starts at the present, and Subscribe re-reads
+		// the record (written from the server's documentation; a test
+		// injects the error).
+		b.log.Warn("mongo: a change event was larger than 16 MiB; the next change stream starts after it", "err", failure)
+		b.saveToken(nil)
 	}
 	send(base.Notification{Type: base.Failed, Err: fmt.Errorf("mongo: election %q: change stream on %s.%s: %w",
-		b.election, b.db.Name(), b.collName, failure)})
+		b.election, b.coll.DatabaseName(), b.collName, failure)})
 }
 
 // translate turns a change event into a notification; ok is false when
@@ -279,17 +270,7 @@ func (b *Backend) saveToken(t bson.Raw) {
 	b.token = cloneRaw(t)
 }
 
-// tokenLost reports whether err says the stream's position is no longer in
-// the oplog, so that resuming from the token can never work.
-func tokenLost(err error) bool {
-	return errors.Is(err, lungo.ErrLostOplogPosition) ||
-		strings.Contains(err.Error(), "unable to resume change stream") || // lungo
-		// CappedPositionLost, InvalidResumeToken, ChangeStreamFatalError,
-		// ChangeStreamHistoryLost
-		hasCode(err, 136, 260, 280, 286)
-}
-
-func closeStream(s lungo.IChangeStream) {
+func closeStream(s driver.Stream) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = s.Close(ctx)

@@ -1,4 +1,4 @@
-package mongo
+package suite
 
 import (
 	"context"
@@ -10,16 +10,18 @@ import (
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
+	"github.com/leaderfeed/leaderfeed/mongo"
 )
 
 // gated holds the next Subscribe until the test opens the gate, so that
 // writes land while no stream is open.
 type gated struct {
-	*Backend
+	*mongo.Backend
+	s    *Server
 	mu   sync.Mutex
 	gate chan struct{} // nil: no gate
 }
@@ -102,31 +104,31 @@ func isType(typ base.EventType) func(base.Event) bool {
 
 // A change stream that breaks under a Feed is reported, reopened by the
 // Feed, and resumed from its token: nothing written meanwhile is lost.
-func TestFeedStreamResumedWithoutLoss(t *testing.T) {
+func testFeedStreamResumedWithoutLoss(t *testing.T, newServer NewServer) {
 	s := newServer(t)
 	el := electionName(t)
 	writer := s.started(t, el)
-	g := &gated{Backend: s.backend(t, el, Options{})}
+	g := &gated{Backend: s.backend(t, el, mongo.Options{}), s: s}
 	_, events := startFeed(t, g, "observer", true)
 	waitEvent(t, events, "subscribe started", isType(base.EventSubscribeStarted))
 
 	r := mustBeat(t, writer, 0, rec("x", 1, "addr-x"))
 	waitEvent(t, events, "new leader x", func(e base.Event) bool { return e.Type == base.EventNewLeader && e.Leader == "x" })
 	ctx := testCtx(t)
-	if err := s.putDoc(ctx, "before", bson.M{"n": 0}); err != nil {
+	if err := s.Put(ctx, "before", bson.M{"n": 0}); err != nil {
 		t.Fatal(err)
 	}
 	waitEvent(t, events, "change before", func(e base.Event) bool { return e.Type == base.EventChange })
 
 	gate := make(chan struct{})
 	g.close(gate)
-	g.killStreams()
+	s.killStreams(g.Backend)
 	waitEvent(t, events, "subscribe error", isType(base.EventSubscribeError))
 	// Written while the stream is down.
 	var keys []string
 	for i := range 5 {
 		keys = append(keys, fmt.Sprintf("gap-%d", i))
-		if err := s.putDoc(ctx, keys[i], bson.M{"n": i}); err != nil {
+		if err := s.Put(ctx, keys[i], bson.M{"n": i}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -155,16 +157,16 @@ func TestFeedStreamResumedWithoutLoss(t *testing.T) {
 
 // A foreign document with the election's _id is reported as ignored; the
 // Feed goes on, and leads once the document is gone.
-func TestFeedMalformedRecordIgnored(t *testing.T) {
+func testFeedMalformedRecordIgnored(t *testing.T, newServer NewServer) {
 	s := newServer(t)
 	el := electionName(t)
 	ctx := testCtx(t)
 	for i, doc := range []bson.M{{"leader": 5}, {"something": "else"}} {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			if err := s.putDoc(ctx, el, doc); err != nil {
+			if err := s.Put(ctx, el, doc); err != nil {
 				t.Fatal(err)
 			}
-			b := s.backend(t, el, Options{})
+			b := s.backend(t, el, mongo.Options{})
 			f, events := startFeed(t, b, "node", false)
 			// The Ignored may come from the Feed's first read, before its
 			// stream is open: wait for both.
@@ -185,19 +187,19 @@ func TestFeedMalformedRecordIgnored(t *testing.T) {
 					started = true
 				}
 			}
-			if err := s.putDoc(ctx, el+"-user", bson.M{"n": i}); err != nil {
+			if err := s.Put(ctx, el+"-user", bson.M{"n": i}); err != nil {
 				t.Fatal(err)
 			}
 			waitEvent(t, events, "a change after the ignored record", isType(base.EventChange))
 			if f.IsLeader() {
 				t.Fatal("leads over a foreign document")
 			}
-			if _, err := s.collection().DeleteOne(ctx, bson.M{"_id": el}); err != nil {
+			if err := s.Delete(ctx, el); err != nil {
 				t.Fatal(err)
 			}
 			waitEvent(t, events, "elected after the foreign document went", isType(base.EventElected))
 			stopFeed(t, f, events)
-			if _, err := s.collection().DeleteOne(ctx, bson.M{"_id": el}); err != nil {
+			if err := s.Delete(ctx, el); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -206,13 +208,13 @@ func TestFeedMalformedRecordIgnored(t *testing.T) {
 
 // A user document of 1 MiB reaches a Feed as a change with the whole
 // document.
-func TestFeedHugeDocument(t *testing.T) {
+func testFeedHugeDocument(t *testing.T, newServer NewServer) {
 	s := newServer(t)
-	b := s.backend(t, electionName(t), Options{})
+	b := s.backend(t, electionName(t), mongo.Options{})
 	_, events := startFeed(t, b, "node", true)
 	waitEvent(t, events, "subscribe started", isType(base.EventSubscribeStarted))
 	blob := strings.Repeat("y", 1<<20)
-	if err := s.putDoc(testCtx(t), "huge", bson.M{"blob": blob}); err != nil {
+	if err := s.Put(testCtx(t), "huge", bson.M{"blob": blob}); err != nil {
 		t.Fatal(err)
 	}
 	e := waitEvent(t, events, "the huge change", isType(base.EventChange))
@@ -224,11 +226,11 @@ func TestFeedHugeDocument(t *testing.T) {
 
 // Two Feeds on two backends elect exactly one leader, and the other
 // follows it.
-func TestFeedTwoNodes(t *testing.T) {
+func testFeedTwoNodes(t *testing.T, newServer NewServer) {
 	s := newServer(t)
 	el := electionName(t)
-	fa, ea := startFeed(t, s.backend(t, el, Options{}), "a", false)
-	fb, eb := startFeed(t, s.backend(t, el, Options{}), "b", false)
+	fa, ea := startFeed(t, s.backend(t, el, mongo.Options{}), "a", false)
+	fb, eb := startFeed(t, s.backend(t, el, mongo.Options{}), "b", false)
 	leader := func(e base.Event) bool { return e.Type == base.EventNewLeader && e.Leader != "" }
 	la := waitEvent(t, ea, "a leader seen by a", leader)
 	lb := waitEvent(t, eb, "a leader seen by b", leader)

@@ -1,7 +1,6 @@
-package mongo
+package suite
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,13 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/256dpi/lungo"
-	"go.mongodb.org/mongo-driver/bson"
-	mongodrv "go.mongodb.org/mongo-driver/mongo"
-	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
+	"github.com/leaderfeed/leaderfeed/mongo"
 )
 
 func rec(leader string, term uint64, value string) heartbeat.Record {
@@ -28,7 +25,7 @@ func rec(leader string, term uint64, value string) heartbeat.Record {
 }
 
 // mustBeat writes with a compare-and-set that must succeed.
-func mustBeat(t *testing.T, b *Backend, expected uint64, next heartbeat.Record) heartbeat.Record {
+func mustBeat(t *testing.T, b *mongo.Backend, expected uint64, next heartbeat.Record) heartbeat.Record {
 	t.Helper()
 	got, err := b.Heartbeat(testCtx(t), expected, next)
 	if err != nil {
@@ -39,7 +36,7 @@ func mustBeat(t *testing.T, b *Backend, expected uint64, next heartbeat.Record) 
 
 // mustConflict writes with a compare-and-set that must fail with a conflict
 // and returns the record it carries.
-func mustConflict(t *testing.T, b *Backend, expected uint64, next heartbeat.Record) heartbeat.Record {
+func mustConflict(t *testing.T, b *mongo.Backend, expected uint64, next heartbeat.Record) heartbeat.Record {
 	t.Helper()
 	_, err := b.Heartbeat(testCtx(t), expected, next)
 	var ce *base.ConflictError
@@ -49,7 +46,7 @@ func mustConflict(t *testing.T, b *Backend, expected uint64, next heartbeat.Reco
 	return ce.Current
 }
 
-func TestHeartbeatCompareAndSet(t *testing.T) {
+func testHeartbeatCompareAndSet(t *testing.T, newServer NewServer) {
 	s := newServer(t)
 	el := electionName(t)
 	b := s.started(t, el)
@@ -112,11 +109,11 @@ func TestHeartbeatCompareAndSet(t *testing.T) {
 	}
 }
 
-func TestConcurrentClaimsOneWinner(t *testing.T) {
+func testConcurrentClaimsOneWinner(t *testing.T, newServer NewServer) {
 	s := newServer(t)
 	el := electionName(t)
 	const n = 20
-	backends := make([]*Backend, n)
+	backends := make([]*mongo.Backend, n)
 	for i := range backends {
 		backends[i] = s.started(t, el)
 	}
@@ -161,57 +158,19 @@ func TestConcurrentClaimsOneWinner(t *testing.T) {
 	}
 }
 
-func TestNamesRejected(t *testing.T) {
-	s := newServer(t)
-	cases := map[string]struct {
-		election, coll string
-	}{
-		"empty election":      {"", "c"},
-		"control in election": {"a\x01b", "c"},
-		"long election":       {strings.Repeat("e", heartbeat.MaxNameLen+1), "c"},
-		"dollar collection":   {"e", "a$b"},
-		"NUL collection":      {"e", "a\x00b"},
-		"system collection":   {"e", "system.users"},
-		"long collection":     {"e", strings.Repeat("c", 255)},
-	}
-	for name, c := range cases {
-		b, err := NewLungo(s.db, c.election, Options{Collection: c.coll})
-		if !errors.Is(err, base.ErrInvalidConfig) || b != nil {
-			t.Errorf("%s: NewLungo = %v, %v; want nil, ErrInvalidConfig", name, b, err)
-		}
-	}
-	if _, err := New(nil, "e", Options{}); !errors.Is(err, base.ErrInvalidConfig) {
-		t.Errorf("New(nil) = %v, want ErrInvalidConfig", err)
-	}
-	if _, err := NewLungo(nil, "e", Options{}); !errors.Is(err, base.ErrInvalidConfig) {
-		t.Errorf("NewLungo(nil) = %v, want ErrInvalidConfig", err)
-	}
-	for _, db := range []string{"", "a.b", "a b", "a$", strings.Repeat("d", 64)} {
-		if err := validateNames(db, "c"); !errors.Is(err, base.ErrInvalidConfig) {
-			t.Errorf("database name %q accepted: %v", db, err)
-		}
-	}
-	if err := validateNames("app", "leader.feed"); err != nil {
-		t.Errorf("valid names refused: %v", err)
-	}
-}
-
-func TestCreate(t *testing.T) {
+func testCreate(t *testing.T, newServer NewServer) {
 	s := newServer(t)
 	el := electionName(t)
 	ctx := testCtx(t)
-	s.coll = fmt.Sprintf("%s_create", s.coll)
-	if s.drv != nil {
-		t.Cleanup(func() { _ = s.drv.Collection(s.coll).Drop(context.Background()) })
-	}
-	strict := s.backend(t, el, Options{NoCreate: true})
+	s.Coll = fmt.Sprintf("%s_create", s.Coll)
+	strict := s.backend(t, el, mongo.Options{NoCreate: true})
 	if err := strict.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := strict.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) {
 		t.Fatalf("Create with NoCreate on a missing collection = %v, want ErrInvalidConfig", err)
 	}
-	b := s.backend(t, el, Options{})
+	b := s.backend(t, el, mongo.Options{})
 	for range 2 { // idempotent
 		if err := b.Create(ctx); err != nil {
 			t.Fatalf("Create: %v", err)
@@ -222,7 +181,31 @@ func TestCreate(t *testing.T) {
 	}
 }
 
-func TestCanceledContext(t *testing.T) {
+// Start refuses a standalone mongod (no change streams) with
+// base.ErrUnsupported and says how to make a one-node replica set; a
+// replica set member and a mongos pass.
+func testStartStandalone(t *testing.T, newServer NewServer) {
+	s := newServer(t)
+	b := s.backend(t, electionName(t), mongo.Options{})
+	ctx := testCtx(t)
+	if err := b.Start(ctx); err != nil {
+		t.Fatalf("Start on %s: %v", s.Kind, err)
+	}
+	if b.Election() == "" || b.Collection() != s.Coll {
+		t.Fatalf("Election/Collection = %q/%q", b.Election(), b.Collection())
+	}
+	f := s.faults(b)
+	f.mu.Lock()
+	f.hello, _ = bson.Marshal(bson.D{{Key: "isWritablePrimary", Value: true}, {Key: "maxWireVersion", Value: 21}})
+	f.mu.Unlock()
+	err := b.Start(ctx)
+	if !errors.Is(err, base.ErrUnsupported) || !strings.HasPrefix(err.Error(), "mongo: ") ||
+		!strings.Contains(err.Error(), "--replSet") || !strings.Contains(err.Error(), "rs.initiate()") {
+		t.Fatalf("Start on a standalone server = %v, want a mongo: error matching ErrUnsupported that says how to make a replica set", err)
+	}
+}
+
+func testCanceledContext(t *testing.T, newServer NewServer) {
 	s := newServer(t)
 	b := s.started(t, electionName(t))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -252,7 +235,7 @@ func TestCanceledContext(t *testing.T) {
 	}
 }
 
-func TestCloseIdempotent(t *testing.T) {
+func testCloseIdempotent(t *testing.T, newServer NewServer) {
 	s := newServer(t)
 	b := s.started(t, electionName(t))
 	ctx := testCtx(t)
@@ -279,7 +262,7 @@ func TestCloseIdempotent(t *testing.T) {
 	}
 }
 
-func TestMalformedRecord(t *testing.T) {
+func testMalformedRecord(t *testing.T, newServer NewServer) {
 	s := newServer(t)
 	el := electionName(t)
 	b := s.started(t, el)
@@ -295,7 +278,7 @@ func TestMalformedRecord(t *testing.T) {
 		{"leaderfeed": 2, "leader": "a", "term": 1, "revision": 1, "ts": time.Now(), "value": []byte{}},
 	}
 	for i, doc := range docs {
-		if err := s.putDoc(ctx, el, doc); err != nil {
+		if err := s.Put(ctx, el, doc); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.Get(ctx); !errors.Is(err, base.ErrMalformedRecord) {
@@ -312,14 +295,14 @@ func TestMalformedRecord(t *testing.T) {
 		}
 	}
 	// The feed goes on.
-	if err := s.putDoc(ctx, "other", bson.M{"x": 1}); err != nil {
+	if err := s.Put(ctx, "other", bson.M{"x": 1}); err != nil {
 		t.Fatal(err)
 	}
 	if n := next(t, ch); n.Type != base.OtherChanged || string(n.Change.Key) != `"other"` {
 		t.Fatalf("after malformed records: %+v", n)
 	}
 	// Deleting the foreign document frees the election.
-	if _, err := s.collection().DeleteOne(ctx, bson.M{"_id": el}); err != nil {
+	if err := s.Delete(ctx, el); err != nil {
 		t.Fatal(err)
 	}
 	if n := next(t, ch); n.Type != base.RecordDeleted {
@@ -328,79 +311,5 @@ func TestMalformedRecord(t *testing.T) {
 	r := mustBeat(t, b, 0, rec("a", 1, ""))
 	if n := next(t, ch); n.Type != base.RecordChanged || !n.Record.Equal(r) {
 		t.Fatalf("after claiming: %+v", n)
-	}
-}
-
-// Old values in a store are decoded as well as fresh ones: numbers of any
-// integer type, binary of any subtype.
-func TestDecodeLenient(t *testing.T) {
-	now := time.Now().Truncate(time.Millisecond)
-	doc, _ := bson.Marshal(bson.D{{Key: "_id", Value: "e"}, {Key: "leaderfeed", Value: 1.0},
-		{Key: "leader", Value: "n"}, {Key: "term", Value: int32(3)}, {Key: "revision", Value: int64(9)},
-		{Key: "ts", Value: now}, {Key: "value", Value: []byte("v")}})
-	r, err := decodeRecord(doc, "e")
-	if err != nil || r.Term != 3 || r.Revision != 9 || !r.Timestamp.Equal(now) || !bytes.Equal(r.Value, []byte("v")) {
-		t.Fatalf("decodeRecord = %+v, %v", r, err)
-	}
-	if _, err := decodeRecord(doc, "f"); !errors.Is(err, base.ErrMalformedRecord) {
-		t.Fatalf("decodeRecord of another election = %v", err)
-	}
-}
-
-func TestStartLungo(t *testing.T) {
-	s := newLungo(t, lungo.Options{})
-	b := s.backend(t, electionName(t), Options{})
-	if err := b.Start(testCtx(t)); err != nil {
-		t.Fatalf("Start on lungo: %v", err)
-	}
-	if b.Election() == "" || b.Collection() != s.coll {
-		t.Fatalf("Election/Collection = %q/%q", b.Election(), b.Collection())
-	}
-}
-
-func TestCheckHello(t *testing.T) {
-	for name, c := range map[string]struct {
-		hello bson.D
-		ok    bool
-	}{
-		"standalone":  {bson.D{{Key: "isWritablePrimary", Value: true}, {Key: "maxWireVersion", Value: 21}}, false},
-		"replica set": {bson.D{{Key: "isWritablePrimary", Value: true}, {Key: "setName", Value: "rs0"}}, true},
-		"secondary":   {bson.D{{Key: "secondary", Value: true}, {Key: "setName", Value: "rs0"}}, true},
-		"mongos":      {bson.D{{Key: "isWritablePrimary", Value: true}, {Key: "msg", Value: "isdbgrid"}}, true},
-	} {
-		raw, _ := bson.Marshal(c.hello)
-		err := checkHello(raw)
-		if c.ok && err != nil {
-			t.Errorf("%s: %v", name, err)
-		}
-		if !c.ok && (!errors.Is(err, base.ErrUnsupported) || !strings.Contains(err.Error(), "replica set")) {
-			t.Errorf("%s: %v, want ErrUnsupported naming the replica set", name, err)
-		}
-	}
-}
-
-// The real driver's path without a server: errors come back (wrapped, and
-// matching the context's error when it ended the call), nothing hangs.
-func TestDriverUnreachable(t *testing.T) {
-	ctx := testCtx(t)
-	client, err := mongodrv.Connect(ctx, options.Client().ApplyURI("mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=5000&connectTimeoutMS=100"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = client.Disconnect(context.Background()) }()
-	b, err := New(client.Database("app"), electionName(t), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = b.Close() }()
-	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
-	if err := b.Start(short); !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "mongo: ") {
-		t.Fatalf("Start against no server = %v, want a mongo: error matching context.DeadlineExceeded", err)
-	}
-	short, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
-	if _, err := b.Heartbeat(short, 0, rec("a", 1, "")); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Heartbeat against no server = %v, want context.DeadlineExceeded", err)
 	}
 }

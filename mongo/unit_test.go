@@ -1,0 +1,207 @@
+package mongo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/goleak"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+	"github.com/leaderfeed/leaderfeed/mongo/internal/driver"
+)
+
+// These tests need no server. The tests that need one are in package
+// mongo/internal/suite: they run on lungo in module mongo/onlungo, and on
+// a real server through this package's driver-v2 adapter
+// (server_test.go) when LEADERFEED_MONGO_URL is set.
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func rec(leader string, term uint64, value string) heartbeat.Record {
+	r := heartbeat.Record{Leader: leader, Term: term}
+	if value != "" {
+		r.Value = []byte(value)
+	}
+	return r
+}
+
+// unconnected returns a driver-v2 client of a port where no server
+// listens, disconnected when the test ends.
+func unconnected(t *testing.T) *mongodrv.Client {
+	t.Helper()
+	client, err := mongodrv.Connect(options.Client().ApplyURI("mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=5000&connectTimeoutMS=100"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	return client
+}
+
+func TestNamesRejected(t *testing.T) {
+	db := unconnected(t).Database("app")
+	cases := map[string]struct {
+		election, coll string
+	}{
+		"empty election":      {"", "c"},
+		"control in election": {"a\x01b", "c"},
+		"long election":       {strings.Repeat("e", heartbeat.MaxNameLen+1), "c"},
+		"dollar collection":   {"e", "a$b"},
+		"NUL collection":      {"e", "a\x00b"},
+		"system collection":   {"e", "system.users"},
+		"long collection":     {"e", strings.Repeat("c", 255)},
+	}
+	for name, c := range cases {
+		b, err := New(db, c.election, Options{Collection: c.coll})
+		if !errors.Is(err, base.ErrInvalidConfig) || b != nil {
+			t.Errorf("%s: New = %v, %v; want nil, ErrInvalidConfig", name, b, err)
+		}
+	}
+	if _, err := New(nil, "e", Options{}); !errors.Is(err, base.ErrInvalidConfig) {
+		t.Errorf("New(nil) = %v, want ErrInvalidConfig", err)
+	}
+	if _, err := NewCollection(nil, "e", Options{}); !errors.Is(err, base.ErrInvalidConfig) {
+		t.Errorf("NewCollection(nil) = %v, want ErrInvalidConfig", err)
+	}
+	if _, err := NewCollection(db.Collection("a"), "e", Options{Collection: "b"}); !errors.Is(err, base.ErrInvalidConfig) {
+		t.Errorf("NewCollection with another Options.Collection = %v, want ErrInvalidConfig", err)
+	}
+	b, err := NewCollection(db.Collection("a"), "e", Options{})
+	if err != nil || b.Collection() != "a" || b.Election() != "e" {
+		t.Fatalf("NewCollection = %v, %v", b, err)
+	}
+	_ = b.Close()
+	for _, db := range []string{"", "a.b", "a b", "a$", strings.Repeat("d", 64)} {
+		if err := validateNames(db, "c"); !errors.Is(err, base.ErrInvalidConfig) {
+			t.Errorf("database name %q accepted: %v", db, err)
+		}
+	}
+	if err := validateNames("app", "leader.feed"); err != nil {
+		t.Errorf("valid names refused: %v", err)
+	}
+}
+func TestDecodeLenient(t *testing.T) {
+	now := time.Now().Truncate(time.Millisecond)
+	doc, _ := bson.Marshal(bson.D{{Key: "_id", Value: "e"}, {Key: "leaderfeed", Value: 1.0},
+		{Key: "leader", Value: "n"}, {Key: "term", Value: int32(3)}, {Key: "revision", Value: int64(9)},
+		{Key: "ts", Value: now}, {Key: "value", Value: []byte("v")}})
+	r, err := decodeRecord(doc, "e")
+	if err != nil || r.Term != 3 || r.Revision != 9 || !r.Timestamp.Equal(now) || !bytes.Equal(r.Value, []byte("v")) {
+		t.Fatalf("decodeRecord = %+v, %v", r, err)
+	}
+	if _, err := decodeRecord(doc, "f"); !errors.Is(err, base.ErrMalformedRecord) {
+		t.Fatalf("decodeRecord of another election = %v", err)
+	}
+}
+func TestCheckHello(t *testing.T) {
+	for name, c := range map[string]struct {
+		hello bson.D
+		ok    bool
+	}{
+		"standalone":  {bson.D{{Key: "isWritablePrimary", Value: true}, {Key: "maxWireVersion", Value: 21}}, false},
+		"replica set": {bson.D{{Key: "isWritablePrimary", Value: true}, {Key: "setName", Value: "rs0"}}, true},
+		"secondary":   {bson.D{{Key: "secondary", Value: true}, {Key: "setName", Value: "rs0"}}, true},
+		"mongos":      {bson.D{{Key: "isWritablePrimary", Value: true}, {Key: "msg", Value: "isdbgrid"}}, true},
+	} {
+		raw, _ := bson.Marshal(c.hello)
+		err := checkHello(raw)
+		if c.ok && err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if !c.ok && (!errors.Is(err, base.ErrUnsupported) || !strings.Contains(err.Error(), "replica set")) {
+			t.Errorf("%s: %v, want ErrUnsupported naming the replica set", name, err)
+		}
+	}
+}
+func TestDriverUnreachable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := New(unconnected(t).Database("app"), "e", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Close() }()
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := b.Start(short); !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "mongo: ") {
+		t.Fatalf("Start against no server = %v, want a mongo: error matching context.DeadlineExceeded", err)
+	}
+	short, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := b.Heartbeat(short, 0, rec("a", 1, "")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Heartbeat against no server = %v, want context.DeadlineExceeded", err)
+	}
+}
+
+// The driver-v2 adapter wraps the server errors the logic must tell apart
+// with the driver sentinels (codes from the server's error_codes.yml).
+func TestClassifyServerErrors(t *testing.T) {
+	for code, want := range map[int32]error{
+		11000: driver.ErrDuplicateKey,
+		136:   driver.ErrHistoryLost, // CappedPositionLost
+		260:   driver.ErrHistoryLost, // InvalidResumeToken
+		280:   driver.ErrHistoryLost, // ChangeStreamFatalError
+		286:   driver.ErrHistoryLost, // ChangeStreamHistoryLost
+		10334: driver.ErrEventTooLarge,
+	} {
+		err := classify(mongodrv.CommandError{Code: code, Message: "from the test"})
+		if !errors.Is(err, want) {
+			t.Errorf("code %d: %v, want %v", code, err, want)
+		}
+	}
+	if err := classify(fmt.Errorf("find: %w", mongodrv.ErrNoDocuments)); !errors.Is(err, driver.ErrNoDocument) || !errors.Is(err, mongodrv.ErrNoDocuments) {
+		t.Errorf("no documents: %v", err)
+	}
+	other := mongodrv.CommandError{Code: 13, Message: "Unauthorized"}
+	if err := classify(other); !hasCode(err, 13) || errors.Is(err, driver.ErrHistoryLost) || errors.Is(err, driver.ErrDuplicateKey) {
+		t.Errorf("another error: %v", err)
+	}
+}
+
+// An update event whose document was deleted before the stream looked it
+// up carries fullDocument: null (updateLookup). lungo always carries the
+// document, so this is tested on the event alone: the election record's
+// update is skipped (its delete event follows), another document's is
+// reported as Partial without New.
+func TestUpdateLookupNull(t *testing.T) {
+	b, err := New(unconnected(t).Database("app"), "e", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Close() }()
+	event := func(id string) *changeEvent {
+		raw, _ := bson.Marshal(bson.D{{Key: "operationType", Value: "update"},
+			{Key: "documentKey", Value: bson.D{{Key: "_id", Value: id}}}, {Key: "fullDocument", Value: nil}})
+		var ev changeEvent
+		if err := bson.Unmarshal(raw, &ev); err != nil {
+			t.Fatal(err)
+		}
+		return &ev
+	}
+	var st streamState
+	if n, ok := b.translate(event("e"), &st); ok {
+		t.Fatalf("election record updated then deleted: %+v, want nothing", n)
+	}
+	n, ok := b.translate(event("user"), &st)
+	if !ok || n.Type != base.OtherChanged || n.Change.Op != base.Update || !n.Change.Partial || n.Change.New != nil || string(n.Change.Key) != `"user"` {
+		t.Fatalf("user document updated then deleted: %+v, %v", n, ok)
+	}
+}

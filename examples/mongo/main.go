@@ -1,6 +1,7 @@
-// Command mongo runs the quickstart on MongoDB: two nodes of one election,
-// each with its own backend on one client, an election, and a handover on
-// Resign. The server must be a replica set (a single-node one will do),
+// Command mongo runs the quickstart on MongoDB, with a client of the
+// official driver v2 (go.mongodb.org/mongo-driver/v2): two nodes of one
+// election, each with its own backend on one client, an election, and a
+// handover on Resign. The server must be a replica set (a single-node one will do),
 // since change streams need one. The election documents go into the
 // collection "leaderfeed" of the database given by -db, created if missing.
 //
@@ -18,8 +19,8 @@ import (
 	"os"
 	"time"
 
-	mongodrv "go.mongodb.org/mongo-driver/mongo"
-	"go.mongodb.org/mongo-driver/mongo/options"
+	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/examples/internal/demo"
@@ -42,7 +43,7 @@ func main() {
 }
 
 func run(ctx context.Context, w io.Writer, url, db, election string) error {
-	client, err := mongodrv.Connect(ctx, options.Client().ApplyURI(url)) // the application's client: never disconnected by the backend
+	client, err := mongodrv.Connect(options.Client().ApplyURI(url)) // the application's client: never disconnected by the backend
 	if err != nil {
 		return fmt.Errorf("mongo: %w", err)
 	}

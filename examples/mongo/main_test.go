@@ -14,13 +14,15 @@ import (
 	"github.com/leaderfeed/leaderfeed/base/basetest"
 	"github.com/leaderfeed/leaderfeed/examples/internal/demo"
 	"github.com/leaderfeed/leaderfeed/mongo"
+	"github.com/leaderfeed/leaderfeed/mongo/onlungo"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestRun runs the example against the server in LEADERFEED_MONGO_URL when
 // one is given, and otherwise the same demo on lungo's in-process engine
-// (the stand-in of CI) through mongo.NewLungo.
+// (the stand-in of CI) through package mongo/onlungo: the same backend
+// logic on another adapter.
 func TestRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -39,7 +41,7 @@ func TestRun(t *testing.T) {
 	defer engine.Close()
 	db, election := client.Database("example"), basetest.Election()
 	err = demo.Run(ctx, &out, func() (base.Backend, error) {
-		return mongo.NewLungo(db, election, mongo.Options{})
+		return onlungo.New(db, election, mongo.Options{})
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,5 +1,6 @@
 // Package testenv holds what the tests of every package share: the rule for
-// a missing server (fail in CI, skip elsewhere) and whether Docker works.
+// a missing server (fail in CI, skip elsewhere) and whether Docker works and
+// can run a given image.
 package testenv
 
 import (
@@ -36,4 +37,25 @@ func DockerWorks() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	return exec.CommandContext(ctx, "docker", "info").Run() == nil
+}
+
+// DockerSetUp reports whether the test script set up the Docker engine
+// (.ci/docker.sh exports LEADERFEED_DOCKER=1). Containers of the images it
+// built must then start: a test that cannot start one fails rather than
+// skips. No registry is reachable there, so no image is pulled.
+func DockerSetUp() bool { return os.Getenv("LEADERFEED_DOCKER") == "1" }
+
+// DockerCanRun reports whether a container of image can be started: Docker
+// works, and either the image is on the machine or it can be pulled (it is
+// assumed it can, except where DockerSetUp says no registry is reachable).
+func DockerCanRun(image string) bool {
+	if !DockerWorks() {
+		return false
+	}
+	if !DockerSetUp() {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return exec.CommandContext(ctx, "docker", "image", "inspect", image).Run() == nil
 }

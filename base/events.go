@@ -2,7 +2,9 @@ package base
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -148,111 +150,185 @@ func (e Event) String() string {
 	return fmt.Sprintf("%s: %v", e.Type, e.Err)
 }
 
-// dispatcher delivers events on one goroutine, in order, without ever
-// blocking the producer. Leadership events are never dropped; change events
-// beyond maxChanges waiting are dropped and counted.
-type dispatcher struct {
-	out        chan Event
-	wake       chan struct{}
-	finish     chan struct{} // closed by Stop: deliver what is queued, then end
-	abort      chan struct{} // closed by Stop when its context ends: end now
+// hub hands every event to every subscription, in order, without ever
+// blocking the engine.
+type hub struct {
 	maxChanges int
+	log        *slog.Logger
 
 	mu       sync.Mutex
-	enabled  bool // Events was called
-	queue    []Event
-	changes  int // change events in queue
-	dropped  uint64
-	onDrop   func(total uint64)
+	subs     map[*Subscription]struct{}
 	finished bool
 }
 
-func newDispatcher(maxChanges int, onDrop func(uint64)) *dispatcher {
-	return &dispatcher{
-		out:        make(chan Event),
-		wake:       make(chan struct{}, 1),
-		finish:     make(chan struct{}),
-		abort:      make(chan struct{}),
-		maxChanges: maxChanges,
-		onDrop:     onDrop,
+func newHub(maxChanges int, log *slog.Logger) *hub {
+	return &hub{maxChanges: maxChanges, log: log, subs: make(map[*Subscription]struct{})}
+}
+
+func (h *hub) push(e Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs {
+		s.push(e)
 	}
 }
 
-func (d *dispatcher) enable() <-chan Event {
-	d.mu.Lock()
-	d.enabled = true
-	d.mu.Unlock()
-	return d.out
+// finish ends every subscription once its reader has taken what is queued.
+func (h *hub) finish() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.finished = true
+	for s := range h.subs {
+		s.finish()
+	}
+	clear(h.subs)
 }
 
-func (d *dispatcher) push(e Event) {
-	d.mu.Lock()
-	if !d.enabled || d.finished {
-		d.mu.Unlock()
+func (h *hub) remove(s *Subscription) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.subs, s)
+}
+
+// MaxPendingEvents bounds the events other than EventChange queued for one
+// subscription whose reader does not read. A subscription that falls this
+// far behind is ended: its channel closes and Err returns ErrSlowReader. A
+// reader that reads never comes near it (leadership changes at most a few
+// times per election timeout).
+const MaxPendingEvents = 4096
+
+// ErrSlowReader: a subscription's reader fell MaxPendingEvents behind, and
+// the subscription was ended.
+var ErrSlowReader = errors.New("leaderfeed: subscription ended: its reader fell too far behind")
+
+// Subscription is one reader's view of a Feed's events: every event from
+// the moment it was made, in order. Leadership events (and every other
+// kind but EventChange) are never dropped for a reader that reads; change
+// events beyond Options.MaxPendingChanges waiting are dropped and counted
+// (Dropped). Nothing a reader does, or fails to do, delays the Feed or its
+// Stop. Make one with Feed.Subscribe.
+type Subscription struct {
+	// C delivers the events. It is closed when the subscription's context
+	// ends, when Close is called, or after the Feed stopped and the reader
+	// has taken every event queued before.
+	C <-chan Event
+
+	out        chan Event
+	hub        *hub
+	maxChanges int
+	wake       chan struct{}
+	ctx        context.Context
+	cancel     context.CancelFunc
+
+	mu       sync.Mutex
+	queue    []Event
+	changes  int // change events in queue
+	others   int // other events in queue
+	dropped  uint64
+	finished bool
+	err      error
+}
+
+func (s *Subscription) push(e Event) {
+	s.mu.Lock()
+	if s.finished {
+		s.mu.Unlock()
 		return
 	}
 	if e.Type == EventChange {
-		if d.changes >= d.maxChanges {
-			d.dropped++
-			n := d.dropped
-			d.mu.Unlock()
-			if d.onDrop != nil {
-				d.onDrop(n)
+		if s.changes >= s.maxChanges {
+			s.dropped++
+			n := s.dropped
+			s.mu.Unlock()
+			if n == 1 || n%1000 == 0 {
+				s.hub.log.Warn("leaderfeed: change events dropped for a slow reader", "dropped", n)
 			}
 			return
 		}
-		d.changes++
+		s.changes++
+	} else {
+		if s.others >= MaxPendingEvents {
+			s.queue, s.changes, s.others = nil, 0, 0
+			s.finished, s.err = true, ErrSlowReader
+			s.mu.Unlock()
+			s.cancel()
+			return
+		}
+		s.others++
 	}
-	d.queue = append(d.queue, e)
-	d.mu.Unlock()
+	s.queue = append(s.queue, e)
+	s.mu.Unlock()
 	select {
-	case d.wake <- struct{}{}:
+	case s.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (d *dispatcher) droppedCount() uint64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.dropped
+func (s *Subscription) finish() {
+	s.mu.Lock()
+	s.finished = true
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
 }
 
-// run delivers until finish is closed and the queue is empty, or abort is
-// closed; then it closes out.
-func (d *dispatcher) run() {
-	defer close(d.out)
-	finishing := false
+// Dropped returns how many change events this subscription dropped
+// because its reader fell more than Options.MaxPendingChanges behind.
+func (s *Subscription) Dropped() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dropped
+}
+
+// Err returns ErrSlowReader if the subscription was ended because its
+// reader fell too far behind, else nil.
+func (s *Subscription) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Close ends the subscription: C is closed soon after, without delivering
+// what is still queued. It is idempotent.
+func (s *Subscription) Close() { s.cancel() }
+
+// run delivers the queue to out until the subscription's context ends, or
+// the Feed finished and the queue is empty.
+func (s *Subscription) run() {
+	defer close(s.out)
+	defer s.hub.remove(s)
 	for {
-		d.mu.Lock()
+		s.mu.Lock()
 		var e Event
-		has := len(d.queue) > 0
+		has := len(s.queue) > 0
 		if has {
-			e = d.queue[0]
-			d.queue[0] = Event{}
-			d.queue = d.queue[1:]
+			e = s.queue[0]
+			s.queue[0] = Event{}
+			s.queue = s.queue[1:]
 			if e.Type == EventChange {
-				d.changes--
+				s.changes--
+			} else {
+				s.others--
 			}
-		} else if finishing {
-			d.finished = true
 		}
-		d.mu.Unlock()
+		finished := s.finished
+		s.mu.Unlock()
 		if !has {
-			if finishing {
+			if finished {
 				return
 			}
 			select {
-			case <-d.wake:
-			case <-d.finish:
-				finishing = true
-			case <-d.abort:
+			case <-s.wake:
+			case <-s.ctx.Done():
 				return
 			}
 			continue
 		}
 		select {
-		case d.out <- e:
-		case <-d.abort:
+		case s.out <- e:
+		case <-s.ctx.Done():
 			return
 		}
 	}

@@ -19,13 +19,8 @@ func waitFor(events <-chan base.Event, t base.EventType) base.Event {
 	panic("events closed while waiting for " + t.String())
 }
 
-// stop stops f while something reads its remaining events: Stop delivers
-// them before it returns, so a reader must be there.
-func stop(f *base.Feed, events <-chan base.Event) {
-	go func() {
-		for range events {
-		}
-	}()
+// stop stops f. Stop never waits for a reader of events.
+func stop(f *base.Feed, _ <-chan base.Event) {
 	if err := f.Stop(context.Background()); err != nil {
 		panic(err)
 	}
@@ -46,7 +41,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	events := feed.Events()
+	events := feed.Subscribe(context.Background()).C
 	if err := feed.Start(ctx); err != nil {
 		panic(err)
 	}
@@ -103,7 +98,7 @@ func ExampleFeed_Resign() {
 		if err != nil {
 			panic(err)
 		}
-		events := f.Events()
+		events := f.Subscribe(context.Background()).C
 		if err := f.Start(ctx); err != nil {
 			panic(err)
 		}
@@ -154,7 +149,7 @@ func ExampleFeed_LeaderContext() {
 	if err != nil {
 		panic(err)
 	}
-	events := feed.Events()
+	events := feed.Subscribe(context.Background()).C
 	if err := feed.Start(ctx); err != nil {
 		panic(err)
 	}
@@ -197,7 +192,7 @@ func ExampleFeed_Proclaim() {
 		if err != nil {
 			panic(err)
 		}
-		events := f.Events()
+		events := f.Subscribe(context.Background()).C
 		if err := f.Start(ctx); err != nil {
 			panic(err)
 		}
@@ -235,7 +230,7 @@ func ExampleOptions_observeOnly() {
 	if err != nil {
 		panic(err)
 	}
-	events := observer.Events()
+	events := observer.Subscribe(context.Background()).C
 	if err := observer.Start(ctx); err != nil {
 		panic(err)
 	}

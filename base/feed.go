@@ -54,12 +54,14 @@ type Feed struct {
 	timing heartbeat.Timing
 	opts   Options
 	log    *slog.Logger
-	events *dispatcher
+	events *hub
 
-	reqs   chan request
-	stopCh chan struct{} // closed by Stop
-	done   chan struct{} // closed when every goroutine has ended
-	wg     sync.WaitGroup
+	reqs     chan request
+	stopCh   chan struct{} // closed by Stop
+	loopDone chan struct{} // closed when the engine's goroutine has ended
+	done     chan struct{} // closed when every goroutine has ended
+	stopped  chan struct{} // closed when the first Stop has finished
+	wg       sync.WaitGroup
 
 	mu       sync.Mutex
 	state    feedState
@@ -68,6 +70,8 @@ type Feed struct {
 	cancel   context.CancelFunc
 	snap     snapshot
 	leaseEnd time.Time
+	defSub   *Subscription // of Events
+	defStop  context.CancelFunc
 }
 
 type feedState int
@@ -93,6 +97,7 @@ type requestKind int
 const (
 	reqResign requestKind = iota + 1
 	reqProclaim
+	reqStatus // no-op: lets tests wait until the engine took every input
 )
 
 type request struct {
@@ -135,20 +140,18 @@ func New(b Backend, nodeID string, opts Options) (*Feed, error) {
 	}
 	log = log.With("election", b.Election(), "node", nodeID)
 	f := &Feed{
-		b:      b,
-		id:     nodeID,
-		timing: t,
-		opts:   opts,
-		log:    log,
-		reqs:   make(chan request),
-		stopCh: make(chan struct{}),
-		done:   make(chan struct{}),
+		b:        b,
+		id:       nodeID,
+		timing:   t,
+		opts:     opts,
+		log:      log,
+		reqs:     make(chan request),
+		stopCh:   make(chan struct{}),
+		loopDone: make(chan struct{}),
+		done:     make(chan struct{}),
+		stopped:  make(chan struct{}),
 	}
-	f.events = newDispatcher(opts.MaxPendingChanges, func(n uint64) {
-		if n == 1 || n%1000 == 0 {
-			log.Warn("leaderfeed: change events dropped: the reader of Events is too slow", "dropped", n)
-		}
-	})
+	f.events = newHub(opts.MaxPendingChanges, log)
 	return f, nil
 }
 
@@ -161,15 +164,60 @@ func (f *Feed) Election() string { return f.b.Election() }
 // Timing returns the timing in force, with defaults applied.
 func (f *Feed) Timing() heartbeat.Timing { return f.timing }
 
-// Events returns the channel of events, in order. Events are queued only
-// once Events has been called, so call it before Start to see them all. The
-// channel is closed when Stop has delivered the last event (or gave up
-// because its context ended). Reading it slowly never delays heartbeats.
-func (f *Feed) Events() <-chan Event { return f.events.enable() }
+// Subscribe returns a subscription to the Feed's events from now on (call
+// it before Start to see them all). Its channel C closes when ctx ends, when
+// the subscription is closed, or after the Feed stopped and the reader has
+// taken every event queued before. A reader that reads gets every event
+// but EventChange, in order; change events are bounded per subscription
+// (Options.MaxPendingChanges) and drops are counted (Subscription.Dropped).
+// Nothing a reader does or fails to do delays the Feed or Stop; an unread
+// subscription holds one goroutine and bounded memory until ctx ends or it
+// is closed. Any number of subscriptions may be open at once.
+func (f *Feed) Subscribe(ctx context.Context) *Subscription {
+	sctx, cancel := context.WithCancel(ctx)
+	out := make(chan Event)
+	s := &Subscription{C: out, out: out, hub: f.events, maxChanges: f.opts.MaxPendingChanges,
+		wake: make(chan struct{}, 1), ctx: sctx, cancel: cancel}
+	f.events.mu.Lock()
+	if f.events.finished {
+		s.finished = true
+	} else {
+		f.events.subs[s] = struct{}{}
+	}
+	f.events.mu.Unlock()
+	go s.run()
+	return s
+}
 
-// Dropped returns how many change events were dropped because the reader
-// of Events fell more than MaxPendingChanges behind.
-func (f *Feed) Dropped() uint64 { return f.events.droppedCount() }
+// Events returns the channel of a subscription (see Subscribe) that lasts
+// as long as the Feed: every call returns the same channel. It is closed
+// when Stop returns; events the reader has not taken by then are dropped,
+// so a reader that must see the last events (the EventUnelected of Stop)
+// uses Subscribe. Stop never waits for its reader.
+func (f *Feed) Events() <-chan Event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.defSub == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		f.defSub, f.defStop = f.Subscribe(ctx), cancel
+		if f.state == stateStopped {
+			cancel()
+		}
+	}
+	return f.defSub.C
+}
+
+// Dropped returns how many change events the subscription of Events
+// dropped because its reader fell more than MaxPendingChanges behind.
+func (f *Feed) Dropped() uint64 {
+	f.mu.Lock()
+	s := f.defSub
+	f.mu.Unlock()
+	if s == nil {
+		return 0
+	}
+	return s.Dropped()
+}
 
 // Start checks and prepares the backend (Backend.Start, then Create) and
 // starts campaigning (or observing) in the background. It returns the
@@ -194,11 +242,8 @@ func (f *Feed) Start(ctx context.Context) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.state == stateStopped { // Stop ran meanwhile and waits for done
-		close(f.stopCh)
-		close(f.events.out)
-		close(f.done)
-		f.stopErr = f.b.Close()
+	if f.state == stateStopped { // Stop ran meanwhile and waits for stopped
+		f.closeUnstarted()
 		if err != nil {
 			return err
 		}
@@ -211,17 +256,14 @@ func (f *Feed) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
 	f.state = stateRunning
-	f.wg.Add(2)
+	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
-		f.events.run()
-	}()
-	go func() {
-		defer f.wg.Done()
+		defer close(f.loopDone)
 		newLoop(f, runCtx).run()
-		close(f.events.finish) // deliver what is queued, then end
 	}()
-	go func() { // closes done after every goroutine above has ended
+	go func() { // closes done after every goroutine of the Feed has ended
+		<-f.loopDone
 		f.wg.Wait()
 		close(f.done)
 	}()
@@ -229,36 +271,47 @@ func (f *Feed) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the Feed: if it leads, it cancels the leader context first,
-// then writes the vacant record so that another node is elected at once;
-// then it stops the changefeed, closes the backend, delivers the remaining
-// events and waits for every goroutine it started. ctx bounds the vacant
-// write and the delivery of events; when it ends, Stop cancels what is
-// left, still waits for the goroutines, and returns ctx.Err().
+// closeUnstarted ends a Feed that never ran; f.mu is held.
+func (f *Feed) closeUnstarted() {
+	close(f.stopCh)
+	close(f.loopDone)
+	close(f.done)
+	f.events.finish()
+	if f.defStop != nil {
+		f.defStop()
+	}
+	f.stopErr = f.b.Close()
+	close(f.stopped)
+}
+
+// Stop ends the Feed: if it leads, it cancels the leader context first
+// (EventUnelected with ReasonStopped), then writes the vacant record so
+// that another node is elected at once; then it stops the changefeed,
+// waits for the goroutines it started and closes the backend. ctx bounds
+// all of it: when ctx ends, Stop cancels what is left (the store calls end
+// at once, as the Backend contract requires), closes the backend and
+// returns ctx.Err().
 //
-// If Events was called, Stop waits for its reader to take the remaining
-// events: keep reading the channel until it closes, or give Stop a context
-// with a deadline. Stop is idempotent: later calls wait for the first to
-// finish and return its result. Calls after Stop fail with ErrClosed.
+// Stop never waits for a reader of events: subscriptions deliver what is
+// queued to readers that read, on their own goroutines. Stop is
+// idempotent: later calls wait for the first to finish (or their own ctx)
+// and return its result. Calls after Stop fail with ErrClosed.
 func (f *Feed) Stop(ctx context.Context) error {
 	f.mu.Lock()
 	switch f.state {
 	case stateNew:
 		f.state = stateStopped
-		close(f.stopCh)
-		close(f.events.out)
-		close(f.done)
-		f.stopErr = f.b.Close()
+		f.closeUnstarted()
 		err := f.stopErr
 		f.mu.Unlock()
 		return err
 	case stateStarting, stateStopped:
 		// Start is under way (it sees stateStopped when it returns and
-		// closes done), or Stop ran already: wait for the end.
+		// closes stopped), or Stop ran already: wait for its end.
 		f.state = stateStopped
 		f.mu.Unlock()
 		select {
-		case <-f.done:
+		case <-f.stopped:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -273,20 +326,33 @@ func (f *Feed) Stop(ctx context.Context) error {
 	close(f.stopCh)
 	var err error
 	select {
-	case <-f.done:
+	case <-f.loopDone:
 	case <-ctx.Done():
 		err = ctx.Err()
 		f.cancel()
-		close(f.events.abort)
+		<-f.loopDone // the engine does no I/O: it ends at once
+	}
+	f.cancel() // ends the store calls still running
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		if err == nil {
+			err = ctx.Err()
+		}
+		// Backends return promptly once their context is done (the
+		// contract), so this wait is short.
 		<-f.done
 	}
-	f.cancel()
 	if cerr := f.b.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
 	f.mu.Lock()
 	f.stopErr = err
+	if f.defStop != nil {
+		f.defStop()
+	}
 	f.mu.Unlock()
+	close(f.stopped)
 	f.log.Info("leaderfeed: stopped")
 	return err
 }
@@ -328,7 +394,7 @@ func (f *Feed) request(ctx context.Context, r request) error {
 	r.reply = make(chan error, 1)
 	select {
 	case f.reqs <- r:
-	case <-f.stopCh:
+	case <-f.loopDone:
 		return ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
@@ -337,9 +403,16 @@ func (f *Feed) request(ctx context.Context, r request) error {
 	case err := <-r.reply:
 		return err
 	case <-ctx.Done():
-		// The loop bounds the write by ctx too and will answer shortly; the
-		// reply channel is buffered, so it never blocks on us.
+		// The engine bounds the write by ctx too; the reply channel is
+		// buffered, so it never blocks on us.
 		return ctx.Err()
+	case <-f.loopDone:
+		select {
+		case err := <-r.reply:
+			return err
+		default:
+			return ErrClosed
+		}
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 // when the timer that cancels it has not fired yet (a loaded machine, a
 // process woken from SIGSTOP): its Err compares the clock with the lease.
 func TestLeaseContextErrChecksTheClock(t *testing.T) {
-	c := newLeaseContext(context.Background(), time.Now().Add(time.Hour))
+	c := newLeaseContext(time.Now().Add(time.Hour))
 	if err := c.Err(); err != nil {
 		t.Fatalf("Err() = %v during the lease", err)
 	}
@@ -19,6 +19,9 @@ func TestLeaseContextErrChecksTheClock(t *testing.T) {
 	}
 	if err := c.Err(); err != context.Canceled {
 		t.Fatalf("Err() = %v after the lease ended, want context.Canceled", err)
+	}
+	if cause := context.Cause(c); cause != ErrLeaseExpired {
+		t.Fatalf("Cause = %v after the lease ended, want ErrLeaseExpired", cause)
 	}
 	select {
 	case <-c.Done():
@@ -30,15 +33,15 @@ func TestLeaseContextErrChecksTheClock(t *testing.T) {
 // A renewal whose reply comes after the lease ended must not revive the
 // context: extend refuses, so the loop steps down.
 func TestLeaseContextExtendAfterTheEnd(t *testing.T) {
-	c := newLeaseContext(context.Background(), time.Now().Add(-time.Millisecond))
+	c := newLeaseContext(time.Now().Add(-time.Millisecond))
 	if c.extend(time.Now().Add(time.Hour)) {
 		t.Fatal("extend revived a lease that had ended")
 	}
 	if c.Err() == nil {
 		t.Fatal("context live after a refused extend")
 	}
-	c2 := newLeaseContext(context.Background(), time.Now().Add(time.Hour))
-	c2.cancel()
+	c2 := newLeaseContext(time.Now().Add(time.Hour))
+	c2.cancel(nil)
 	if c2.extend(time.Now().Add(time.Hour)) {
 		t.Fatal("extend revived a cancelled context")
 	}

@@ -11,21 +11,64 @@ import (
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
-// loop is the one goroutine that owns a Feed's election state.
+// role is what a node does in the election now.
+type role int
+
+const (
+	roleObserver  role = iota + 1 // ObserveOnly: follows, never claims
+	roleFollower                  // waits for the election timeout
+	roleCandidate                 // a claim is in flight
+	roleLeader                    // holds a lease
+	roleStopping                  // Stop was called: finishing the last write
+)
+
+func (r role) String() string {
+	return [...]string{"?", "observer", "follower", "candidate", "leader", "stopping"}[r]
+}
+
+// loop is the one goroutine that owns a Feed's election state. It never
+// calls the store: every store call (claim, renewal, vacancy, read,
+// Subscribe) runs on a goroutine of its own and its result comes back as an
+// input, so Resign, Proclaim, Stop and the getters are answered whatever
+// the store does. At most one write (claim, renewal or vacancy) is in
+// flight at a time, and at most one read.
 //
-// The safety argument, in the terms of package doc: a claim compare-and-sets
-// revision R only after this node has seen no newer revision for at least
-// ElectionTimeoutMin since it first observed R, unless R is a vacancy. The
-// leader's lease ends LeaseDuration after it sent its last renewal that
-// succeeded, and LeaseDuration < ElectionTimeoutMin. R was committed after
-// its writer sent it and observed after it was committed, so any claim on R
-// is sent after the lease that R granted has ended; a claim on an older
-// revision fails the compare-and-set. A vacancy is written only after the
-// leader has cancelled its leader context.
+// # Why there is never more than one leader
+//
+// A node leads on revision R from the SEND time s of the compare-and-set
+// (claim or renewal) that wrote R until s+LeaseDuration, on its own
+// monotonic clock, and only if the reply came back before that (the lease
+// context's Err checks the clock; every transition to leading checks it).
+// Any other node's successful compare-and-set must be on R or a later
+// revision, so it happens after R was committed, hence after s. A node
+// sends a claim on revision R only in these cases (claimDue):
+//
+//  1. It first observed R at least ElectionTimeoutMin ago, and has seen no
+//     newer revision since. It observed R after R was committed, so after
+//     s; the claim is sent after s+ElectionTimeoutMin > s+LeaseDuration:
+//     the lease R granted has ended. (Rule of Timing: LeaseDuration <
+//     ElectionTimeoutMin, with a margin for clock rates and scheduling.)
+//  2. R is vacant. Vacancies are written only by the holder of R-1's term
+//     after it stepped down (stepDown cancels the leader context before the
+//     vacancy is sent), so R grants nobody a lease.
+//  3. R was written by this node itself (a record naming it with the term
+//     it last claimed), and it does not lead on R: a claim or renewal whose
+//     reply came after its lease, or was lost, or a lease that ran out
+//     while a renewal was in flight. The only lease R can have granted is
+//     this node's own, which it does not hold; it claims with a new term.
+//  4. The store never had a record (Revision 0): nobody ever led.
+//
+// A claim on an older revision than the store's fails the compare-and-set.
+// So when a claim succeeds, every earlier lease has ended: never two
+// leaders. Terms strictly increase because a claim writes a term above
+// every term the node has seen, and the compare-and-set orders the writes.
 type loop struct {
-	f   *Feed
-	ctx context.Context // cancelled when Stop's context ends
-	t   heartbeat.Timing
+	f       *Feed
+	ctx     context.Context // cancelled when the Feed stops for good
+	t       heartbeat.Timing
+	exited  chan struct{}   // closed when run returns
+	results chan callResult // results of store calls
+	role    role
 
 	// What this node knows of the record.
 	rec        heartbeat.Record // newest record observed; Revision 0: none
@@ -40,19 +83,25 @@ type loop struct {
 		value  []byte
 		ok     bool
 	}
-	ownVacancy uint64 // revision of the vacancy this node wrote on Resign
-	value      []byte
+	claimTerm   uint64 // the term of this node's last claim; a record naming it with it is its own
+	vacancyTerm uint64 // a vacant record with this term was written by this node (0: none)
+	handedOver  bool   // Resign or Stop gave up the last term: its record is not claimed at once
+	claimSoon   bool   // claim the own record at once (a late claim)
+	value       []byte
 
 	// Leadership: set while leading.
-	leading      bool
-	term         uint64
-	myRev        uint64
-	leaseEnd     time.Time
-	leaderCtx    *leaseContext
-	leaderCancel context.CancelFunc
-	leaseTimer   *time.Timer // AfterFunc: cancels leaderCtx at leaseEnd
-	leaseLost    chan struct{}
-	lastErr      error
+	term      uint64
+	myRev     uint64 // newest revision this node wrote in its term
+	leaseEnd  time.Time
+	leaderCtx *leaseContext
+	leaseLost chan struct{}
+	lastErr   error
+
+	writing   bool           // a claim, renewal or vacancy is in flight
+	reading   bool           // a read is in flight
+	vacancy   *vacancyWrite  // the vacancy to write (pending or in flight)
+	proclaims []chan<- error // Proclaim calls waiting for a renewal
+	renewNow  bool           // renew as soon as the write in flight returns
 
 	claimTimer  *time.Timer
 	renewTimer  *time.Timer
@@ -64,9 +113,37 @@ type loop struct {
 	subCancel  context.CancelFunc
 	subOpened  time.Time
 	opening    bool
-	openCancel context.CancelFunc
 	subResults chan subResult
 	backoff    time.Duration
+}
+
+// vacancyWrite is a vacancy to write after stepping down, for Resign (reply
+// set) or Stop.
+type vacancyWrite struct {
+	ctx      context.Context
+	reply    chan<- error
+	term     uint64
+	attempts int
+	inFlight bool
+}
+
+type callKind int
+
+const (
+	callRead callKind = iota + 1
+	callClaim
+	callRenew
+	callVacancy
+)
+
+// callResult is the outcome of one store call, an input of the loop.
+type callResult struct {
+	kind     callKind
+	expected uint64
+	next     heartbeat.Record
+	sentAt   time.Time
+	res      heartbeat.Record
+	err      error
 }
 
 type subResult struct {
@@ -81,10 +158,17 @@ func newLoop(f *Feed, ctx context.Context) *loop {
 		t.Stop()
 		return t
 	}
+	r := roleFollower
+	if f.opts.ObserveOnly {
+		r = roleObserver
+	}
 	return &loop{
 		f:           f,
 		ctx:         ctx,
 		t:           f.timing,
+		role:        r,
+		exited:      make(chan struct{}),
+		results:     make(chan callResult),
 		value:       f.opts.Value,
 		leaseLost:   make(chan struct{}, 1),
 		claimTimer:  stopped(),
@@ -96,64 +180,162 @@ func newLoop(f *Feed, ctx context.Context) *loop {
 }
 
 func (l *loop) run() {
+	defer l.exit()
 	l.openFeed()
-	l.read()
+	l.startRead()
+	l.pollTimer.Reset(l.t.HeartbeatInterval) // until the feed is up
+	stopCh := l.f.stopCh
 	for {
-		select {
-		case <-l.f.stopCh:
-			l.shutdown()
+		if l.role == roleStopping && !l.writing && l.vacancy == nil {
 			return
+		}
+		select {
+		case <-stopCh:
+			stopCh = nil
+			l.onStop()
 		case <-l.ctx.Done():
-			l.shutdown()
 			return
 		case n, ok := <-l.sub:
 			l.onNotification(n, ok)
 		case r := <-l.subResults:
 			l.onSubscribed(r)
+		case r := <-l.results:
+			l.onResult(r)
 		case <-l.claimTimer.C:
-			l.claim()
+			l.onClaimTimer()
 		case <-l.renewTimer.C:
-			l.renew(l.ctx)
+			l.startRenew()
 		case <-l.leaseLost:
 			l.onLeaseLost()
 		case <-l.reopenTimer.C:
 			l.openFeed()
 		case <-l.pollTimer.C:
-			l.read()
 			if l.sub == nil {
+				l.startRead()
 				l.pollTimer.Reset(l.t.HeartbeatInterval)
 			}
 		case r := <-l.f.reqs:
-			r.reply <- l.onRequest(r)
+			l.onRequest(r)
 		}
 	}
 }
 
-// emit queues an event for the reader of Events and logs it.
+// exit ends the engine: the leader context is cancelled (Stop's context
+// ended before the clean path finished), the store calls are cancelled,
+// and the subscriptions end once their readers took what is queued.
+func (l *loop) exit() {
+	if l.role == roleLeader {
+		l.stepDown(ReasonStopped, nil)
+	}
+	if l.vacancy != nil && l.vacancy.reply != nil {
+		l.vacancy.reply <- ErrClosed
+	}
+	for _, t := range []*time.Timer{l.claimTimer, l.renewTimer, l.reopenTimer, l.pollTimer} {
+		t.Stop()
+	}
+	if l.subCancel != nil {
+		l.subCancel()
+	}
+	close(l.exited)
+	l.f.cancel()
+	l.f.events.finish()
+}
+
+// emit queues an event for the subscriptions and logs it, with a fixed
+// message per event type.
 func (l *loop) emit(e Event) {
 	if e.At.IsZero() {
 		e.At = time.Now()
 	}
+	log := l.f.log
 	switch e.Type {
-	case EventElected, EventUnelected, EventNewLeader, EventSubscribeError, EventSubscribeStarted, EventIgnored:
-		l.f.log.Info("leaderfeed: " + e.String())
-	default:
-		l.f.log.Debug("leaderfeed: " + e.String())
+	case EventElected:
+		log.Info("leaderfeed: elected", "term", e.Term)
+	case EventUnelected:
+		log.Info("leaderfeed: unelected", "term", e.Term, "reason", e.Reason.String(), "err", e.Err)
+	case EventNewLeader:
+		log.Info("leaderfeed: new leader", "leader", e.Leader, "term", e.Term)
+	case EventSubscribeStarted:
+		log.Info("leaderfeed: changefeed started")
+	case EventSubscribeError:
+		log.Info("leaderfeed: changefeed failed", "err", e.Err)
+	case EventIgnored:
+		log.Info("leaderfeed: malformed record ignored", "err", e.Err)
+	case EventError:
+		log.Debug("leaderfeed: store call failed", "err", e.Err)
+	case EventChange:
+		log.Debug("leaderfeed: change", "table", e.Change.Table, "op", e.Change.Op.String())
 	}
 	l.f.events.push(e)
 }
 
+// ---- store calls, off the loop's goroutine ----
+
+// call runs one store call on a goroutine of its own; its result comes back
+// on l.results (dropped if the loop has ended).
+func (l *loop) call(kind callKind, ctx context.Context, cancel context.CancelFunc, expected uint64, next heartbeat.Record) {
+	r := callResult{kind: kind, expected: expected, next: next, sentAt: time.Now()}
+	l.f.wg.Add(1)
+	go func() {
+		defer l.f.wg.Done()
+		defer cancel()
+		if kind == callRead {
+			r.res, r.err = l.f.b.Get(ctx)
+		} else {
+			r.res, r.err = l.f.b.Heartbeat(ctx, expected, next)
+		}
+		select {
+		case l.results <- r:
+		case <-l.exited:
+		}
+	}()
+}
+
+func (l *loop) onResult(r callResult) {
+	switch r.kind {
+	case callRead:
+		l.reading = false
+		l.onRead(r)
+		return
+	case callClaim:
+		l.writing = false
+		l.onClaim(r)
+	case callRenew:
+		l.writing = false
+		l.onRenew(r)
+	case callVacancy:
+		l.writing = false
+		l.onVacancy(r)
+	}
+	l.afterWrite()
+}
+
+// afterWrite starts what waited for the write that just returned.
+func (l *loop) afterWrite() {
+	if l.writing {
+		return
+	}
+	switch {
+	case l.vacancy != nil:
+		l.startVacancy()
+	case l.role == roleLeader && (l.renewNow || len(l.proclaims) > 0):
+		l.renewNow = false
+		l.startRenew()
+	case l.role == roleFollower:
+		l.armClaim(false)
+	}
+}
+
 // ---- the changefeed ----
 
-// openFeed opens the changefeed in a goroutine of its own, so that a slow
-// Subscribe never holds up renewals. While it is down the record is polled.
+// openFeed opens the changefeed in a goroutine of its own. While it is
+// down (also before it first opens) the record is polled.
 func (l *loop) openFeed() {
 	if l.opening || l.sub != nil {
 		return
 	}
 	l.opening = true
 	ctx, cancel := context.WithCancel(l.ctx)
-	l.openCancel = cancel
 	l.f.wg.Add(1)
 	go func() {
 		defer l.f.wg.Done()
@@ -161,7 +343,11 @@ func (l *loop) openFeed() {
 		if err != nil {
 			cancel()
 		}
-		l.subResults <- subResult{ch: ch, cancel: cancel, err: err} // buffered: one open at a time
+		select {
+		case l.subResults <- subResult{ch: ch, cancel: cancel, err: err}:
+		case <-l.exited:
+			cancel()
+		}
 	}()
 }
 
@@ -171,11 +357,15 @@ func (l *loop) onSubscribed(r subResult) {
 		l.feedDown(fmt.Errorf("leaderfeed: subscribe: %w", r.err))
 		return
 	}
+	if l.role == roleStopping {
+		r.cancel()
+		return
+	}
 	l.sub, l.subCancel, l.subOpened = r.ch, r.cancel, time.Now()
 	l.pollTimer.Stop()
 	l.emit(Event{Type: EventSubscribeStarted})
 	// Changes committed while the feed was down are not in it: read.
-	l.read()
+	l.startRead()
 }
 
 // feedDown records a failure of the feed, schedules its reopening with
@@ -225,20 +415,31 @@ func (l *loop) onNotification(n Notification, ok bool) {
 
 // ---- observing the record ----
 
-// read gets the record from the store. Leaders skip it: their renewals
-// find out everything a read would.
-func (l *loop) read() {
-	if l.leading {
+// startRead reads the record. Leaders skip it: their renewals find out
+// everything a read would.
+func (l *loop) startRead() {
+	if l.reading || l.role == roleLeader || l.role == roleStopping {
 		return
 	}
+	l.reading = true
 	ctx, cancel := context.WithTimeout(l.ctx, l.t.ElectionTimeoutMin)
-	r, err := l.f.b.Get(ctx)
-	cancel()
-	switch {
+	l.call(callRead, ctx, cancel, 0, heartbeat.Record{})
+}
+
+func (l *loop) onRead(r callResult) {
+	if l.role != roleFollower && l.role != roleObserver {
+		return // a leader's or candidate's writes know better
+	}
+	// A read sent before the last observation may be older than it: it is
+	// then taken only if its revision is newer.
+	fresh := !l.seen || !r.sentAt.Before(l.observedAt)
+	switch err := r.err; {
 	case err == nil:
-		l.observe(r, true)
+		l.observe(r.res, fresh)
 	case errors.Is(err, ErrNotFound):
-		l.observeMissing(true)
+		if fresh {
+			l.observeMissing(true)
+		}
 	case errors.Is(err, ErrMalformedRecord):
 		l.emit(Event{Type: EventIgnored, Err: err})
 		l.armClaim(false)
@@ -247,6 +448,12 @@ func (l *loop) read() {
 		l.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: read record: %w", err)})
 		l.armClaim(false)
 	}
+}
+
+// own reports whether r is a record this node wrote in this process: it
+// names this node with the term of its last claim.
+func (l *loop) own(r heartbeat.Record) bool {
+	return r.Revision != 0 && l.claimTerm != 0 && r.Leader == l.f.id && r.Term == l.claimTerm
 }
 
 // observe takes in a record. Records from the feed older than or equal to
@@ -270,17 +477,21 @@ func (l *loop) observe(r heartbeat.Record, authoritative bool) {
 	l.f.snap.record, l.f.snap.seen = l.rec.Clone(), true
 	l.f.mu.Unlock()
 	l.f.log.Debug("leaderfeed: record", "leader", r.Leader, "term", r.Term, "revision", r.Revision)
-	l.announce(r.Leader, r.Term, r.Value, now)
-
-	if l.leading {
+	if l.role == roleLeader {
 		if r.Leader == l.f.id && r.Term == l.term {
 			// Our own write (possibly one whose reply we lost): only this
 			// node writes its id with this term.
 			l.myRev = max(l.myRev, r.Revision)
+			l.announce(r.Leader, r.Term, r.Value, now)
 			return
 		}
+		// Leadership ends before anything else is reported.
 		l.stepDown(ReasonDeposed, fmt.Errorf("leaderfeed: record names %q with term %d", r.Leader, r.Term))
 	}
+	if l.vacancy != nil && l.own(r) {
+		l.myRev = max(l.myRev, r.Revision)
+	}
+	l.announce(r.Leader, r.Term, r.Value, now)
 	l.armClaim(true)
 }
 
@@ -289,6 +500,7 @@ func (l *loop) observeMissing(authoritative bool) {
 	if l.missing && l.seen {
 		return
 	}
+	_ = authoritative
 	wasSeen := l.seen && !l.missing
 	now := time.Now()
 	l.rec = heartbeat.Record{Election: l.f.b.Election()}
@@ -296,10 +508,10 @@ func (l *loop) observeMissing(authoritative bool) {
 	l.f.mu.Lock()
 	l.f.snap.record, l.f.snap.seen = l.rec.Clone(), true
 	l.f.mu.Unlock()
-	l.announce("", l.maxTerm, nil, now)
-	if l.leading {
+	if l.role == roleLeader {
 		l.stepDown(ReasonDeposed, errors.New("leaderfeed: election record was deleted"))
 	}
+	l.announce("", l.maxTerm, nil, now)
 	l.armClaim(true)
 }
 
@@ -311,12 +523,33 @@ func (l *loop) announce(leader string, term uint64, value []byte, at time.Time) 
 	l.emit(Event{Type: EventNewLeader, At: at, Leader: leader, Term: term, Value: bytes.Clone(value)})
 }
 
+// ---- campaigning ----
+
+// claimableAtOnce: cases 2 to 4 of the safety argument (see loop): a
+// vacancy made by another node, a record this node wrote and does not
+// lead on, or an election whose record never existed.
+func (l *loop) claimableAtOnce() bool {
+	if l.missing {
+		return !l.deleted
+	}
+	if l.rec.Vacant() {
+		return l.vacancyTerm == 0 || l.rec.Term != l.vacancyTerm
+	}
+	return l.own(l.rec) && !l.handedOver
+}
+
+// claimDue reports whether a claim on the known revision may be sent now:
+// case 1 of the safety argument, or one of the others.
+func (l *loop) claimDue(now time.Time) bool {
+	return l.claimableAtOnce() || !now.Before(l.observedAt.Add(l.t.ElectionTimeoutMin))
+}
+
 // armClaim (re)arms the election timer of a follower. fresh says the known
 // revision just changed, so a new random timeout is drawn; otherwise (after
 // a failed attempt) it retries after a heartbeat interval, never earlier than
 // the timeout allows.
 func (l *loop) armClaim(fresh bool) {
-	if l.leading || l.f.opts.ObserveOnly {
+	if l.role != roleFollower {
 		l.claimTimer.Stop()
 		return
 	}
@@ -327,21 +560,18 @@ func (l *loop) armClaim(fresh bool) {
 		if !fresh {
 			d += l.t.HeartbeatInterval
 		}
+		if l.own(l.rec) {
+			d = l.t.HeartbeatInterval // after a failed attempt
+			if fresh || l.claimSoon {
+				d = 0
+			}
+		}
 	case fresh:
 		d = time.Until(l.observedAt.Add(l.t.ElectionTimeout(l.f.opts.Rand)))
 	default:
 		d = max(l.t.HeartbeatInterval, time.Until(l.observedAt.Add(l.t.ElectionTimeoutMin)))
 	}
 	l.claimTimer.Reset(max(d, 0))
-}
-
-// claimableAtOnce: a vacancy a leader made by resigning (not our own), or an
-// election whose record never existed.
-func (l *loop) claimableAtOnce() bool {
-	if l.missing {
-		return !l.deleted
-	}
-	return l.rec.Vacant() && l.rec.Revision != l.ownVacancy
 }
 
 func (l *loop) jitter(d time.Duration) time.Duration {
@@ -354,246 +584,357 @@ func (l *loop) jitter(d time.Duration) time.Duration {
 	return heartbeat.Timing{VacancyJitter: d}.Jitter(nil)
 }
 
-// ---- campaigning and leading ----
-
-func (l *loop) claim() {
-	if l.leading || l.f.opts.ObserveOnly {
+func (l *loop) onClaimTimer() {
+	if l.role != roleFollower || l.writing || !l.seen {
 		return
 	}
-	expected := l.rec.Revision
+	if !l.claimDue(time.Now()) {
+		l.armClaim(false)
+		return
+	}
+	l.claimSoon, l.handedOver = false, false
 	next := heartbeat.Record{
 		Election: l.f.b.Election(),
 		Leader:   l.f.id,
 		Term:     max(l.maxTerm, l.rec.Term) + 1,
 		Value:    l.value,
 	}
-	sentAt := time.Now()
+	l.claimTerm = next.Term
+	l.maxTerm = next.Term
+	l.role, l.writing = roleCandidate, true
 	ctx, cancel := context.WithTimeout(l.ctx, l.t.LeaseDuration)
-	res, err := l.f.b.Heartbeat(ctx, expected, next)
-	cancel()
+	l.call(callClaim, ctx, cancel, l.rec.Revision, next)
+}
+
+func (l *loop) onClaim(r callResult) {
 	now := time.Now()
+	stopping := l.role == roleStopping
+	if !stopping {
+		l.role = roleFollower
+	}
 	var conflict *ConflictError
 	switch {
-	case err == nil:
-		if res.Revision != expected+1 || res.Leader != next.Leader || res.Term != next.Term {
-			l.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: backend returned %v for a claim of term %d on revision %d", res, next.Term, expected)})
-			l.observe(res, true)
-			l.armClaim(false)
+	case r.err == nil:
+		if r.res.Revision != r.expected+1 || r.res.Leader != r.next.Leader || r.res.Term != r.next.Term {
+			l.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: backend returned %v for a claim of term %d on revision %d", r.res, r.next.Term, r.expected)})
+			l.observe(r.res, true)
 			return
 		}
-		if !now.Before(sentAt.Add(l.t.LeaseDuration)) {
-			// Won, but the lease that the claim granted is already over. Act
-			// as a follower; the record will time out like any other.
-			l.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: claim of term %d took %v, longer than the lease: %w", next.Term, now.Sub(sentAt), errLeaseOver)})
-			l.observe(res, true)
+		if stopping {
+			// Won while stopping: hand over at once.
+			l.term, l.myRev = r.res.Term, r.res.Revision
+			l.vacancy = &vacancyWrite{ctx: l.stopCtx(), term: r.res.Term}
+			l.vacancyTerm = r.res.Term
+			l.observe(r.res, true)
 			return
 		}
-		l.becomeLeader(res, sentAt, now)
-	case errors.As(err, &conflict):
-		l.f.log.Debug("leaderfeed: claim lost", "term", next.Term, "current_revision", conflict.Current.Revision)
+		if !now.Before(r.sentAt.Add(l.t.LeaseDuration)) {
+			// Won, but the lease the claim granted is over: the record is
+			// ours and nobody leads on it, so claim it again at once
+			// (case 3) rather than leave everyone waiting for a timeout.
+			l.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: claim of term %d took %v, longer than the lease: %w", r.next.Term, now.Sub(r.sentAt), errLeaseOver)})
+			l.claimSoon = true
+			l.observe(r.res, true)
+			return
+		}
+		l.becomeLeader(r.res, r.sentAt)
+	case errors.As(r.err, &conflict):
+		l.f.log.Debug("leaderfeed: claim lost", "term", r.next.Term, "current_revision", conflict.Current.Revision)
 		l.observe(conflict.Current, true)
-		l.armClaim(false)
 	case l.ctx.Err() != nil:
 	default:
-		l.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: claim term %d: %w", next.Term, err)})
-		l.armClaim(false)
+		l.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: claim term %d: %w", r.next.Term, r.err)})
 	}
 }
 
-func (l *loop) becomeLeader(res heartbeat.Record, sentAt, now time.Time) {
-	l.claimTimer.Stop()
-	l.leading, l.term, l.myRev, l.lastErr = true, res.Term, res.Revision, nil
+// ---- leading ----
+
+func (l *loop) becomeLeader(res heartbeat.Record, sentAt time.Time) {
+	l.role = roleLeader
+	l.term, l.myRev, l.lastErr = res.Term, res.Revision, nil
 	l.leaseEnd = sentAt.Add(l.t.LeaseDuration)
-	l.leaderCtx = newLeaseContext(l.ctx, l.leaseEnd)
-	l.leaderCancel = l.leaderCtx.cancel
-	cancel, lost := l.leaderCancel, l.leaseLost
-	l.leaseTimer = time.AfterFunc(l.leaseEnd.Sub(now), func() {
-		cancel()
+	l.leaderCtx = newLeaseContext(l.leaseEnd)
+	l.claimTimer.Stop()
+	l.armLease()
+	l.f.mu.Lock()
+	l.f.snap.leader, l.f.snap.term, l.f.snap.leaderCtx = true, l.term, l.leaderCtx
+	l.f.leaseEnd = l.leaseEnd
+	l.f.mu.Unlock()
+	l.emit(Event{Type: EventElected, Term: l.term, LeaderCtx: l.leaderCtx})
+	l.observe(res, true)
+	l.renewTimer.Reset(max(0, time.Until(sentAt.Add(l.t.HeartbeatInterval))))
+}
+
+// armLease (re)starts the timer that cancels the leader context at the end
+// of the lease and tells the loop.
+func (l *loop) armLease() {
+	ctx, lost := l.leaderCtx, l.leaseLost
+	d := time.Until(l.leaseEnd)
+	if ctx.timer != nil {
+		ctx.timer.Stop()
+	}
+	ctx.timer = time.AfterFunc(d, func() {
+		ctx.cancel(ErrLeaseExpired)
 		select {
 		case lost <- struct{}{}:
 		default:
 		}
 	})
-	l.f.mu.Lock()
-	l.f.snap.leader, l.f.snap.term, l.f.snap.leaderCtx = true, l.term, l.leaderCtx
-	l.f.leaseEnd = l.leaseEnd
-	l.f.mu.Unlock()
-	l.emit(Event{Type: EventElected, At: now, Term: l.term, LeaderCtx: l.leaderCtx})
-	l.observe(res, true)
-	l.renewTimer.Reset(max(0, time.Until(sentAt.Add(l.t.HeartbeatInterval))))
 }
 
-// renew writes the heartbeat of the leader: a compare-and-set on its own
-// last revision. parent bounds it besides the lease.
-func (l *loop) renew(parent context.Context) error {
-	if !l.leading {
-		return ErrNotLeader
+// startRenew sends the leader's heartbeat: a compare-and-set on its own
+// last revision, bounded by the lease.
+func (l *loop) startRenew() {
+	if l.role != roleLeader {
+		return
 	}
+	if l.writing {
+		l.renewNow = true
+		return
+	}
+	l.writing = true
 	next := heartbeat.Record{Election: l.f.b.Election(), Leader: l.f.id, Term: l.term, Value: l.value}
-	sentAt := time.Now()
-	ctx, cancel := context.WithDeadline(parent, l.leaseEnd)
-	stop := context.AfterFunc(l.ctx, cancel)
-	res, err := l.f.b.Heartbeat(ctx, l.myRev, next)
-	stop()
-	cancel()
+	ctx, cancel := context.WithDeadline(l.ctx, l.leaseEnd)
+	l.call(callRenew, ctx, cancel, l.myRev, next)
+}
+
+func (l *loop) onRenew(r callResult) {
 	now := time.Now()
+	leading := l.role == roleLeader && l.term == r.next.Term
 	var conflict *ConflictError
 	switch {
-	case err == nil:
-		newEnd := sentAt.Add(l.t.LeaseDuration)
-		if !l.leaseTimer.Stop() || !now.Before(newEnd) || !l.leaderCtx.extend(newEnd) {
-			// The lease ran out before the reply: leadership is over. Its
-			// timer may have fired without its signal being handled yet,
-			// or not have fired at all (Stop just stopped it late), so
-			// step down here rather than through onLeaseLost, which
-			// would take an uncancelled leader context for a signal of an
-			// earlier term and leave this node leading with no lease and
-			// no renewals.
+	case r.err == nil:
+		l.myRev = max(l.myRev, r.res.Revision)
+		if !leading {
+			l.observe(r.res, true)
+			return
+		}
+		newEnd := r.sentAt.Add(l.t.LeaseDuration)
+		if !now.Before(newEnd) || !l.leaderCtx.extend(newEnd) {
+			// The lease ran out before the reply: leadership is over (the
+			// record is ours: case 3 lets this node claim it again).
 			l.lastErr = errLeaseOver
 			l.stepDown(ReasonLeaseExpired, errLeaseOver)
-			l.observe(res, true)
-			return errLeaseOver
+			l.observe(r.res, true)
+			return
 		}
-		l.leaseEnd = newEnd
-		l.leaseTimer.Reset(newEnd.Sub(now))
+		l.leaseEnd, l.lastErr = newEnd, nil
+		l.armLease()
 		l.f.mu.Lock()
 		l.f.leaseEnd = newEnd
 		l.f.mu.Unlock()
-		l.myRev, l.lastErr = res.Revision, nil
-		l.f.log.Debug("leaderfeed: renewed", "term", l.term, "revision", res.Revision)
-		l.observe(res, true)
-		l.renewTimer.Reset(max(0, time.Until(sentAt.Add(l.t.HeartbeatInterval))))
-		return nil
-	case errors.As(err, &conflict) && conflict.Current.Leader == l.f.id && conflict.Current.Term == l.term:
+		l.f.log.Debug("leaderfeed: renewed", "term", l.term, "revision", r.res.Revision)
+		l.replyProclaims(nil)
+		l.observe(r.res, true)
+		l.renewTimer.Reset(max(0, time.Until(r.sentAt.Add(l.t.HeartbeatInterval))))
+	case errors.As(r.err, &conflict) && l.own(conflict.Current):
 		// The store holds our own later write: an earlier renewal committed
-		// but its reply was lost. Only this node writes its id with this
-		// term, so take the revision and renew on it at once; the lease
-		// still runs from the last renewal whose reply came back.
-		l.myRev = conflict.Current.Revision
-		l.renewTimer.Reset(0)
-		return fmt.Errorf("leaderfeed: renew: reply of an earlier renewal was lost: %w", err)
-	case errors.As(err, &conflict):
-		l.stepDown(ReasonDeposed, err)
+		// but its reply was lost. Take the revision and renew on it at
+		// once; the lease still runs from the last reply that came back.
+		l.myRev = max(l.myRev, conflict.Current.Revision)
+		if leading {
+			l.renewNow = true
+		} else {
+			l.observe(conflict.Current, true)
+		}
+	case errors.As(r.err, &conflict):
+		if leading {
+			l.stepDown(ReasonDeposed, r.err)
+		}
 		l.observe(conflict.Current, true)
-		l.armClaim(false)
-		return fmt.Errorf("leaderfeed: renew: %w", err)
 	default:
-		l.lastErr = err
+		if !leading {
+			return
+		}
+		l.lastErr = r.err
 		if l.ctx.Err() == nil {
-			l.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: renew term %d: %w", l.term, err)})
+			l.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: renew term %d: %w", l.term, r.err)})
 		}
 		// Retry soon; the lease timer steps down if no retry gets through.
 		l.renewTimer.Reset(max(time.Millisecond, l.t.HeartbeatInterval/5))
-		return fmt.Errorf("leaderfeed: renew: %w", err)
 	}
+}
+
+func (l *loop) replyProclaims(err error) {
+	for _, c := range l.proclaims {
+		c <- err
+	}
+	l.proclaims = nil
 }
 
 func (l *loop) onLeaseLost() {
-	if !l.leading || l.leaderCtx.Err() == nil {
-		return // a signal of an earlier term
+	if l.role != roleLeader || l.leaderCtx.Err() == nil {
+		return // a signal of an earlier term, or of a lease since extended
 	}
 	l.stepDown(ReasonLeaseExpired, l.lastErr)
-	l.armClaim(false)
+	l.afterWrite()
 }
 
 // stepDown ends this node's leadership: the leader context is cancelled
-// before anything else. The event's At is the end of the lease when it ran
-// out, else the moment after the cancellation (never after the lease's
-// end): no holder of the leader context finds it live after At.
+// (with the reason's cause) before anything else. The event's At is the end
+// of the lease when it ran out, else the moment after the cancellation
+// (never after the lease's end): no holder of the leader context finds it
+// live after At.
 func (l *loop) stepDown(reason Reason, err error) {
-	if !l.leading {
+	if l.role != roleLeader {
 		return
 	}
-	l.leaderCancel()
+	l.leaderCtx.cancel(reason.cause())
 	at := time.Now()
-	l.leaseTimer.Stop()
+	if l.leaderCtx.timer != nil {
+		l.leaderCtx.timer.Stop()
+	}
 	l.renewTimer.Stop()
+	l.renewNow = false
 	if reason == ReasonLeaseExpired || at.After(l.leaseEnd) {
 		at = l.leaseEnd
 	}
-	l.leading = false
+	l.role = roleFollower
 	l.f.mu.Lock()
 	l.f.snap.leader = false
 	l.f.mu.Unlock()
+	l.replyProclaims(ErrNotLeader)
 	l.emit(Event{Type: EventUnelected, At: at, Term: l.term, Reason: reason, Err: err})
 }
 
-// writeVacancy writes the vacant record after stepping down, bounded by
-// ctx and the loop's context.
-func (l *loop) writeVacancy(ctx context.Context) (heartbeat.Record, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(l.ctx, cancel)
-	defer stop()
-	return l.f.b.Heartbeat(ctx, l.myRev, heartbeat.Record{Election: l.f.b.Election(), Term: l.term})
+// ---- handing over ----
+
+func (l *loop) stopCtx() context.Context {
+	l.f.mu.Lock()
+	defer l.f.mu.Unlock()
+	if l.f.stopCtx == nil {
+		return context.Background()
+	}
+	return l.f.stopCtx
 }
 
-func (l *loop) onRequest(r request) error {
+// startVacancy writes the vacant record on the newest revision this node
+// wrote, once no other write is in flight.
+func (l *loop) startVacancy() {
+	v := l.vacancy
+	if v == nil || l.writing {
+		return
+	}
+	if err := v.ctx.Err(); err != nil {
+		l.endVacancy(fmt.Errorf("leaderfeed: vacant record not written: %w", err))
+		return
+	}
+	l.writing, v.inFlight = true, true
+	v.attempts++
+	ctx, cancel := context.WithCancel(v.ctx)
+	stop := context.AfterFunc(l.ctx, cancel)
+	l.call(callVacancy, ctx, func() { stop(); cancel() }, l.myRev, heartbeat.Record{Election: l.f.b.Election(), Term: v.term})
+}
+
+func (l *loop) endVacancy(err error) {
+	v := l.vacancy
+	l.vacancy = nil
+	if v.reply != nil {
+		v.reply <- err
+	} else if err != nil {
+		l.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: stop: %w", err)})
+	}
+	l.armClaim(false)
+}
+
+func (l *loop) onVacancy(r callResult) {
+	v := l.vacancy
+	v.inFlight = false
+	var conflict *ConflictError
+	switch {
+	case r.err == nil:
+		l.observe(r.res, true)
+		l.endVacancy(nil)
+	case errors.As(r.err, &conflict) && l.own(conflict.Current):
+		// A renewal of ours committed with its reply lost: write the
+		// vacancy on it (startVacancy runs again in afterWrite).
+		l.myRev = conflict.Current.Revision
+		if v.attempts >= 5 {
+			l.endVacancy(fmt.Errorf("leaderfeed: vacant record not written: %w", r.err))
+		}
+	case errors.As(r.err, &conflict):
+		// Either our own vacancy committed and its reply was lost, or
+		// another node took over already: either way the election is
+		// handed over.
+		l.observe(conflict.Current, true)
+		l.endVacancy(nil)
+	default:
+		// The vacancy may have committed: write it again while the
+		// caller's context allows; a committed one comes back as a
+		// conflict carrying it.
+		if v.ctx.Err() != nil || l.ctx.Err() != nil || v.attempts >= 5 {
+			l.endVacancy(fmt.Errorf("leaderfeed: vacant record not written (the others take over after their election timeout): %w", r.err))
+		}
+	}
+}
+
+func (l *loop) onRequest(r request) {
 	switch r.kind {
 	case reqResign:
-		if !l.leading {
-			return ErrNotLeader
+		if l.role != roleLeader {
+			r.reply <- ErrNotLeader
+			return
 		}
 		l.stepDown(ReasonResigned, nil)
-		res, err := l.writeVacancy(r.ctx)
-		var conflict *ConflictError
-		switch {
-		case err == nil:
-			l.ownVacancy = res.Revision
-			l.observe(res, true)
-			return nil
-		case errors.As(err, &conflict):
-			l.observe(conflict.Current, true) // someone took over already
-			l.armClaim(false)
-			return nil
-		default:
-			l.armClaim(false)
-			return fmt.Errorf("leaderfeed: resign: vacant record not written (the others take over after their election timeout): %w", err)
-		}
+		l.handedOver = true
+		l.vacancy = &vacancyWrite{ctx: r.ctx, reply: r.reply, term: l.term}
+		l.vacancyTerm = l.term
+		l.startVacancy()
 	case reqProclaim:
-		if !l.leading {
-			return ErrNotLeader
+		if l.role != roleLeader {
+			r.reply <- ErrNotLeader
+			return
 		}
 		l.value = r.value
-		return l.renew(r.ctx)
+		l.proclaims = append(l.proclaims, r.reply)
+		l.startRenew()
+	case reqStatus:
+		r.reply <- nil
+	default:
+		r.reply <- fmt.Errorf("leaderfeed: unknown request %d", r.kind)
 	}
-	return fmt.Errorf("leaderfeed: unknown request %d", r.kind)
 }
 
-// shutdown runs when Stop is called: step down, write the vacancy, stop the
-// feed and wait for it to close.
-func (l *loop) shutdown() {
-	if l.leading {
-		l.stepDown(ReasonStopped, nil)
-		l.f.mu.Lock()
-		ctx := l.f.stopCtx
-		l.f.mu.Unlock()
-		if ctx == nil {
-			ctx = context.Background()
-		}
-		if _, err := l.writeVacancy(ctx); err != nil && !errors.Is(err, ErrConflict) {
-			l.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: stop: vacant record not written: %w", err)})
-		}
+// onStop: step down (EventUnelected first), then write the vacancy; the
+// loop ends when no write is in flight.
+func (l *loop) onStop() {
+	wasLeader := l.role == roleLeader
+	l.stepDown(ReasonStopped, nil)
+	l.role = roleStopping
+	l.claimTimer.Stop()
+	l.pollTimer.Stop()
+	l.reopenTimer.Stop()
+	if wasLeader {
+		l.handedOver = true
+		l.vacancy = &vacancyWrite{ctx: l.stopCtx(), term: l.term}
+		l.vacancyTerm = l.term
+		l.startVacancy()
 	}
-	for _, t := range []*time.Timer{l.claimTimer, l.renewTimer, l.reopenTimer, l.pollTimer} {
-		t.Stop()
+}
+
+// Causes of the end of a leader context, given by context.Cause on the
+// leader context of a term (Event.LeaderCtx, Feed.LeaderContext, Run).
+var (
+	// ErrResigned: Resign was called.
+	ErrResigned = errors.New("leaderfeed: leadership ended: resigned")
+	// ErrDeposed: another node took over, or the record was deleted.
+	ErrDeposed = errors.New("leaderfeed: leadership ended: deposed")
+	// ErrLeaseExpired: no renewal got through before the lease ran out.
+	ErrLeaseExpired = errors.New("leaderfeed: leadership ended: lease expired")
+	// ErrStopped: Stop was called.
+	ErrStopped = errors.New("leaderfeed: leadership ended: stopped")
+)
+
+func (r Reason) cause() error {
+	switch r {
+	case ReasonResigned:
+		return ErrResigned
+	case ReasonDeposed:
+		return ErrDeposed
+	case ReasonStopped:
+		return ErrStopped
 	}
-	if l.subCancel != nil {
-		l.subCancel()
-	}
-	if l.opening { // cancel the open, wait for it, close what it opened
-		l.openCancel()
-		r := <-l.subResults
-		if r.err == nil {
-			r.cancel()
-			l.sub = r.ch
-		}
-	}
-	// The backend closes the channel promptly once its context is done.
-	if l.sub != nil {
-		for range l.sub {
-		}
-	}
+	return ErrLeaseExpired
 }
 
 // leaseContext is the leader context of one term. Its timer (see
@@ -603,17 +944,19 @@ func (l *loop) shutdown() {
 // with the lease's end and cancels the context itself once it has passed:
 // a holder that checks Err never finds the context live after the lease
 // ended. Done closes when the context is cancelled, by the timer or by Err;
-// contexts derived from it follow Done.
+// contexts derived from it follow Done. context.Cause says why it ended.
 type leaseContext struct {
 	context.Context
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
+
+	timer *time.Timer // owned by the loop: cancels at the end of the lease
 
 	mu  sync.Mutex
 	end time.Time // the lease's end, on this process's monotonic clock
 }
 
-func newLeaseContext(parent context.Context, end time.Time) *leaseContext {
-	ctx, cancel := context.WithCancel(parent)
+func newLeaseContext(end time.Time) *leaseContext {
+	ctx, cancel := context.WithCancelCause(context.Background())
 	return &leaseContext{Context: ctx, cancel: cancel, end: end}
 }
 
@@ -626,7 +969,7 @@ func (c *leaseContext) Err() error {
 		return err
 	}
 	if !time.Now().Before(c.end) {
-		c.cancel()
+		c.cancel(ErrLeaseExpired)
 	}
 	return c.Context.Err()
 }
@@ -642,7 +985,7 @@ func (c *leaseContext) extend(end time.Time) bool {
 		return false
 	}
 	if !time.Now().Before(c.end) {
-		c.cancel()
+		c.cancel(ErrLeaseExpired)
 		return false
 	}
 	c.end = end

@@ -32,7 +32,7 @@ func benchNodes(b *testing.B, tm heartbeat.Timing, n int) ([]*benchNode, <-chan 
 			b.Fatal(err)
 		}
 		node := &benchNode{id: id, feed: f, link: link}
-		events := f.Events()
+		events := f.Subscribe(context.Background()).C
 		done := make(chan struct{})
 		go func() {
 			defer close(done)

@@ -45,7 +45,7 @@ func ExampleStore() {
 		if err != nil {
 			panic(err)
 		}
-		events := f.Events()
+		events := f.Subscribe(context.Background()).C
 		if err := f.Start(ctx); err != nil {
 			panic(err)
 		}
@@ -78,7 +78,7 @@ func ExampleStore_Put() {
 	if err != nil {
 		panic(err)
 	}
-	events := f.Events()
+	events := f.Subscribe(context.Background()).C
 	if err := f.Start(ctx); err != nil {
 		panic(err)
 	}

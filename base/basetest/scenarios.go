@@ -117,10 +117,10 @@ func NewCluster(t testing.TB, open func(election string) (base.Backend, error), 
 			t.Fatalf("base.New: %v", err)
 		}
 		node.Feed = feed
-		events := feed.Events()
+		sub := feed.Subscribe(context.Background())
 		go func() {
 			defer close(node.done)
-			for e := range events {
+			for e := range sub.C {
 				c.Checker.Observe(node.ID, e)
 				node.mu.Lock()
 				node.events = append(node.events, e)

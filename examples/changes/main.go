@@ -76,7 +76,7 @@ func run(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	events := follower.Events() // before Start, to miss nothing
+	events := follower.Subscribe(context.Background()).C // before Start, to miss nothing
 	if err := follower.Start(ctx); err != nil {
 		return err
 	}

@@ -128,7 +128,7 @@ func run(w io.Writer) error {
 		if n.feed, err = base.New(n.link, id, base.Options{Timing: timing}); err != nil {
 			return nil, err
 		}
-		events := n.feed.Events()
+		events := n.feed.Subscribe(context.Background()).C
 		wg.Add(1)
 		go func() { // read every event until Stop closes the channel
 			defer wg.Done()

@@ -68,7 +68,7 @@ func run(out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		events := f.Events()
+		events := f.Subscribe(context.Background()).C
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -32,7 +32,7 @@ func Run(ctx context.Context, w io.Writer, open func() (base.Backend, error)) er
 			_ = b.Close()
 			return nil, err
 		}
-		n := &node{id: id, feed: f, events: f.Events()}
+		n := &node{id: id, feed: f, events: f.Subscribe(context.Background()).C}
 		if err := f.Start(ctx); err != nil {
 			_ = f.Stop(ctx)
 			return nil, fmt.Errorf("%s: %w", id, err)

@@ -1,0 +1,318 @@
+package base_test
+
+// Regression tests of the faults measured in tracker issue 12 ("Core engine
+// v2"). Each runs under testing/synctest: time is fake, so the timings are
+// exact and nothing sleeps for real.
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/basetest"
+	"github.com/leaderfeed/leaderfeed/base/faulty"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+	"github.com/leaderfeed/leaderfeed/memory"
+)
+
+// other returns the node of c that is not n (c has two campaigners).
+func other(c *basetest.Cluster, n *basetest.Node) *basetest.Node {
+	for _, m := range c.Nodes {
+		if m != n && !strings.HasPrefix(m.ID, "observer") {
+			return m
+		}
+	}
+	return nil
+}
+
+// Fault 1: Resign or Stop right after a renewal whose reply was lost must
+// still write the vacancy (adopting the committed revision), so that the
+// other node takes over at once.
+func TestRegressLostRenewReplyThenResign(t *testing.T) {
+	for _, how := range []string{"resign", "stop"} {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := memory.NewStore()
+				c := cluster(t, store, timing, 2)
+				l := c.WaitLeader(t, wait)
+				// With the feed down, the leader learns of its own
+				// committed renewal only from a conflict.
+				l.Faulty.Inject(faulty.Fault{Method: faulty.MethodSubscribe, Err: errors.New("feed refused")})
+				l.Faulty.BreakFeed(nil)
+				synctest.Wait()
+				calls := l.Faulty.Calls(faulty.MethodHeartbeat)
+				l.Faulty.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Nth: 1, After: true})
+				for l.Faulty.Calls(faulty.MethodHeartbeat) == calls {
+					time.Sleep(time.Millisecond)
+				}
+				synctest.Wait()
+				var err error
+				if how == "resign" {
+					err = l.Feed.Resign(context.Background())
+				} else {
+					err = l.Feed.Stop(context.Background())
+				}
+				if err != nil {
+					t.Fatalf("%s: %v", how, err)
+				}
+				start := time.Now()
+				c.WaitLeader(t, wait, l)
+				if d := time.Since(start); d >= timing.ElectionTimeoutMin {
+					t.Fatalf("next leader after %v, want at once (no vacancy was written)", d)
+				}
+			})
+		})
+	}
+}
+
+// solo starts one node on a faulty-wrapped memory backend and returns it
+// with a subscription to its events; the test stops it.
+func solo(t *testing.T) (*base.Feed, *faulty.Backend, *base.Subscription) {
+	b, _ := memory.NewStore().Backend("e")
+	fb := faulty.Wrap(b)
+	f, err := base.New(fb, "n", base.Options{Timing: timing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := f.Subscribe(context.Background())
+	if err := f.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for !f.IsLeader() {
+		time.Sleep(time.Millisecond)
+	}
+	return f, fb, sub
+}
+
+// Fault 2: a Stop whose context ends while a store call hangs must not drop
+// EventUnelected for a reader that reads.
+func TestRegressStopDuringHungCallKeepsUnelected(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, fb, sub := solo(t)
+		fb.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Hang: true})
+		time.Sleep(timing.HeartbeatInterval + time.Millisecond) // a renewal hangs
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		defer cancel()
+		_ = f.Stop(sctx)
+		var got []base.Event
+		for e := range sub.C {
+			got = append(got, e)
+		}
+		if len(got) == 0 || got[len(got)-1].Type != base.EventUnelected {
+			t.Fatalf("events %v, want the last to be unelected", got)
+		}
+	})
+}
+
+// Fault 3: while the first Subscribe hangs (and the first read failed), a
+// node must poll the record.
+func TestRegressPollsWhileFirstSubscribeHangs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b, _ := store.Backend("e")
+		fb := faulty.Wrap(b)
+		fb.Inject(faulty.Fault{Method: faulty.MethodSubscribe, Hang: true})
+		fb.Inject(faulty.Fault{Method: faulty.MethodGet, Nth: 1})
+		obs, err := base.New(fb, "observer", base.Options{Timing: timing, ObserveOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := obs.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		defer obs.Stop(context.Background())
+		w, _ := store.Backend("e")
+		defer w.Close()
+		if _, err := w.Heartbeat(context.Background(), 0, heartbeat.Record{Election: "e", Leader: "someone", Term: 1}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * timing.HeartbeatInterval)
+		if r, ok := obs.Leader(); !ok || r.Leader != "someone" {
+			t.Fatalf("observer sees %v (%v) five heartbeat intervals after a leader was written, want it to poll", r, ok)
+		}
+	})
+}
+
+// gatedClose blocks Close until gate is closed.
+type gatedClose struct {
+	base.Backend
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gatedClose) Close() error {
+	close(g.entered)
+	<-g.gate
+	return g.Backend.Close()
+}
+
+// Fault 4: a second, concurrent Stop waits for the first to finish.
+func TestRegressConcurrentStopWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.NewStore().Backend("e")
+		g := &gatedClose{Backend: b, entered: make(chan struct{}), gate: make(chan struct{})}
+		f, _ := base.New(g, "n", base.Options{Timing: timing})
+		if err := f.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(timing.ElectionTimeoutMin)
+		first := make(chan error, 1)
+		go func() { first <- f.Stop(context.Background()) }()
+		<-g.entered
+		second := make(chan error, 1)
+		go func() { second <- f.Stop(context.Background()) }()
+		synctest.Wait()
+		select {
+		case err := <-second:
+			t.Fatalf("second Stop returned %v while the first was still closing the backend", err)
+		default:
+		}
+		close(g.gate)
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-second; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Fault 5: a vacancy whose reply was lost was written all the same: Resign
+// returns nil and the resigner does not claim its own vacancy.
+func TestRegressLostVacancyReply(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := cluster(t, memory.NewStore(), timing, 2)
+		l := c.WaitLeader(t, wait)
+		synctest.Wait()
+		l.Faulty.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Nth: 1, After: true})
+		if err := l.Feed.Resign(context.Background()); err != nil {
+			t.Fatalf("Resign: %v, want nil (the vacancy was written)", err)
+		}
+		n := c.WaitLeader(t, wait, l)
+		if n != other(c, l) {
+			t.Fatalf("%s leads, want %s", n.ID, other(c, l).ID)
+		}
+	})
+}
+
+// Fault 6: a deposed leader reports its EventUnelected before the
+// EventNewLeader of the node that took over.
+func TestRegressUnelectedBeforeNewLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		c := cluster(t, store, timing, 1)
+		l := c.WaitLeader(t, wait)
+		rec, _ := l.Feed.Leader()
+		w, _ := store.Backend(c.Election)
+		defer w.Close()
+		if _, err := w.Heartbeat(context.Background(), rec.Revision, heartbeat.Record{Election: c.Election, Leader: "usurper", Term: rec.Term + 1}); err != nil {
+			t.Fatal(err)
+		}
+		_, ui := l.WaitEvent(t, 0, wait, "unelected", func(e base.Event) bool { return e.Type == base.EventUnelected })
+		_, ni := l.WaitEvent(t, 0, wait, "new-leader usurper", func(e base.Event) bool { return e.Type == base.EventNewLeader && e.Leader == "usurper" })
+		if ni < ui {
+			t.Fatalf("new-leader usurper (#%d) before unelected (#%d): %v", ni, ui, l.Events())
+		}
+	})
+}
+
+// lateReply commits the first n writes but returns their replies after
+// delay (ignoring the caller's context), as a store slower than the lease.
+type lateReply struct {
+	base.Backend
+	mu    sync.Mutex
+	n     int
+	delay time.Duration
+}
+
+func (s *lateReply) Heartbeat(ctx context.Context, rev uint64, next heartbeat.Record) (heartbeat.Record, error) {
+	res, err := s.Backend.Heartbeat(ctx, rev, next)
+	s.mu.Lock()
+	late := s.n > 0
+	s.n--
+	s.mu.Unlock()
+	if late {
+		time.Sleep(s.delay)
+	}
+	return res, err
+}
+
+// Fault 7: a claim that commits but whose reply comes after its lease must
+// not stall the election for another election timeout.
+func TestRegressLateClaimDoesNotStall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.NewStore().Backend("e")
+		lb := &lateReply{Backend: b, n: 1, delay: timing.LeaseDuration + 5*time.Millisecond}
+		f, _ := base.New(lb, "n", base.Options{Timing: timing})
+		if err := f.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		defer f.Stop(context.Background())
+		start := time.Now()
+		for !f.IsLeader() {
+			if time.Since(start) > timing.ElectionTimeoutMin {
+				t.Fatalf("no leader %v after a late claim, want it renewed or released at once", time.Since(start))
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+}
+
+// Fault 8: Resign(context.Background()) on a hung store must not block the
+// Feed: Proclaim answers ErrNotLeader and Stop returns within its context.
+func TestRegressResignOnHungStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, fb, sub := solo(t)
+		defer sub.Close()
+		synctest.Wait()
+		fb.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Hang: true})
+		resigned := make(chan error, 1)
+		go func() { resigned <- f.Resign(context.Background()) }()
+		synctest.Wait()
+		pctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		if err := f.Proclaim(pctx, []byte("x")); !errors.Is(err, base.ErrNotLeader) {
+			t.Fatalf("Proclaim during a hung Resign: %v, want ErrNotLeader", err)
+		}
+		sctx, cancel2 := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel2()
+		start := time.Now()
+		_ = f.Stop(sctx)
+		if d := time.Since(start); d > 10*time.Millisecond {
+			t.Fatalf("Stop took %v, beyond its context", d)
+		}
+		<-resigned
+	})
+}
+
+// Fault 9: Stop does not wait for a reader of Events that never reads.
+func TestRegressStopWithUnreadEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.NewStore().Backend("e")
+		f, _ := base.New(b, "n", base.Options{Timing: timing})
+		_ = f.Events()
+		sctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		_ = f.Subscribe(sctx)
+		if err := f.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(timing.ElectionTimeoutMax)
+		done := make(chan error, 1)
+		go func() { done <- f.Stop(context.Background()) }()
+		time.Sleep(10 * time.Millisecond)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatal("Stop waits for a reader of Events that never reads")
+		}
+	})
+}

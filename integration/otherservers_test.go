@@ -13,8 +13,8 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/modules/mongodb"
 	"github.com/testcontainers/testcontainers-go/wait"
-	mongodrv "go.mongodb.org/mongo-driver/mongo"
-	mongoopts "go.mongodb.org/mongo-driver/mongo/options"
+	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
+	mongoopts "go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.uber.org/goleak"
 	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
 
@@ -100,7 +100,7 @@ func (s *mongoServer) nodeURL(proxies []string) string {
 }
 
 func (s *mongoServer) prepare(ctx context.Context, election string) error {
-	client, err := mongodrv.Connect(ctx, mongoopts.Client().ApplyURI(s.u.String()).SetDirect(true))
+	client, err := mongodrv.Connect(mongoopts.Client().ApplyURI(s.u.String()).SetDirect(true))
 	if err != nil {
 		return err
 	}

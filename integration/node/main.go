@@ -26,8 +26,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	mongodrv "go.mongodb.org/mongo-driver/mongo"
-	mongoopts "go.mongodb.org/mongo-driver/mongo/options"
+	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
+	mongoopts "go.mongodb.org/mongo-driver/v2/mongo/options"
 	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
 
 	"github.com/leaderfeed/leaderfeed/base"
@@ -211,7 +211,7 @@ func open(ctx context.Context, backend, addr, db, election, id string) (base.Bac
 		q := u.Query()
 		q.Set("directConnection", "true") // through the proxy, not to the hosts the server names
 		u.RawQuery = q.Encode()
-		client, err := mongodrv.Connect(ctx, mongoopts.Client().ApplyURI(u.String()).
+		client, err := mongodrv.Connect(mongoopts.Client().ApplyURI(u.String()).
 			SetServerSelectionTimeout(2*time.Second).SetConnectTimeout(time.Second))
 		if err != nil {
 			return nil, nil, err

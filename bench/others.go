@@ -8,8 +8,8 @@ import (
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/mongo"
 	"github.com/leaderfeed/leaderfeed/rethink"
-	mongodrv "go.mongodb.org/mongo-driver/mongo"
-	"go.mongodb.org/mongo-driver/mongo/options"
+	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
 )
 
@@ -23,7 +23,7 @@ const benchName = "leaderfeed_bench"
 // change streams) and a function that disconnects the shared client.
 func mongoSystem(ctx context.Context, url string) (*lfSystem, func(), error) {
 	connect := func(ctx context.Context) (*mongodrv.Client, error) {
-		c, err := mongodrv.Connect(ctx, options.Client().ApplyURI(url))
+		c, err := mongodrv.Connect(options.Client().ApplyURI(url))
 		if err != nil {
 			return nil, fmt.Errorf("mongo: %w", err)
 		}

@@ -11,9 +11,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 R=github.com/leaderfeed/leaderfeed
 tools='testcontainers|moby|docker|lungo'
+# "mongo-driver v" is the deprecated driver v1 (go.mongodb.org/mongo-driver v1.x);
+# the v2 module, go.mongodb.org/mongo-driver/v2, is what the mongo backend needs.
 declare -A forbidden=(
 	[postgres]="mongo-driver|rethinkdb-go|$tools"
-	[mongo]="pgx|rethinkdb-go|testcontainers|moby|docker"
+	[mongo]="pgx|rethinkdb-go|$tools|mongo-driver v"
 	[rethink]="pgx|mongo-driver|$tools"
 )
 status=0

@@ -19,10 +19,13 @@ func waitFor(events <-chan base.Event, t base.EventType) base.Event {
 	panic("events closed while waiting for " + t.String())
 }
 
-// stop stops f. Stop never waits for a reader of events.
-func stop(f *base.Feed, _ <-chan base.Event) {
+// stop stops f, then takes the events left (Stop never waits for a
+// reader; the subscription ends once they are taken).
+func stop(f *base.Feed, events <-chan base.Event) {
 	if err := f.Stop(context.Background()); err != nil {
 		panic(err)
+	}
+	for range events {
 	}
 }
 

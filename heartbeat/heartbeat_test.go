@@ -143,3 +143,40 @@ func TestRecordCloneAndEqual(t *testing.T) {
 		t.Fatalf("String() of a vacant record = %q", got)
 	}
 }
+
+// Issue 12, fault 10: sub-millisecond durations and a margin under 10 % of
+// ElectionTimeoutMin were accepted.
+func TestValidateRejectsTinyDurationsAndMargins(t *testing.T) {
+	cases := map[string]heartbeat.Timing{
+		"nanoseconds":  {HeartbeatInterval: 10, LeaseDuration: 20, ElectionTimeoutMin: 100, ElectionTimeoutMax: 200},
+		"tiny margin":  {HeartbeatInterval: 10 * time.Millisecond, LeaseDuration: 99 * time.Millisecond, ElectionTimeoutMin: 100 * time.Millisecond, ElectionTimeoutMax: 200 * time.Millisecond},
+		"margin of 9%": {HeartbeatInterval: 10 * time.Millisecond, LeaseDuration: 91 * time.Millisecond, ElectionTimeoutMin: 100 * time.Millisecond, ElectionTimeoutMax: 200 * time.Millisecond},
+	}
+	for name, tm := range cases {
+		if err := tm.Validate(); !errors.Is(err, heartbeat.ErrInvalidTiming) {
+			t.Errorf("%s: Validate = %v, want ErrInvalidTiming", name, err)
+		}
+	}
+	ok := heartbeat.Timing{HeartbeatInterval: 10 * time.Millisecond, LeaseDuration: 90 * time.Millisecond, ElectionTimeoutMin: 100 * time.Millisecond, ElectionTimeoutMax: 200 * time.Millisecond}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("a margin of exactly 10%%: %v", err)
+	}
+	if err := heartbeat.DefaultTiming().Validate(); err != nil {
+		t.Errorf("default timing: %v", err)
+	}
+}
+
+func TestTimingFor(t *testing.T) {
+	for _, d := range []time.Duration{10 * time.Millisecond, 500 * time.Millisecond, 3 * time.Second, time.Minute} {
+		tm, err := heartbeat.TimingFor(d)
+		if err != nil {
+			t.Fatalf("TimingFor(%v): %v", d, err)
+		}
+		if tm.ElectionTimeoutMax > d || tm.LeaseDuration >= tm.ElectionTimeoutMin {
+			t.Fatalf("TimingFor(%v) = %+v", d, tm)
+		}
+	}
+	if _, err := heartbeat.TimingFor(time.Millisecond); !errors.Is(err, heartbeat.ErrInvalidTiming) {
+		t.Fatalf("TimingFor(1ms): %v, want ErrInvalidTiming", err)
+	}
+}

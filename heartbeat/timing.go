@@ -31,7 +31,10 @@ var ErrInvalidTiming = errors.New("heartbeat: invalid timing")
 // successful renewal plus LeaseDuration; a follower claims only after it has
 // seen no new revision for at least ElectionTimeoutMin. The difference
 // ElectionTimeoutMin-LeaseDuration is the margin for clocks that run at
-// slightly different rates and for scheduling delays.
+// slightly different rates and for scheduling delays; Validate requires it
+// to be at least a tenth of ElectionTimeoutMin, and every duration to be at
+// least MinDuration (1 ms). TimingFor derives a Timing from the longest
+// acceptable failover.
 type Timing struct {
 	// HeartbeatInterval is how often the leader renews the record.
 	// Default 1 s.
@@ -104,6 +107,17 @@ func (t Timing) Validate() error {
 	if emin && emax && t.ElectionTimeoutMax < t.ElectionTimeoutMin {
 		add("ElectionTimeoutMax (%v) must not be less than ElectionTimeoutMin (%v)", t.ElectionTimeoutMax, t.ElectionTimeoutMin)
 	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"HeartbeatInterval", t.HeartbeatInterval}, {"ElectionTimeoutMin", t.ElectionTimeoutMin}, {"ElectionTimeoutMax", t.ElectionTimeoutMax}, {"LeaseDuration", t.LeaseDuration}} {
+		if f.d > 0 && f.d < MinDuration {
+			add("%s (%v) must be at least %v: timers are not more precise than that", f.name, f.d, MinDuration)
+		}
+	}
+	if lease && emin && t.LeaseDuration < t.ElectionTimeoutMin && t.ElectionTimeoutMin-t.LeaseDuration < t.ElectionTimeoutMin/MarginDivisor {
+		add("ElectionTimeoutMin - LeaseDuration (%v) must be at least a tenth of ElectionTimeoutMin (%v): the margin covers clock rates and scheduling delays", t.ElectionTimeoutMin-t.LeaseDuration, t.ElectionTimeoutMin/MarginDivisor)
+	}
 	if lease && emin && t.LeaseDuration >= t.ElectionTimeoutMin {
 		add("LeaseDuration (%v) must be less than ElectionTimeoutMin (%v), or two nodes could both count themselves leader", t.LeaseDuration, t.ElectionTimeoutMin)
 	}
@@ -117,6 +131,39 @@ func (t Timing) Validate() error {
 		return nil
 	}
 	return fmt.Errorf("%w: %s", ErrInvalidTiming, strings.Join(problems, "; "))
+}
+
+// MinDuration is the shortest HeartbeatInterval, ElectionTimeoutMin,
+// ElectionTimeoutMax and LeaseDuration that Validate accepts.
+const MinDuration = time.Millisecond
+
+// MarginDivisor: Validate requires ElectionTimeoutMin - LeaseDuration >=
+// ElectionTimeoutMin / MarginDivisor, a margin of at least 10 % of the
+// shortest election timeout. It is what covers clocks that run at
+// different rates and a process descheduled between a reply and its check;
+// below about a fifth of a millisecond no leader was stable.
+const MarginDivisor = 10
+
+// TimingFor derives a Timing from the longest acceptable failover after a
+// leader crashes: a follower claims at most ElectionTimeoutMax after the
+// last heartbeat it saw, so ElectionTimeoutMax is 90 % of maxFailover (the
+// rest for the claim's round trip), and the range is narrow, [80 %, 90 %]:
+// the compare-and-set already gives exactly one winner, so a wide range
+// would only delay failover. LeaseDuration is 64 % (a margin of 20 % of
+// ElectionTimeoutMin) and HeartbeatInterval a third of the lease, so two
+// renewals can fail before the lease runs out. maxFailover must be at
+// least 10 ms.
+func TimingFor(maxFailover time.Duration) (Timing, error) {
+	if maxFailover < 10*MinDuration {
+		return Timing{}, fmt.Errorf("%w: longest failover %v is shorter than %v", ErrInvalidTiming, maxFailover, 10*MinDuration)
+	}
+	t := Timing{
+		ElectionTimeoutMin: maxFailover * 8 / 10,
+		ElectionTimeoutMax: maxFailover * 9 / 10,
+		LeaseDuration:      maxFailover * 64 / 100,
+	}
+	t.HeartbeatInterval = t.LeaseDuration / 3
+	return t, t.Validate()
 }
 
 // Rand is the source of randomness for election timeouts and jitter.

@@ -21,12 +21,10 @@ func next(events <-chan base.Event, t base.EventType) base.Event {
 // stop stops f while something reads its remaining events, which Stop
 // delivers before it returns.
 func stop(f *base.Feed, events <-chan base.Event) {
-	go func() {
-		for range events {
-		}
-	}()
 	if err := f.Stop(context.Background()); err != nil {
 		panic(err)
+	}
+	for range events {
 	}
 }
 

@@ -161,7 +161,9 @@ func (b *Backend) run(live, streamCtx context.Context, stream driver.Stream, sub
 			break
 		}
 		if raw == nil { // an empty batch: keep its postBatchResumeToken
-			b.saveToken(stream.ResumeToken())
+			if t := stream.ResumeToken(); t != nil {
+				b.saveToken(t)
+			}
 			continue
 		}
 		var ev changeEvent

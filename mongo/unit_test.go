@@ -205,3 +205,83 @@ func TestUpdateLookupNull(t *testing.T) {
 		t.Fatalf("user document updated then deleted: %+v, %v", n, ok)
 	}
 }
+
+// fakeColl is a driver.Collection whose streams return scripted results;
+// only what Subscribe uses works.
+type fakeColl struct {
+	driver.Collection
+	watched chan bson.Raw // the resumeAfter of each Watch
+	script  []fakeStep
+}
+
+type fakeStep struct {
+	token bson.Raw // the stream's ResumeToken after this step
+	err   error
+}
+
+func (f *fakeColl) DatabaseName() string { return "app" }
+func (f *fakeColl) Name() string         { return "elections" }
+
+func (f *fakeColl) Watch(_ context.Context, resumeAfter bson.Raw) (driver.Stream, error) {
+	f.watched <- resumeAfter
+	return &fakeStream{script: f.script}, nil
+}
+
+type fakeStream struct {
+	script []fakeStep
+	token  bson.Raw
+}
+
+func (s *fakeStream) Next(ctx context.Context) (bson.Raw, error) {
+	if len(s.script) == 0 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	step := s.script[0]
+	s.script = s.script[1:]
+	if step.token != nil {
+		s.token = step.token
+	}
+	return nil, step.err
+}
+
+func (s *fakeStream) ResumeToken() bson.Raw       { return s.token }
+func (s *fakeStream) Close(context.Context) error { return nil }
+
+// An idle stream keeps the postBatchResumeToken of each empty batch (the
+// driver v2 returns them from TryNext; lungo has no batches), so the next
+// stream resumes from the latest one rather than from the last event.
+func TestIdleStreamKeepsPostBatchResumeToken(t *testing.T) {
+	tok := func(n int32) bson.Raw {
+		raw, _ := bson.Marshal(bson.D{{Key: "_data", Value: fmt.Sprintf("%08d", n)}})
+		return raw
+	}
+	f := &fakeColl{watched: make(chan bson.Raw, 2), script: []fakeStep{
+		{token: tok(1)}, {token: tok(2)}, {err: errors.New("connection reset")},
+	}}
+	b, err := newBackend(f, "e", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b.saveToken(tok(0)) // as after an event
+	ch, err := b.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-f.watched; !bytes.Equal(got, tok(0)) {
+		t.Fatalf("first stream resumed after %v", got)
+	}
+	n := <-ch
+	if n.Type != base.Failed || !strings.HasPrefix(n.Err.Error(), "mongo: ") {
+		t.Fatalf("got %v %v, want Failed", n.Type, n.Err)
+	}
+	if _, err := b.Subscribe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-f.watched; !bytes.Equal(got, tok(2)) {
+		t.Fatalf("reopened stream resumed after %v, want the last empty batch's token %v", got, tok(2))
+	}
+}

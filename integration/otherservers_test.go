@@ -51,8 +51,8 @@ func TestFaultsMongo(t *testing.T) {
 	u := os.Getenv("LEADERFEED_MONGO_URL")
 	requested := u != ""
 	if !requested {
-		if !testenv.DockerWorks() {
-			t.Skip("skipped, also in CI by design: cross-process faults need a real MongoDB (LEADERFEED_MONGO_URL or Docker); lungo is in-process only")
+		if !testenv.DockerCanRun("mongo:7") {
+			t.Skip("skipped, also in CI by design: cross-process faults need a real MongoDB (LEADERFEED_MONGO_URL, or Docker with mongo:7, which cannot be pulled or built in CI); lungo is in-process only")
 		}
 		containerStarted()
 		c, err := mongodb.Run(ctx, "mongo:7", mongodb.WithReplicaSet("rs0"))
@@ -134,8 +134,8 @@ func TestFaultsRethink(t *testing.T) {
 		addr = "" // not atomic: no evidence
 	}
 	if addr == "" {
-		if !testenv.DockerWorks() {
-			t.Skip("skipped, also in CI by design: cross-process faults need a real RethinkDB (LEADERFEED_RETHINK_ADDR or Docker); reqlite is not atomic")
+		if !testenv.DockerCanRun("rethinkdb:2.4") {
+			t.Skip("skipped, also in CI by design: cross-process faults need a real RethinkDB (LEADERFEED_RETHINK_ADDR, or Docker with rethinkdb:2.4, which cannot be pulled or built in CI); reqlite is not atomic")
 		}
 		containerStarted()
 		c, err := testcontainers.Run(ctx, "rethinkdb:2.4",

@@ -212,7 +212,7 @@ func open(ctx context.Context, backend, addr, db, election, id string) (base.Bac
 		q.Set("directConnection", "true") // through the proxy, not to the hosts the server names
 		u.RawQuery = q.Encode()
 		client, err := mongodrv.Connect(mongoopts.Client().ApplyURI(u.String()).
-			SetServerSelectionTimeout(2*time.Second).SetConnectTimeout(time.Second))
+			SetServerSelectionTimeout(2 * time.Second).SetConnectTimeout(time.Second))
 		if err != nil {
 			return nil, nil, err
 		}

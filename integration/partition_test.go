@@ -58,6 +58,11 @@ const partitionsPerKindInCI = 8
 // postgres:16-alpine); without Docker it skips (the proxy cuts of
 // TestFaultsPostgres stand in), except where the test script set Docker up
 // (LEADERFEED_DOCKER=1), where it fails.
+//
+// LEADERFEED_SOAK=<faults> makes it a soak, the faults spread evenly over
+// the three kinds and the summary printed:
+//
+//	LEADERFEED_SOAK=300 go test -count=1 -run TestFaultsPostgresPartition -v -timeout 1h ./integration/
 func TestFaultsPostgresPartition(t *testing.T) {
 	img := os.Getenv("LEADERFEED_POSTGRES_IMAGE")
 	if img == "" {
@@ -69,7 +74,9 @@ func TestFaultsPostgresPartition(t *testing.T) {
 		}
 		t.Skip("skipped: network partitions between containers need Docker and a PostgreSQL image; TestFaultsPostgres's proxy cuts stand in")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	// No deadline of its own: a soak runs as long as it needs (each docker
+	// command is bounded by dockerTimeout, the test by go test -timeout).
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	d := newDockerNet(ctx, t, img)
 
@@ -101,8 +108,13 @@ type dockerNet struct {
 	node    string // image of the node program
 }
 
+// dockerTimeout bounds one docker command.
+const dockerTimeout = 2 * time.Minute
+
 // docker runs the docker command and returns its trimmed output.
 func docker(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, dockerTimeout)
+	defer cancel()
 	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("docker %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
@@ -281,6 +293,8 @@ func (d *dockerNet) removeNodes() {
 	if err != nil || ids == "" {
 		return
 	}
+	// A container left frozen by a failed pause fault cannot be killed.
+	_, _ = docker(context.Background(), append([]string{"unpause"}, strings.Fields(ids)...)...)
 	_, _ = docker(context.Background(), append([]string{"rm", "-f"}, strings.Fields(ids)...)...)
 }
 
@@ -314,6 +328,20 @@ func runPartitions(ctx context.Context, h *harness, d *dockerNet) {
 			t.Fatal(err)
 		}
 	}
+	// Starting five containers takes seconds, more on a loaded machine:
+	// wait for them longer than stable() does between faults.
+	if err := h.waitFor("every node container up with its feed and one leader", 3*time.Minute, func() bool {
+		for _, p := range h.slots {
+			if !p.started || !p.feedUp || p.end != 0 {
+				return false
+			}
+		}
+		return h.leaderLocked() != nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d node containers up with a leader in %v", h.cfg.nodes, time.Since(began).Round(time.Millisecond))
+	began = time.Now()
 	var plan []string
 	for _, k := range h.cfg.kinds {
 		for range h.cfg.perKind {
@@ -324,13 +352,8 @@ func runPartitions(ctx context.Context, h *harness, d *dockerNet) {
 
 	st := &partitionStats{}
 	var failed error
-	first := true
 	for i, kind := range plan {
 		leader, err := h.stable()
-		if first && err == nil {
-			t.Logf("%d node containers up with a leader in %v", h.cfg.nodes, time.Since(began).Round(time.Millisecond))
-			first, began = false, time.Now()
-		}
 		if err == nil {
 			time.Sleep(time.Duration(h.rng.Int64N(int64(2 * h.cfg.timing.HeartbeatInterval))))
 			err = injectPartition(ctx, h, d, st, kind, leader)

@@ -33,7 +33,8 @@
 #     POSTGRES_DB like the official image: seconds). No registry is
 #     reachable, so nothing is pulled. The image is also tagged
 #     leaderfeed/postgres:15. The work directory (.ci/tmp/docker-build) is
-#     removed afterwards; only the images stay.
+#     removed afterwards; only the images stay (those of older recipes are
+#     removed when a new one is built).
 #  4. It exports LEADERFEED_DOCKER=1 (the container tests then fail, not
 #     skip, when a container does not start), LEADERFEED_POSTGRES_IMAGE (the
 #     image the tests ask for; the official postgres image is not shadowed
@@ -226,6 +227,11 @@ leaderfeed_docker_image() {
 			return 1
 		fi
 		echo "docker: built $image in $((SECONDS - t0)) s"
+		# Images of older recipes go (about 430 MB each); a clone still on
+		# an older recipe builds its own again.
+		docker images --format '{{.Repository}}:{{.Tag}}' 'leaderfeed/postgres*' |
+			grep -E '^leaderfeed/postgres(-base)?:15-' | grep -vxF -e "$image" -e "$base" |
+			xargs -r docker rmi >/dev/null 2>&1 || true
 	fi
 	flock -u "$leaderfeed_docker_lock"
 	docker tag "$image" leaderfeed/postgres:15

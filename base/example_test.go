@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/memory"
@@ -83,6 +84,54 @@ func Example() {
 	// IsLeader: true Term: 1 true
 	// unelected from term 1: stopped
 	// IsLeader: false
+}
+
+// Run is the common case: it runs the leader's work each time the node is
+// elected, under a context that ends with leadership, and campaigns again
+// when leadership ends. When Run's context ends, it cancels the work, waits
+// for it to return, and stops the Feed, which hands over at once: here
+// node-b takes over the moment node-a's work has returned.
+func ExampleFeed_Run() {
+	store := memory.NewStore()
+	var wg sync.WaitGroup
+	leading := make(chan string)
+	runNode := func(id string) context.CancelFunc {
+		b, err := store.Backend("scheduler")
+		if err != nil {
+			panic(err)
+		}
+		feed, err := base.New(b, id, base.Options{})
+		if err != nil {
+			panic(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		wg.Go(func() {
+			err := feed.Run(ctx, func(ctx context.Context, term uint64) error {
+				fmt.Printf("%s leads, term %d\n", id, term)
+				leading <- id
+				<-ctx.Done() // a real job works until then, passing term to what it writes
+				fmt.Printf("%s: work of term %d stopped: %v\n", id, term, context.Cause(ctx))
+				return nil
+			})
+			fmt.Printf("%s: Run returned %v\n", id, err)
+		})
+		return cancel
+	}
+
+	stopA := runNode("node-a")
+	<-leading
+	stopB := runNode("node-b") // follows node-a
+	stopA()                    // node-a's program ends
+	<-leading
+	stopB()
+	wg.Wait()
+	// Output:
+	// node-a leads, term 1
+	// node-a: work of term 1 stopped: context canceled
+	// node-a: Run returned <nil>
+	// node-b leads, term 2
+	// node-b: work of term 2 stopped: context canceled
+	// node-b: Run returned <nil>
 }
 
 // Resign hands leadership over at once: the leader cancels its leader

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/heartbeat"
@@ -35,9 +36,10 @@ type Options struct {
 	// Rand is the source of the randomized election timeouts and jitter.
 	// Default: math/rand/v2's global source. It is used from one goroutine.
 	Rand heartbeat.Rand
-	// MaxPendingChanges bounds the EventChange events waiting for a slow
-	// reader of Events; beyond it change events are dropped and counted
-	// (see Feed.Dropped). Leadership events are never dropped.
+	// MaxPendingChanges bounds, per subscription, the EventChange events
+	// waiting for a slow reader; beyond it change events are dropped and
+	// counted (Subscription.Dropped; Feed.Dropped for Events). Leadership
+	// events are never dropped for a reader that reads.
 	// Default DefaultMaxPendingChanges.
 	MaxPendingChanges int
 }
@@ -62,6 +64,7 @@ type Feed struct {
 	done     chan struct{} // closed when every goroutine has ended
 	stopped  chan struct{} // closed when the first Stop has finished
 	wg       sync.WaitGroup
+	running  atomic.Bool // Run is running
 
 	mu       sync.Mutex
 	state    feedState

@@ -5,29 +5,42 @@
 //
 // # Using a Feed
 //
-// Make a backend for the election's name, then a Feed for this node on it:
+// Make a backend for the election's name, then a Feed for this node on it,
+// and hand the work only the leader may do to Run:
 //
 //	b, err := postgres.New(pool, "scheduler", postgres.Options{})
 //	feed, err := base.New(b, nodeID, base.Options{Value: []byte(myAddr)})
-//	events := feed.Events() // before Start, to miss none
-//	err = feed.Start(ctx)   // checks the server, creates what is missing
-//	defer feed.Stop(ctx)    // resigns first: the next leader takes over at once
+//	err = feed.Run(ctx, func(ctx context.Context, term uint64) error {
+//		return work(ctx, term) // until ctx is done
+//	})
 //
-// The Feed campaigns, leads, renews, steps down and campaigns again until
-// Stop. It reports what happens on Events, in order, on one goroutine. Once
-// Events has been called, read it until it is closed: Stop delivers the
-// last events before it returns, and waits for a reader (bounded by its
-// context). Leadership events are never dropped; change events beyond
-// Options.MaxPendingChanges waiting for a slow reader are dropped and
-// counted (Feed.Dropped).
+// Run starts the Feed, which campaigns, leads, renews, steps down and
+// campaigns again; it runs the function each time the node is elected,
+// under a context that ends with that leadership, and when its own
+// context ends it cancels the work, waits for it, and stops the Feed,
+// which hands leadership over at once. Feed.Run says what it does when the
+// function fails or panics.
+//
+// A program that needs more calls Start and Stop itself and reads events.
+// Feed.Subscribe gives each reader its own subscription from that moment
+// on (subscribe before Start to miss none): every event, in order, but
+// change events beyond Options.MaxPendingChanges waiting for that reader,
+// which are dropped and counted (Subscription.Dropped). Feed.Events is one
+// subscription that lasts as long as the Feed. Nothing a reader does or
+// fails to do delays the Feed or Stop: Stop never waits for a reader, and
+// returns within its context. An unread subscription holds one goroutine
+// and bounded memory until its context ends or it is closed; one whose
+// reader falls MaxPendingEvents behind is ended (ErrSlowReader).
 //
 // The work only the leader may do runs under the leader context of its
-// term (Event.LeaderCtx of EventElected, or Feed.LeaderContext), which is
-// cancelled the moment leadership ends, and passes the term (Event.Term,
-// Feed.Term) to what it writes, as a fencing token. Feed.Resign hands over
-// at once and goes on as a follower; Feed.Proclaim publishes a new value;
-// Feed.Leader returns the last record seen; Options.ObserveOnly makes a
-// feed that follows but never campaigns.
+// term (the context Run passes, Event.LeaderCtx of EventElected, or
+// Feed.LeaderContext), which is cancelled the moment leadership ends,
+// context.Cause saying why (ErrResigned, ErrDeposed, ErrLeaseExpired,
+// ErrStopped), and passes the term (Event.Term, Feed.Term) to what it
+// writes, as a fencing token. Feed.Resign hands over at once and goes on
+// as a follower; Feed.Proclaim publishes a new value; Feed.Leader returns
+// the last record seen; Options.ObserveOnly makes a feed that follows but
+// never campaigns.
 //
 // # What is guaranteed
 //
@@ -62,8 +75,10 @@
 // election timeout on its own monotonic clock, and the store's Timestamp
 // is for observers only. Safety assumes that clocks run at about the same
 // rate: the margin is ElectionTimeoutMin-LeaseDuration (0.5 s with the
-// default timing), and it must cover the difference in elapsed time between
-// two machines over one election timeout, plus scheduling delays. A paused
+// default timing, and at least a tenth of ElectionTimeoutMin, which
+// heartbeat.Timing.Validate requires), and it must cover the difference in
+// elapsed time between two machines over one election timeout, plus
+// scheduling delays. A paused
 // process is fine: on waking, a leader finds its lease over before it
 // renews. A clock that jumps (wall-clock adjustments) is fine too, as
 // monotonic readings do not jump.

@@ -1,10 +1,10 @@
 // Command leaderonly runs a job only while its node leads, and shows why
 // the job must pass the term to what it writes.
 //
-// Two nodes share an election on the in-process memory backend. The leader
-// starts the job with the leader context of its term (cancelled the moment
-// leadership ends) and stamps every write to a ledger with the term, its
-// fencing token. The ledger refuses a write whose term is lower than one it
+// Two nodes share an election on the in-process memory backend. Each hands
+// the job to Feed.Run, which runs it while the node leads, with the context
+// of its term (cancelled the moment leadership ends) and the term, its
+// fencing token, which the job stamps on every write to a ledger. The ledger refuses a write whose term is lower than one it
 // has seen. Then the leader's job freezes between its check of the leader
 // context and a write (a long GC pause, a swapped-out VM) while the node is
 // cut off from the database: the other node takes over with a higher term,
@@ -94,13 +94,27 @@ func main() {
 }
 
 // node is one process of the demo: a feed on a backend that the demo can
-// cut off from the store, and a job that runs while the node leads.
+// cut off from the store, and Run running the job while the node leads.
 type node struct {
 	id     string
 	feed   *base.Feed
 	link   *faulty.Backend // Partition cuts the node off the store
 	freeze chan chan struct{}
-	jobs   sync.WaitGroup // the node's jobs, one per term it led
+	stop   context.CancelFunc // ends Run
+	result chan error         // Run's result
+
+	endOnce sync.Once
+	endErr  error
+}
+
+// end ends the node's Run and returns its result; later calls return the
+// same.
+func (n *node) end() error {
+	n.endOnce.Do(func() {
+		n.stop()
+		n.endErr = <-n.result
+	})
+	return n.endErr
 }
 
 func run(w io.Writer) error {
@@ -115,8 +129,6 @@ func run(w io.Writer) error {
 
 	store := memory.NewStore()
 	ledger := NewLedger()
-	var wg sync.WaitGroup
-	defer wg.Wait()
 
 	elected := make(chan *node, 4)
 	startNode := func(id string) (*node, error) {
@@ -124,37 +136,30 @@ func run(w io.Writer) error {
 		if err != nil {
 			return nil, err
 		}
-		n := &node{id: id, link: faulty.Wrap(b), freeze: make(chan chan struct{})}
+		n := &node{id: id, link: faulty.Wrap(b), freeze: make(chan chan struct{}), result: make(chan error, 1)}
 		if n.feed, err = base.New(n.link, id, base.Options{Timing: timing}); err != nil {
 			return nil, err
 		}
-		events := n.feed.Subscribe(context.Background()).C
-		wg.Add(1)
-		go func() { // read every event until Stop closes the channel
-			defer wg.Done()
-			for e := range events {
-				switch e.Type {
-				case base.EventElected:
-					say("%s: elected, term %d: starting the job", id, e.Term)
-					n.jobs.Add(1)
-					go func() {
-						defer n.jobs.Done()
-						n.job(e.LeaderCtx, e.Term, ledger, say)
-					}()
-					elected <- n
-				case base.EventUnelected:
-					say("%s: unelected from term %d (%s)", id, e.Term, e.Reason)
-				}
-			}
+		runCtx, stop := context.WithCancel(ctx)
+		n.stop = stop
+		go func() {
+			// Run starts the feed, runs the job each time the node is
+			// elected and cancels it when leadership ends; when runCtx
+			// ends it waits for the job and stops the feed.
+			n.result <- n.feed.Run(runCtx, func(ctx context.Context, term uint64) error {
+				say("%s: elected, term %d: starting the job", id, term)
+				elected <- n
+				n.job(ctx, term, ledger, say)
+				return nil
+			})
 		}()
-		return n, n.feed.Start(ctx)
+		return n, nil
 	}
-
 	a, err := startNode("node-a")
 	if err != nil {
 		return err
 	}
-	defer a.feed.Stop(context.Background()) //nolint:errcheck // for early returns; Stop is idempotent
+	defer a.end() //nolint:errcheck // for early returns; a second call returns at once
 	if got := <-elected; got != a {
 		return fmt.Errorf("%s was elected first", got.id)
 	}
@@ -162,7 +167,7 @@ func run(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer b.feed.Stop(context.Background()) //nolint:errcheck // as above
+	defer b.end() //nolint:errcheck // as above
 	if err := ledger.waitTerm(ctx, 1); err != nil {
 		return err
 	}
@@ -188,26 +193,22 @@ func run(w io.Writer) error {
 
 	// The frozen job wakes up and finishes the write it had started.
 	close(release)
-	a.jobs.Wait()
 
-	stopCtx, stopCancel := context.WithTimeout(ctx, 5*time.Second)
-	defer stopCancel()
-	if err := a.feed.Stop(stopCtx); err != nil {
+	if err := a.end(); err != nil { // waits for node-a's job to return
 		return err
 	}
-	if err := b.feed.Stop(stopCtx); err != nil { // cancels node-b's job
+	if err := b.end(); err != nil { // cancels node-b's job and hands over
 		return err
 	}
-	b.jobs.Wait()
-	wg.Wait()
 	ledger.mu.Lock()
 	defer ledger.mu.Unlock()
 	say("ledger: %d writes accepted, the last of term %d", len(ledger.lines), ledger.highest)
 	return nil
 }
 
-// job is the work that only the leader may do. It runs until ctx, the
-// leader context of term, is cancelled, and stamps every write with term.
+// job is the work that only the leader may do. It runs until ctx, which
+// Run cancels when leadership of term ends or the node stops, is done, and
+// stamps every write with term.
 func (n *node) job(ctx context.Context, term uint64, ledger *Ledger, say func(string, ...any)) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -215,7 +216,7 @@ func (n *node) job(ctx context.Context, term uint64, ledger *Ledger, say func(st
 		var release chan struct{}
 		select {
 		case <-ctx.Done():
-			say("%s: job of term %d stopped: leadership ended", n.id, term)
+			say("%s: job of term %d stopped: %v", n.id, term, context.Cause(ctx))
 			return
 		case <-tick.C:
 		case release = <-n.freeze:

@@ -83,10 +83,11 @@ type loop struct {
 		value  []byte
 		ok     bool
 	}
-	claimTerm   uint64 // the term of this node's last claim; a record naming it with it is its own
-	vacancyTerm uint64 // a vacant record with this term was written by this node (0: none)
-	handedOver  bool   // Resign or Stop gave up the last term: its record is not claimed at once
-	claimSoon   bool   // claim the own record at once (a late claim)
+	claimTerm   uint64    // the term of this node's last claim; a record naming it with it is its own
+	vacancyTerm uint64    // a vacant record with this term was written by this node (0: none)
+	handedOver  bool      // Resign or Stop gave up the last term: its record is not claimed at once
+	claimSoon   bool      // claim the own record at once (a late claim)
+	claimSentAt time.Time // when this node's last claim was sent
 	value       []byte
 
 	// Leadership: set while leading.
@@ -97,11 +98,13 @@ type loop struct {
 	leaseLost chan struct{}
 	lastErr   error
 
-	writing   bool           // a claim, renewal or vacancy is in flight
-	reading   bool           // a read is in flight
-	vacancy   *vacancyWrite  // the vacancy to write (pending or in flight)
-	proclaims []chan<- error // Proclaim calls waiting for a renewal
-	renewNow  bool           // renew as soon as the write in flight returns
+	writing    bool           // a claim, renewal or vacancy is in flight
+	reading    bool           // a read is in flight
+	readAgain  bool           // a read was asked for while one was in flight
+	readFailed bool           // the last read failed: poll until one succeeds
+	vacancy    *vacancyWrite  // the vacancy to write (pending or in flight)
+	proclaims  []chan<- error // Proclaim calls waiting for a renewal
+	renewNow   bool           // renew as soon as the write in flight returns
 
 	claimTimer  *time.Timer
 	renewTimer  *time.Timer
@@ -210,7 +213,7 @@ func (l *loop) run() {
 		case <-l.reopenTimer.C:
 			l.openFeed()
 		case <-l.pollTimer.C:
-			if l.sub == nil {
+			if l.sub == nil || (l.readFailed && (l.role == roleFollower || l.role == roleObserver)) {
 				l.startRead()
 				l.pollTimer.Reset(l.t.HeartbeatInterval)
 			}
@@ -296,6 +299,10 @@ func (l *loop) onResult(r callResult) {
 	case callRead:
 		l.reading = false
 		l.onRead(r)
+		if l.readAgain {
+			l.readAgain = false
+			l.startRead()
+		}
 		return
 	case callClaim:
 		l.writing = false
@@ -318,7 +325,11 @@ func (l *loop) afterWrite() {
 	switch {
 	case l.vacancy != nil:
 		l.startVacancy()
-	case l.role == roleLeader && (l.renewNow || len(l.proclaims) > 0):
+	case l.role == roleLeader && l.renewNow:
+		// A renewal asked for while the write was in flight (Proclaim,
+		// or a renewal whose reply was lost). Proclaims waiting after a
+		// failed renewal wait for its retry (renewTimer): renewing again
+		// at once would spin as fast as the store fails.
 		l.renewNow = false
 		l.startRenew()
 	case l.role == roleFollower:
@@ -418,7 +429,13 @@ func (l *loop) onNotification(n Notification, ok bool) {
 // startRead reads the record. Leaders skip it: their renewals find out
 // everything a read would.
 func (l *loop) startRead() {
-	if l.reading || l.role == roleLeader || l.role == roleStopping {
+	if l.role == roleLeader || l.role == roleStopping {
+		return
+	}
+	if l.reading {
+		// The read in flight may have been answered before what this
+		// read is for (a feed just opened): read once more after it.
+		l.readAgain = true
 		return
 	}
 	l.reading = true
@@ -427,8 +444,16 @@ func (l *loop) startRead() {
 }
 
 func (l *loop) onRead(r callResult) {
+	// A failed read is retried every heartbeat interval, also while the
+	// feed is up: the feed reports changes, not the record as it is, so a
+	// node whose read failed would otherwise wait for the next change,
+	// forever in an election nobody writes (vacant, or its leader gone).
+	l.readFailed = r.err != nil && !errors.Is(r.err, ErrNotFound) && !errors.Is(r.err, ErrMalformedRecord) && l.ctx.Err() == nil
 	if l.role != roleFollower && l.role != roleObserver {
 		return // a leader's or candidate's writes know better
+	}
+	if l.readFailed {
+		l.pollTimer.Reset(l.t.HeartbeatInterval)
 	}
 	// A read sent before the last observation may be older than it: it is
 	// then taken only if its revision is newer.
@@ -563,7 +588,10 @@ func (l *loop) armClaim(fresh bool) {
 		if l.own(l.rec) {
 			d = l.t.HeartbeatInterval // after a failed attempt
 			if fresh || l.claimSoon {
-				d = 0
+				// At once, but not sooner than a heartbeat after the
+				// last claim: a store that loses every reply must not
+				// get a storm of claims.
+				d = time.Until(l.claimSentAt.Add(l.t.HeartbeatInterval))
 			}
 		}
 	case fresh:
@@ -600,6 +628,7 @@ func (l *loop) onClaimTimer() {
 		Value:    l.value,
 	}
 	l.claimTerm = next.Term
+	l.claimSentAt = time.Now()
 	l.maxTerm = next.Term
 	l.role, l.writing = roleCandidate, true
 	ctx, cancel := context.WithTimeout(l.ctx, l.t.LeaseDuration)

@@ -1,0 +1,1253 @@
+package base_test
+
+// Randomized schedules of faults against the engine on the memory backend,
+// under testing/synctest (a fake clock: exact timings, no real sleeps).
+//
+// Each schedule is one seed: 3 to 5 nodes on one memory store, each behind
+// a chaos wrapper (below) that injects the faults a real store and network
+// produce: partitions (calls failing at once or hanging), lost replies of
+// committed writes, delayed requests and replies, writes that commit after
+// the caller gave up, hung calls, stale reads, failed reads and
+// subscriptions, lagging, duplicated and broken changefeeds. Users resign,
+// proclaim, stop and restart nodes (a new Feed with the same id). Then every
+// fault heals and the nodes that are stopped may restart.
+//
+// The judges, checked about every millisecond of the fake clock and at the
+// end:
+//   - at no instant are two leader contexts live (Err() == nil), whether
+//     taken from EventElected or from LeaderContext, over every incarnation;
+//   - a live leader context is covered by the engine's own lease rule, judged
+//     from outside: a write of that term whose reply the node got, sent less
+//     than LeaseDuration ago (and answered before its lease ended);
+//   - the leadership intervals of the events (basetest.Checker) never
+//     overlap and their terms strictly increase; the store's terms never
+//     decrease from one revision to the next;
+//   - Stop, Resign and Proclaim return within their context;
+//   - liveness: once every fault has healed and a campaigning node runs,
+//     some node leads within ElectionTimeoutMax plus the longest injected
+//     delay plus a few heartbeats, and keeps leading while nothing fails.
+//
+// go test ./base -run TestSchedules -schedules=5000 runs more schedules;
+// -seed=S replays one (the seed and the trace are printed on failure). The
+// driver's choices and every fault decision come from the seed; goroutines
+// that run at the same fake instant may still interleave differently, so a
+// replay is faithful in its faults and timings, not always to the
+// nanosecond.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/basetest"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+	"github.com/leaderfeed/leaderfeed/memory"
+)
+
+var (
+	schedCount = flag.Int("schedules", 100, "randomized schedules TestSchedules runs")
+	schedSeed  = flag.Uint64("seed", 0, "run only the schedule of this seed (0: schedules 1..N)")
+	schedFirst = flag.Uint64("firstseed", 1, "first seed of TestSchedules")
+)
+
+func TestSchedules(t *testing.T) {
+	if *schedSeed != 0 {
+		runSchedule(t, *schedSeed)
+		return
+	}
+	n := uint64(*schedCount)
+	if testing.Short() {
+		n = min(n, 20)
+	}
+	// Two groups in parallel: each schedule is its own bubble.
+	for g := uint64(0); g < 2; g++ {
+		t.Run(fmt.Sprintf("group%d", g), func(t *testing.T) {
+			t.Parallel()
+			for s := *schedFirst + g; s < *schedFirst+n; s += 2 {
+				if !runSchedule(t, s) {
+					return
+				}
+			}
+		})
+	}
+}
+
+// Regression seeds: schedules that once found a fault, kept as cases.
+var schedRegressions = []uint64{1, 50, 1937}
+
+func TestScheduleRegressions(t *testing.T) {
+	for _, s := range schedRegressions {
+		runSchedule(t, s)
+	}
+}
+
+// runSchedule runs the schedule of seed and reports whether it passed.
+func runSchedule(t *testing.T, seed uint64) bool {
+	t.Helper()
+	var failure string
+	var trace []string
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(seed)
+		w.run()
+		failure, trace = w.failure, w.trace
+	})
+	if failure == "" {
+		return true
+	}
+	const maxLines = 3000
+	if len(trace) > maxLines {
+		trace = append([]string{fmt.Sprintf("... %d earlier lines", len(trace)-maxLines)}, trace[len(trace)-maxLines:]...)
+	}
+	t.Errorf("schedule seed=%d failed: %s\nreplay: go test ./base -run 'TestSchedules$' -seed=%d -v\ntrace:\n%s",
+		seed, failure, seed, strings.Join(trace, "\n"))
+	return false
+}
+
+// ---- the world: store, nodes, judges ----
+
+type world struct {
+	seed   uint64
+	rng    *rand.Rand // the driver's choices
+	timing heartbeat.Timing
+	maxDel time.Duration // the longest injected delay
+	store  *memory.Store
+	raw    *memory.Backend // commits writes after their caller gave up
+	start  time.Time
+	nodes  []*schedNode
+	check  *basetest.Checker
+	bg     sync.WaitGroup // user calls, event readers, late commits
+
+	mu      sync.Mutex
+	trace   []string
+	failure string
+	history map[uint64]heartbeat.Record // committed records by revision
+	lastRev uint64
+	ctxs    []leaderCtx // leader contexts of EventElected still live
+	window  time.Time   // the millisecond calls are counted in
+	calls   int         // store calls in window
+	storm   bool        // too many calls: every call now hangs
+}
+
+// stormCalls is the most store calls all nodes may make in one millisecond
+// of the fake clock: a few nodes renewing every 10 ms make a handful; a
+// retry loop without a pause makes unboundedly many at one instant.
+const stormCalls = 200
+
+// called counts a store call; it reports whether calls must now hang, to
+// end a retry loop that never lets the fake clock advance.
+func (w *world) called(what string) bool {
+	now := time.Now().Truncate(time.Millisecond)
+	w.mu.Lock()
+	if !now.Equal(w.window) {
+		w.window, w.calls = now, 0
+	}
+	w.calls++
+	storm := w.calls > stormCalls
+	first := storm && !w.storm
+	w.storm = w.storm || storm
+	w.mu.Unlock()
+	if first {
+		w.failf("storm: more than %d store calls in one millisecond (the last: %s)", stormCalls, what)
+	}
+	return storm
+}
+
+type leaderCtx struct {
+	key  string
+	term uint64
+	ctx  context.Context
+}
+
+func newWorld(seed uint64) *world {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	hb := 10 * time.Millisecond
+	emin := []time.Duration{40, 50, 60}[rng.IntN(3)] * time.Millisecond
+	tm := heartbeat.Timing{
+		HeartbeatInterval:  hb,
+		ElectionTimeoutMin: emin,
+		ElectionTimeoutMax: emin + []time.Duration{0, 10, 20, 40}[rng.IntN(4)]*time.Millisecond,
+		LeaseDuration:      []time.Duration{20, 25, 30, 35}[rng.IntN(4)] * time.Millisecond,
+	}
+	if rng.IntN(3) == 0 {
+		tm.VacancyJitter = 2 * time.Millisecond
+	}
+	if tm.LeaseDuration > emin*9/10 {
+		tm.LeaseDuration = emin * 9 / 10
+	}
+	if err := tm.Validate(); err != nil {
+		panic(err)
+	}
+	store := memory.NewStore()
+	raw, _ := store.Backend(schedElection)
+	w := &world{
+		seed: seed, rng: rng, timing: tm, maxDel: 2 * tm.LeaseDuration,
+		store: store, raw: raw, start: time.Now(), check: basetest.NewChecker(),
+		history: map[uint64]heartbeat.Record{},
+	}
+	n := 3 + rng.IntN(3)
+	for i := range n {
+		w.nodes = append(w.nodes, &schedNode{w: w, id: fmt.Sprintf("n%d", i+1), idx: i, healed: make(chan struct{})})
+	}
+	w.tracef("world", "seed=%d nodes=%d timing=%+v", seed, n, tm)
+	return w
+}
+
+const schedElection = "sched"
+
+func (w *world) since() time.Duration { return time.Since(w.start) }
+
+func (w *world) tracef(who, format string, args ...any) {
+	line := fmt.Sprintf("%10.3fms %-6s %s", float64(w.since().Microseconds())/1000, who, fmt.Sprintf(format, args...))
+	w.mu.Lock()
+	w.trace = append(w.trace, line)
+	w.mu.Unlock()
+	if schedDebug {
+		fmt.Fprintln(os.Stderr, line)
+	}
+}
+
+var schedDebug = os.Getenv("SCHED_DEBUG") != ""
+
+func (w *world) failf(format string, args ...any) {
+	msg := fmt.Sprintf("at %v: %s", w.since(), fmt.Sprintf(format, args...))
+	w.tracef("FAIL", "%s", msg)
+	w.mu.Lock()
+	if w.failure == "" {
+		w.failure = msg
+	}
+	w.mu.Unlock()
+}
+
+func (w *world) failed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.failure != ""
+}
+
+// committed records a write the store made.
+func (w *world) committed(r heartbeat.Record, how string) {
+	w.mu.Lock()
+	w.history[r.Revision] = r.Clone()
+	w.lastRev = max(w.lastRev, r.Revision)
+	w.mu.Unlock()
+	w.tracef("store", "%s rev=%d leader=%q term=%d", how, r.Revision, r.Leader, r.Term)
+}
+
+// staleRecord returns a record the store held some revisions ago
+// (Revision 0: none yet).
+func (w *world) staleRecord(back uint64) heartbeat.Record {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if back > w.lastRev {
+		back = w.lastRev
+	}
+	return w.history[w.lastRev-back].Clone()
+}
+
+// sleep sleeps d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// ---- nodes ----
+
+type nodeState int
+
+const (
+	stStopped nodeState = iota
+	stStarting
+	stRunning
+	stStopping
+)
+
+// schedNode is one node id: its faults (they outlive an incarnation) and
+// its current incarnation.
+type schedNode struct {
+	w   *world
+	id  string
+	idx int
+
+	mu     sync.Mutex
+	f      nodeFaults
+	healed chan struct{} // closed when faults are cleared: releases hangs
+	subs   map[*chaosSub]struct{}
+
+	// Owned by the driver.
+	state nodeState
+	inc   int
+	cur   *incarnation
+}
+
+// nodeFaults are the faults in force for a node; zero means none.
+type nodeFaults struct {
+	partitioned bool
+	partHang    bool          // partitioned calls hang instead of failing
+	lost        float64       // a committed write's reply is lost
+	hang        float64       // a call hangs until its context ends
+	late        bool          // delayed or hung writes commit after the caller gave up
+	delay       time.Duration // requests reach the store up to this late
+	replyDelay  time.Duration // replies come back up to this late
+	stale       float64       // reads return an older record
+	getFail     float64       // reads fail
+	subFail     float64       // Subscribe fails
+	lag         time.Duration // notifications arrive up to this late
+	dup         float64       // notifications are duplicated
+}
+
+func (n *schedNode) faults() (nodeFaults, chan struct{}) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.f, n.healed
+}
+
+func (n *schedNode) setFaults(fn func(*nodeFaults)) {
+	n.mu.Lock()
+	old := n.f
+	fn(&n.f)
+	var subs []*chaosSub
+	if n.f.partitioned && !old.partitioned {
+		for s := range n.subs {
+			subs = append(subs, s)
+		}
+	}
+	n.mu.Unlock()
+	for _, s := range subs {
+		s.breakWith(errors.New("chaos: partitioned"))
+	}
+}
+
+// heal clears the faults and releases hung calls.
+func (n *schedNode) heal() {
+	n.mu.Lock()
+	n.f = nodeFaults{}
+	close(n.healed)
+	n.healed = make(chan struct{})
+	n.mu.Unlock()
+}
+
+func (n *schedNode) breakFeeds() {
+	n.mu.Lock()
+	var subs []*chaosSub
+	for s := range n.subs {
+		subs = append(subs, s)
+	}
+	n.mu.Unlock()
+	for _, s := range subs {
+		s.breakWith(errors.New("chaos: feed broken"))
+	}
+}
+
+// incarnation is one Feed of a node.
+type incarnation struct {
+	n    *schedNode
+	key  string // id#incarnation
+	feed *base.Feed
+	be   *chaos
+
+	mu     sync.Mutex
+	writes []writeRec
+}
+
+// writeRec is one Heartbeat call of an incarnation, as its wrapper saw it.
+type writeRec struct {
+	sent, replied time.Time
+	next          heartbeat.Record
+	ok            bool
+}
+
+// leaseBound is the end of the lease of term by the engine's rule judged
+// from outside: the latest send time + LeaseDuration of a write of term
+// whose successful reply came back before that end.
+func (inc *incarnation) leaseBound(term uint64) time.Time {
+	inc.mu.Lock()
+	defer inc.mu.Unlock()
+	var end time.Time
+	lease := inc.n.w.timing.LeaseDuration
+	for _, wr := range inc.writes {
+		if wr.ok && wr.next.Leader == inc.n.id && wr.next.Term == term {
+			if e := wr.sent.Add(lease); wr.replied.Before(e) && e.After(end) {
+				end = e
+			}
+		}
+	}
+	return end
+}
+
+// ---- the chaos backend ----
+
+// chaos wraps one incarnation's memory backend and injects its node's
+// faults. Every decision comes from per-method generators seeded by the
+// schedule.
+type chaos struct {
+	base.Backend
+	n   *schedNode
+	inc *incarnation
+
+	mu                     sync.Mutex
+	rGet, rWrite, rSub, rN *rand.Rand
+}
+
+var errChaos = errors.New("chaos: injected fault")
+
+func (c *chaos) roll(r *rand.Rand, p float64) bool {
+	if p <= 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return r.Float64() < p
+}
+
+func (c *chaos) dur(r *rand.Rand, d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Duration(r.Int64N(int64(d) + 1))
+}
+
+// hang blocks until ctx ends or the node's faults heal.
+func (c *chaos) hang(ctx context.Context, healed chan struct{}) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-healed:
+		return fmt.Errorf("%w: connection reset", errChaos)
+	}
+}
+
+// gate applies a partition; it returns a non-nil error for a partitioned
+// call.
+func (c *chaos) gate(ctx context.Context, f nodeFaults, healed chan struct{}) error {
+	if c.n.w.called(c.inc.key) {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	if !f.partitioned {
+		return nil
+	}
+	if f.partHang {
+		return c.hang(ctx, healed)
+	}
+	return fmt.Errorf("%w: partitioned", errChaos)
+}
+
+func (c *chaos) Start(ctx context.Context) error {
+	f, healed := c.n.faults()
+	if err := c.gate(ctx, f, healed); err != nil {
+		return err
+	}
+	return c.Backend.Start(ctx)
+}
+
+func (c *chaos) Create(ctx context.Context) error {
+	f, healed := c.n.faults()
+	if err := c.gate(ctx, f, healed); err != nil {
+		return err
+	}
+	return c.Backend.Create(ctx)
+}
+
+func (c *chaos) Get(ctx context.Context) (heartbeat.Record, error) {
+	f, healed := c.n.faults()
+	if err := c.gate(ctx, f, healed); err != nil {
+		return heartbeat.Record{}, err
+	}
+	if c.roll(c.rGet, f.hang) {
+		return heartbeat.Record{}, c.hang(ctx, healed)
+	}
+	if c.roll(c.rGet, f.getFail) {
+		return heartbeat.Record{}, fmt.Errorf("%w: read failed", errChaos)
+	}
+	if !sleepCtx(ctx, c.dur(c.rGet, f.delay)) {
+		return heartbeat.Record{}, ctx.Err()
+	}
+	var r heartbeat.Record
+	var err error
+	if c.roll(c.rGet, f.stale) {
+		r = c.n.w.staleRecord(uint64(c.dur(c.rGet, 3)))
+		if r.Revision == 0 {
+			err = fmt.Errorf("chaos: stale read: %w", base.ErrNotFound)
+		}
+	} else {
+		r, err = c.Backend.Get(ctx)
+	}
+	if !sleepCtx(ctx, c.dur(c.rGet, f.replyDelay)) {
+		return heartbeat.Record{}, ctx.Err()
+	}
+	return r, err
+}
+
+func (c *chaos) Heartbeat(ctx context.Context, expected uint64, next heartbeat.Record) (heartbeat.Record, error) {
+	sent := time.Now()
+	res, err := c.heartbeat(ctx, expected, next)
+	c.inc.mu.Lock()
+	c.inc.writes = append(c.inc.writes, writeRec{sent: sent, replied: time.Now(), next: next.Clone(), ok: err == nil})
+	c.inc.mu.Unlock()
+	return res, err
+}
+
+// lateCommit makes the write after d, whatever became of its caller.
+func (c *chaos) lateCommit(expected uint64, next heartbeat.Record, d time.Duration) {
+	w := c.n.w
+	key := c.inc.key
+	next = next.Clone()
+	w.bg.Add(1)
+	go func() {
+		defer w.bg.Done()
+		time.Sleep(d)
+		res, err := w.raw.Heartbeat(context.Background(), expected, next)
+		if err == nil {
+			w.committed(res, "late commit of "+key)
+		}
+	}()
+}
+
+func (c *chaos) heartbeat(ctx context.Context, expected uint64, next heartbeat.Record) (heartbeat.Record, error) {
+	f, healed := c.n.faults()
+	if err := c.gate(ctx, f, healed); err != nil {
+		return heartbeat.Record{}, err
+	}
+	late := f.late && c.roll(c.rWrite, 0.5)
+	if c.roll(c.rWrite, f.hang) {
+		err := c.hang(ctx, healed)
+		if late {
+			c.lateCommit(expected, next, c.dur(c.rWrite, c.n.w.maxDel))
+		}
+		return heartbeat.Record{}, err
+	}
+	if d := c.dur(c.rWrite, f.delay); !sleepCtx(ctx, d) {
+		if late {
+			c.lateCommit(expected, next, c.dur(c.rWrite, d))
+		}
+		return heartbeat.Record{}, ctx.Err()
+	}
+	res, err := c.Backend.Heartbeat(ctx, expected, next)
+	if err != nil {
+		return res, err
+	}
+	c.n.w.committed(res, "write of "+c.inc.key)
+	if c.roll(c.rWrite, f.lost) {
+		return heartbeat.Record{}, fmt.Errorf("%w: reply lost", errChaos)
+	}
+	if !sleepCtx(ctx, c.dur(c.rWrite, f.replyDelay)) {
+		return heartbeat.Record{}, ctx.Err()
+	}
+	return res, nil
+}
+
+func (c *chaos) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+	f, healed := c.n.faults()
+	if err := c.gate(ctx, f, healed); err != nil {
+		return nil, err
+	}
+	if c.roll(c.rSub, f.hang) {
+		return nil, c.hang(ctx, healed)
+	}
+	if c.roll(c.rSub, f.subFail) {
+		return nil, fmt.Errorf("%w: subscribe failed", errChaos)
+	}
+	inner, cancel := context.WithCancel(ctx)
+	in, err := c.Backend.Subscribe(inner)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	s := &chaosSub{c: c, out: make(chan base.Notification), broken: make(chan error, 1)}
+	c.n.mu.Lock()
+	if c.n.subs == nil {
+		c.n.subs = map[*chaosSub]struct{}{}
+	}
+	c.n.subs[s] = struct{}{}
+	c.n.mu.Unlock()
+	go s.forward(ctx, in, cancel)
+	return s.out, nil
+}
+
+// chaosSub forwards a feed with lag and duplicates, and can be broken.
+type chaosSub struct {
+	c      *chaos
+	out    chan base.Notification
+	broken chan error
+}
+
+func (s *chaosSub) breakWith(err error) {
+	select {
+	case s.broken <- err:
+	default:
+	}
+}
+
+type queued struct {
+	n   base.Notification
+	due time.Time
+}
+
+func (s *chaosSub) forward(ctx context.Context, in <-chan base.Notification, cancel context.CancelFunc) {
+	defer func() {
+		cancel()
+		for range in {
+		}
+		close(s.out)
+		s.c.n.mu.Lock()
+		delete(s.c.n.subs, s)
+		s.c.n.mu.Unlock()
+	}()
+	var q []queued
+	var last time.Time
+	for {
+		var out chan base.Notification
+		var head base.Notification
+		var timer *time.Timer
+		var timerC <-chan time.Time
+		if len(q) > 0 {
+			if d := time.Until(q[0].due); d <= 0 {
+				out, head = s.out, q[0].n
+			} else {
+				timer = time.NewTimer(d)
+				timerC = timer.C
+			}
+		}
+		select {
+		case n, ok := <-in:
+			if !ok {
+				return
+			}
+			f, _ := s.c.n.faults()
+			due := time.Now().Add(s.c.dur(s.c.rN, f.lag))
+			if due.Before(last) {
+				due = last // in order
+			}
+			last = due
+			q = append(q, queued{n, due})
+			if n.Type != base.Failed && s.c.roll(s.c.rN, f.dup) {
+				q = append(q, queued{n, due})
+			}
+		case out <- head:
+			q = q[1:]
+			if head.Type == base.Failed {
+				return
+			}
+		case <-timerC:
+		case err := <-s.broken:
+			select {
+			case s.out <- base.Notification{Type: base.Failed, Err: err}:
+			case <-ctx.Done():
+			}
+			return
+		case <-ctx.Done():
+			return
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
+}
+
+// ---- the driver ----
+
+func (w *world) newRand(n *schedNode, stream uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(w.seed, uint64(n.idx)<<32|uint64(n.inc)<<8|stream))
+}
+
+// startNode starts a new incarnation of n (asynchronously: Start may hang).
+func (w *world) startNode(n *schedNode) {
+	n.inc++
+	inc := &incarnation{n: n, key: fmt.Sprintf("%s#%d", n.id, n.inc)}
+	b, _ := w.store.Backend(schedElection)
+	c := &chaos{Backend: b, n: n, inc: inc,
+		rGet: w.newRand(n, 1), rWrite: w.newRand(n, 2), rSub: w.newRand(n, 3), rN: w.newRand(n, 4)}
+	inc.be = c
+	f, err := base.New(c, n.id, base.Options{Timing: w.timing, Rand: w.newRand(n, 5), Value: []byte(inc.key)})
+	if err != nil {
+		w.failf("New: %v", err)
+		return
+	}
+	inc.feed = f
+	n.cur = inc
+	n.setState(stStarting)
+	sub := f.Subscribe(context.Background())
+	w.bg.Add(1)
+	go func() { // the event reader
+		defer w.bg.Done()
+		for e := range sub.C {
+			w.onEvent(inc, e)
+		}
+	}()
+	w.tracef(inc.key, "start")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	w.bg.Add(1)
+	go func() {
+		defer w.bg.Done()
+		defer cancel()
+		err := f.Start(ctx)
+		w.tracef(inc.key, "started: %v", err)
+		if err != nil {
+			_ = f.Stop(context.Background())
+		}
+		w.mu.Lock()
+		if err == nil {
+			n.state = stRunning
+		} else {
+			n.state = stStopped
+		}
+		w.mu.Unlock()
+	}()
+}
+
+func (w *world) onEvent(inc *incarnation, e base.Event) {
+	switch e.Type {
+	case base.EventChange:
+		return
+	case base.EventElected:
+		w.mu.Lock()
+		w.ctxs = append(w.ctxs, leaderCtx{key: inc.key, term: e.Term, ctx: e.LeaderCtx})
+		w.mu.Unlock()
+	}
+	w.check.Observe(inc.key, e)
+	w.tracef(inc.key, "%v", e)
+}
+
+func (n *schedNode) getState() nodeState {
+	n.w.mu.Lock()
+	defer n.w.mu.Unlock()
+	return n.state
+}
+
+func (n *schedNode) setState(s nodeState) {
+	n.w.mu.Lock()
+	n.state = s
+	n.w.mu.Unlock()
+}
+
+// userCall runs a call bounded by a context of timeout d (none if 0) in
+// the background and checks it returns within it.
+func (w *world) userCall(who, what string, d time.Duration, call func(context.Context) error, done func(error)) {
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	var deadline time.Time
+	if d > 0 {
+		ctx, cancel = context.WithTimeout(ctx, d)
+		deadline, _ = ctx.Deadline()
+	}
+	w.tracef(who, "%s (timeout %v)", what, d)
+	w.bg.Add(1)
+	go func() {
+		defer w.bg.Done()
+		defer cancel()
+		err := call(ctx)
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			w.failf("%s %s returned %v after its context's deadline", who, what, time.Since(deadline))
+		}
+		w.tracef(who, "%s returned %v", what, err)
+		if done != nil {
+			done(err)
+		}
+	}()
+}
+
+// stopNode stops n's incarnation with a context of timeout d (0: none).
+func (w *world) stopNode(n *schedNode, d time.Duration) {
+	inc := n.cur
+	n.setState(stStopping)
+	w.userCall(inc.key, "stop", d, inc.feed.Stop, func(error) {
+		select {
+		case <-inc.feed.Done():
+		default:
+			w.failf("%s: Stop returned before Done closed", inc.key)
+		}
+		n.setState(stStopped)
+	})
+}
+
+// leaderNow returns the running node whose leader context is live, if any.
+func (w *world) leaderNow() *schedNode {
+	for _, n := range w.nodes {
+		if n.getState() == stRunning {
+			if ctx, _, ok := n.cur.feed.LeaderContext(); ok && ctx.Err() == nil {
+				return n
+			}
+		}
+	}
+	return nil
+}
+
+func (w *world) pick() *schedNode { return w.nodes[w.rng.IntN(len(w.nodes))] }
+
+func (w *world) randDur(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(w.rng.Int64N(int64(hi-lo)+1))
+}
+
+// act does one random thing.
+func (w *world) act() {
+	switch k := w.rng.IntN(20); {
+	case k < 11:
+		w.injectFault()
+	case k < 13: // resign, mostly the leader
+		n := w.leaderNow()
+		if n == nil || w.rng.IntN(4) == 0 {
+			n = w.pick()
+		}
+		if n.getState() == stRunning {
+			f := n.cur.feed
+			w.userCall(n.cur.key, "resign", w.timeoutChoice(), f.Resign, nil)
+		}
+	case k < 15: // proclaim
+		n := w.leaderNow()
+		if n == nil || w.rng.IntN(4) == 0 {
+			n = w.pick()
+		}
+		if n.getState() == stRunning {
+			f := n.cur.feed
+			v := fmt.Appendf(nil, "v%d", w.rng.IntN(1000))
+			w.userCall(n.cur.key, "proclaim "+string(v), w.timeoutChoice(), func(ctx context.Context) error { return f.Proclaim(ctx, v) }, nil)
+		}
+	case k < 17: // stop
+		n := w.leaderNow()
+		if n == nil || w.rng.IntN(3) == 0 {
+			n = w.pick()
+		}
+		if n.getState() == stRunning {
+			w.stopNode(n, w.timeoutChoice())
+		}
+	default: // restart a stopped node
+		for _, n := range w.nodes {
+			if n.getState() == stStopped {
+				w.startNode(n)
+				break
+			}
+		}
+	}
+}
+
+// timeoutChoice returns the timeout of a user call's context; 0 (none)
+// now and then.
+func (w *world) timeoutChoice() time.Duration {
+	if w.rng.IntN(5) == 0 {
+		return 0
+	}
+	return w.randDur(time.Millisecond, 4*w.timing.HeartbeatInterval)
+}
+
+// injectFault sets one fault on a node for a while.
+func (w *world) injectFault() {
+	n := w.pick()
+	if w.rng.IntN(3) == 0 {
+		if l := w.leaderNow(); l != nil {
+			n = l // faults on the leader matter most
+		}
+	}
+	var what string
+	var set func(*nodeFaults)
+	p := []float64{0.2, 0.5, 1}[w.rng.IntN(3)]
+	d := w.randDur(time.Millisecond, w.maxDel)
+	switch w.rng.IntN(12) {
+	case 0:
+		what, set = "partition", func(f *nodeFaults) { f.partitioned, f.partHang = true, false }
+	case 1:
+		what, set = "partition (calls hang)", func(f *nodeFaults) { f.partitioned, f.partHang = true, true }
+	case 2:
+		what, set = fmt.Sprintf("lost replies p=%v", p), func(f *nodeFaults) { f.lost = p }
+	case 3:
+		what, set = fmt.Sprintf("delayed requests %v, late commits", d), func(f *nodeFaults) { f.delay, f.late = d, true }
+	case 4:
+		what, set = fmt.Sprintf("delayed replies %v", d), func(f *nodeFaults) { f.replyDelay = d }
+	case 5:
+		what, set = fmt.Sprintf("hung calls p=%v, late commits", p), func(f *nodeFaults) { f.hang, f.late = p, true }
+	case 6:
+		what, set = fmt.Sprintf("stale reads p=%v", p), func(f *nodeFaults) { f.stale = p }
+	case 7:
+		what, set = fmt.Sprintf("failed reads p=%v", p), func(f *nodeFaults) { f.getFail = p }
+	case 8:
+		what, set = fmt.Sprintf("failed subscribes p=%v", p), func(f *nodeFaults) { f.subFail = p }
+	case 9:
+		what, set = fmt.Sprintf("feed lag %v", d), func(f *nodeFaults) { f.lag = d }
+	case 10:
+		what, set = fmt.Sprintf("duplicated notifications p=%v", p), func(f *nodeFaults) { f.dup = p }
+	default:
+		w.tracef(n.id, "fault: feed broken")
+		n.breakFeeds()
+		return
+	}
+	w.tracef(n.id, "fault: %s", what)
+	n.setFaults(set)
+}
+
+// checkNow judges the present instant.
+func (w *world) checkNow() {
+	now := time.Now()
+	w.mu.Lock()
+	ctxs := w.ctxs[:0]
+	var live []leaderCtx
+	for _, c := range w.ctxs {
+		if c.ctx.Err() == nil {
+			ctxs = append(ctxs, c)
+			live = append(live, c)
+		}
+	}
+	w.ctxs = ctxs
+	w.mu.Unlock()
+	if len(live) > 1 {
+		var s []string
+		for _, c := range live {
+			s = append(s, fmt.Sprintf("%s term %d", c.key, c.term))
+		}
+		w.failf("two leader contexts live at once: %s", strings.Join(s, ", "))
+	}
+	for _, n := range w.nodes {
+		inc := n.cur
+		if inc == nil || inc.feed == nil {
+			continue
+		}
+		ctx, term, ok := inc.feed.LeaderContext()
+		if !ok || ctx.Err() != nil {
+			continue
+		}
+		found := false
+		for _, c := range live {
+			found = found || (c.key == inc.key && c.term == term && c.ctx == ctx)
+		}
+		if !found {
+			w.failf("%s: LeaderContext live for term %d without a live EventElected context of it", inc.key, term)
+		}
+	}
+	for _, c := range live {
+		var inc *incarnation
+		for _, n := range w.nodes {
+			if n.cur != nil && n.cur.key == c.key {
+				inc = n.cur
+			}
+		}
+		if inc == nil {
+			w.failf("%s: leader context of term %d live after a later incarnation started", c.key, c.term)
+			continue
+		}
+		if end := inc.leaseBound(c.term); !now.Before(end) {
+			w.failf("%s: leader context of term %d live at %v, past its lease by the engine's rule (%v)", c.key, c.term, now.Sub(w.start), end.Sub(w.start))
+		}
+	}
+}
+
+// checkStore checks the committed records: terms never decrease.
+func (w *world) checkStore() {
+	w.mu.Lock()
+	var problems []string
+	var prev heartbeat.Record
+	for rev := uint64(1); rev <= w.lastRev; rev++ {
+		r, ok := w.history[rev]
+		if !ok {
+			continue
+		}
+		if r.Term < prev.Term {
+			problems = append(problems, fmt.Sprintf("store: term decreased from %v to %v", prev, r))
+		}
+		prev = r
+	}
+	w.mu.Unlock()
+	for _, p := range problems {
+		w.failf("%s", p)
+	}
+}
+
+// step advances the fake clock by about a millisecond (a random fraction,
+// so that checks land on arbitrary instants) and judges the new instant.
+func (w *world) step() {
+	time.Sleep(w.randDur(500*time.Microsecond, 1500*time.Microsecond))
+	synctest.Wait()
+	w.checkNow()
+}
+
+func (w *world) run() {
+	defer w.raw.Close()
+	for _, n := range w.nodes {
+		w.startNode(n)
+	}
+	// Phase 1: faults and user calls.
+	end := time.Now().Add(w.randDur(time.Second, 2500*time.Millisecond))
+	healAt := map[*schedNode]time.Time{}
+	for time.Now().Before(end) && !w.failed() {
+		w.step()
+		for n, at := range healAt {
+			if !time.Now().Before(at) {
+				delete(healAt, n)
+				w.tracef(n.id, "heal")
+				n.heal()
+			}
+		}
+		if w.rng.IntN(25) == 0 {
+			w.act()
+			for _, n := range w.nodes {
+				f, _ := n.faults()
+				if _, ok := healAt[n]; !ok && f != (nodeFaults{}) {
+					healAt[n] = time.Now().Add(w.randDur(5*time.Millisecond, 400*time.Millisecond))
+				}
+			}
+		}
+	}
+	// Phase 2: everything heals; wait for the calls in flight (all end
+	// once nothing hangs), restart some stopped nodes.
+	w.tracef("world", "heal all")
+	for _, n := range w.nodes {
+		n.heal()
+	}
+	for i := 0; ; i++ {
+		busy := false
+		for _, n := range w.nodes {
+			s := n.getState()
+			busy = busy || s == stStopping || s == stStarting
+		}
+		if !busy {
+			break
+		}
+		if i == 2000 {
+			w.failf("a Stop or Start still running 2 s after every fault healed")
+			return
+		}
+		w.step()
+	}
+	if !w.failed() {
+		w.liveness()
+	}
+	w.stopAll()
+}
+
+// liveness restarts some stopped nodes and checks that a leader is elected
+// in time, then keeps leading.
+func (w *world) liveness() {
+	tm := w.timing
+	campaigners := 0
+	for _, n := range w.nodes {
+		if n.getState() == stStopped && w.rng.IntN(3) > 0 {
+			w.startNode(n)
+		}
+		if n.getState() != stStopped {
+			campaigners++
+		}
+	}
+	if campaigners == 0 {
+		w.startNode(w.pick())
+	}
+	healed := time.Now()
+	// A leader within ElectionTimeoutMax once the last delayed effect
+	// (notification, commit, reply) landed, plus a few heartbeats.
+	bound := w.maxDel + tm.ElectionTimeoutMax + 5*tm.HeartbeatInterval + 20*time.Millisecond
+	var leader *schedNode
+	var term uint64
+	for !w.failed() {
+		w.step()
+		if l := w.leaderNow(); l != nil && time.Since(healed) >= w.maxDel {
+			leader = l
+			_, term, _ = l.cur.feed.LeaderContext()
+			break
+		}
+		if time.Since(healed) > bound {
+			w.failf("liveness: no leader %v after every fault healed (bound %v)", time.Since(healed), bound)
+		}
+	}
+	if leader != nil {
+		w.tracef("world", "leader %s term %d, %v after heal", leader.cur.key, term, time.Since(healed))
+		// Nothing fails now: the leader must keep leading.
+		stable := time.Now().Add(20 * tm.HeartbeatInterval)
+		for time.Now().Before(stable) && !w.failed() {
+			w.step()
+			if ctx, t2, ok := leader.cur.feed.LeaderContext(); !ok || ctx.Err() != nil || t2 != term {
+				w.failf("stability: %s lost leadership of term %d with no fault in force", leader.cur.key, term)
+			}
+		}
+	}
+}
+
+// stopAll stops every node, on a healthy store, and judges the whole run.
+func (w *world) stopAll() {
+	for _, n := range w.nodes {
+		if n.getState() == stStarting {
+			for n.getState() == stStarting {
+				w.step()
+			}
+		}
+		if n.getState() == stRunning {
+			inc := n.cur
+			n.setState(stStopping)
+			w.userCall(inc.key, "final stop", time.Second, inc.feed.Stop, func(err error) {
+				if err != nil {
+					w.failf("%s: Stop on a healthy store: %v", inc.key, err)
+				}
+				n.setState(stStopped)
+			})
+		}
+	}
+	for i := 0; ; i++ {
+		busy := false
+		for _, n := range w.nodes {
+			busy = busy || n.getState() != stStopped
+		}
+		if !busy {
+			break
+		}
+		if i == 5000 {
+			w.failf("a Stop still running 5 s after every fault healed")
+			return
+		}
+		w.step()
+	}
+	w.bg.Wait()
+	w.checkNow()
+	w.checkStore()
+	if err := w.check.Check(); err != nil {
+		w.failf("%v", err)
+	}
+	if ls := w.check.Leaders(); len(ls) > 0 {
+		w.failf("leadership intervals still open after every node stopped: %v", ls)
+	}
+}
+
+// ---- regressions of what the schedules found ----
+
+// spinGuard wraps a backend: writes fail (after committing, with lose) and
+// the first failReads reads fail. A write beyond maxWrites hangs until its
+// context ends, so that a retry loop that never lets the fake clock advance
+// ends and is counted instead of hanging the test.
+type spinGuard struct {
+	base.Backend
+	mu        sync.Mutex
+	fail      bool // writes fail
+	lose      bool // ... after committing: the reply is lost
+	failReads int
+	writes    int
+}
+
+const maxWrites = 100
+
+func (g *spinGuard) Heartbeat(ctx context.Context, expected uint64, next heartbeat.Record) (heartbeat.Record, error) {
+	g.mu.Lock()
+	g.writes++
+	n, fail, lose := g.writes, g.fail, g.lose
+	g.mu.Unlock()
+	if n > maxWrites {
+		<-ctx.Done()
+		return heartbeat.Record{}, ctx.Err()
+	}
+	if !fail {
+		return g.Backend.Heartbeat(ctx, expected, next)
+	}
+	if lose {
+		_, _ = g.Backend.Heartbeat(ctx, expected, next)
+	}
+	return heartbeat.Record{}, errors.New("spin guard: write failed")
+}
+
+func (g *spinGuard) Get(ctx context.Context) (heartbeat.Record, error) {
+	g.mu.Lock()
+	g.failReads--
+	fail := g.failReads >= 0
+	g.mu.Unlock()
+	if fail {
+		return heartbeat.Record{}, errors.New("spin guard: read failed")
+	}
+	return g.Backend.Get(ctx)
+}
+
+func (g *spinGuard) set(fn func(*spinGuard)) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	fn(g)
+	return g.writes
+}
+
+var spinTiming = heartbeat.Timing{HeartbeatInterval: 10 * time.Millisecond, ElectionTimeoutMin: 50 * time.Millisecond,
+	ElectionTimeoutMax: 60 * time.Millisecond, LeaseDuration: 30 * time.Millisecond}
+
+// Schedule seed 1: a Proclaim waiting while renewals fail made the engine
+// renew again as soon as each failed, skipping the retry pause: with a
+// store that fails at once, a loop without end at one instant (a storm of
+// writes until the lease ran out, on a real clock).
+func TestScheduleRegressProclaimDuringFailingRenewals(t *testing.T) {
+	for _, lose := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lose=%v", lose), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b, _ := memory.NewStore().Backend("e")
+				g := &spinGuard{Backend: b}
+				f, _ := base.New(g, "n", base.Options{Timing: spinTiming})
+				if err := f.Start(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				for !f.IsLeader() {
+					time.Sleep(time.Millisecond)
+				}
+				before := g.set(func(g *spinGuard) { g.fail, g.lose = true, lose })
+				err := f.Proclaim(context.Background(), []byte("v"))
+				if !errors.Is(err, base.ErrNotLeader) {
+					t.Errorf("Proclaim while every renewal fails: %v, want ErrNotLeader once the lease ran out", err)
+				}
+				// A renewal every HeartbeatInterval/5 at most, over a lease.
+				if n := g.set(func(*spinGuard) {}) - before; n > 2*int(spinTiming.LeaseDuration/(spinTiming.HeartbeatInterval/5)) {
+					t.Errorf("%d renewals during one lease with a Proclaim waiting: a retry loop without pause", n)
+				}
+				_ = f.Stop(context.Background())
+			})
+		})
+	}
+}
+
+// Schedule seed 50: a claim whose reply was lost is the node's own record
+// when the feed shows it, and it claimed again at once; with every reply
+// lost, a storm of claims at one instant. Now at most one claim per
+// heartbeat interval.
+func TestScheduleRegressLostClaimRepliesDoNotStorm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.NewStore().Backend("e")
+		g := &spinGuard{Backend: b, fail: true, lose: true}
+		f, _ := base.New(g, "n", base.Options{Timing: spinTiming})
+		if err := f.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * spinTiming.HeartbeatInterval)
+		if n := g.set(func(*spinGuard) {}); n > 11 {
+			t.Errorf("%d claims in 10 heartbeat intervals while every reply is lost, want at most one per interval", n)
+		}
+		g.set(func(g *spinGuard) { g.fail = false })
+		time.Sleep(3 * spinTiming.HeartbeatInterval)
+		if !f.IsLeader() {
+			t.Error("not leader once replies came back")
+		}
+		_ = f.Stop(context.Background())
+	})
+}
+
+// Schedule seed 1937: a node whose first read failed while its feed was up
+// never read again, so in an election nobody writes (here: none yet) it
+// never campaigned.
+func TestScheduleRegressFailedFirstReadIsRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.NewStore().Backend("e")
+		g := &spinGuard{Backend: b, failReads: 2}
+		f, _ := base.New(g, "n", base.Options{Timing: spinTiming})
+		if err := f.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		defer f.Stop(context.Background())
+		time.Sleep(spinTiming.ElectionTimeoutMax + 3*spinTiming.HeartbeatInterval)
+		if !f.IsLeader() {
+			t.Fatal("no leader: the failed first read was not retried")
+		}
+	})
+}

@@ -516,6 +516,14 @@ func (l *loop) observe(r heartbeat.Record, authoritative bool) {
 	if l.vacancy != nil && l.own(r) {
 		l.myRev = max(l.myRev, r.Revision)
 	}
+	if l.role == roleCandidate && r.Leader == l.f.id && r.Term == l.claimTerm {
+		// The feed brought this node's claim before the claim's reply:
+		// announce it when the reply is in (onClaim), after EventElected
+		// if it won, so that no reader sees this node as the new leader
+		// before its own elected event.
+		l.armClaim(true)
+		return
+	}
 	l.announce(r.Leader, r.Term, r.Value, now)
 	l.armClaim(true)
 }
@@ -636,6 +644,16 @@ func (l *loop) onClaimTimer() {
 }
 
 func (l *loop) onClaim(r callResult) {
+	l.handleClaim(r)
+	// A record that observe held back while the claim was in flight (its
+	// own claim, seen on the feed first) is announced now; announce skips
+	// what was announced already.
+	if l.seen && !l.missing && l.role != roleCandidate {
+		l.announce(l.rec.Leader, l.rec.Term, l.rec.Value, time.Now())
+	}
+}
+
+func (l *loop) handleClaim(r callResult) {
 	now := time.Now()
 	stopping := l.role == roleStopping
 	if !stopping {

@@ -316,3 +316,37 @@ func TestRegressStopWithUnreadEvents(t *testing.T) {
 		}
 	})
 }
+
+// A claim whose reply comes back after the feed has already delivered the
+// claimed record: the node must report EventElected before it reports itself
+// as the new leader (found as an ordering flake of the Example functions).
+func TestRegressElectedBeforeOwnNewLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.NewStore().Backend("e")
+		lb := &lateReply{Backend: b, n: 1, delay: timing.HeartbeatInterval / 2}
+		f, _ := base.New(lb, "n", base.Options{Timing: timing})
+		sub := f.Subscribe(context.Background())
+		if err := f.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for !f.IsLeader() {
+			time.Sleep(time.Millisecond)
+		}
+		synctest.Wait()
+		if err := f.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		var elected bool
+		for e := range sub.C {
+			switch {
+			case e.Type == base.EventElected:
+				elected = true
+			case e.Type == base.EventNewLeader && e.Leader == "n" && !elected:
+				t.Fatalf("new-leader %q term %d before its own elected event", e.Leader, e.Term)
+			}
+		}
+		if !elected {
+			t.Fatal("no elected event")
+		}
+	})
+}

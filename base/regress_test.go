@@ -322,7 +322,15 @@ func TestRegressStopWithUnreadEvents(t *testing.T) {
 // as the new leader (found as an ordering flake of the Example functions).
 func TestRegressElectedBeforeOwnNewLeader(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Backend("e")
+		store := memory.NewStore()
+		b, _ := store.Backend("e")
+		// A leader that never renews: the node claims only after its
+		// election timeout, when its feed is surely open, so the feed
+		// brings the claimed record before the delayed reply.
+		gone, _ := store.Backend("e")
+		if _, err := gone.Heartbeat(context.Background(), 0, heartbeat.Record{Election: "e", Leader: "gone", Term: 1}); err != nil {
+			t.Fatal(err)
+		}
 		lb := &lateReply{Backend: b, n: 1, delay: timing.HeartbeatInterval / 2}
 		f, _ := base.New(lb, "n", base.Options{Timing: timing})
 		sub := f.Subscribe(context.Background())

@@ -684,7 +684,7 @@ func (l *loop) handleClaim(r callResult) {
 			l.observe(r.res, true)
 			return
 		}
-		l.becomeLeader(r.res, r.sentAt)
+		l.becomeLeader(r.res, r.sentAt, now)
 	case errors.As(r.err, &conflict):
 		l.f.log.Debug("leaderfeed: claim lost", "term", r.next.Term, "current_revision", conflict.Current.Revision)
 		l.observe(conflict.Current, true)
@@ -696,7 +696,12 @@ func (l *loop) handleClaim(r callResult) {
 
 // ---- leading ----
 
-func (l *loop) becomeLeader(res heartbeat.Record, sentAt time.Time) {
+// becomeLeader starts a term won by a claim sent at sentAt whose reply was
+// checked against the lease at now. EventElected is stamped now, the instant
+// the lease was known to run: a later clock reading could fall after the
+// lease's end, and the lease-expired EventUnelected (stamped at that end)
+// would then precede the term's start.
+func (l *loop) becomeLeader(res heartbeat.Record, sentAt, now time.Time) {
 	l.role = roleLeader
 	l.term, l.myRev, l.lastErr = res.Term, res.Revision, nil
 	l.leaseEnd = sentAt.Add(l.t.LeaseDuration)
@@ -707,7 +712,7 @@ func (l *loop) becomeLeader(res heartbeat.Record, sentAt time.Time) {
 	l.f.snap.leader, l.f.snap.term, l.f.snap.leaderCtx = true, l.term, l.leaderCtx
 	l.f.leaseEnd = l.leaseEnd
 	l.f.mu.Unlock()
-	l.emit(Event{Type: EventElected, Term: l.term, LeaderCtx: l.leaderCtx})
+	l.emit(Event{Type: EventElected, At: now, Term: l.term, LeaderCtx: l.leaderCtx})
 	l.observe(res, true)
 	l.renewTimer.Reset(max(0, time.Until(sentAt.Add(l.t.HeartbeatInterval))))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/memory"
@@ -93,9 +92,8 @@ func Example() {
 // node-b takes over the moment node-a's work has returned.
 func ExampleFeed_Run() {
 	store := memory.NewStore()
-	var wg sync.WaitGroup
 	leading := make(chan string)
-	runNode := func(id string) context.CancelFunc {
+	runNode := func(id string) (stop context.CancelFunc, done <-chan struct{}) {
 		b, err := store.Backend("scheduler")
 		if err != nil {
 			panic(err)
@@ -105,26 +103,28 @@ func ExampleFeed_Run() {
 			panic(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		wg.Go(func() {
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
 			err := feed.Run(ctx, func(ctx context.Context, term uint64) error {
-				fmt.Printf("%s leads, term %d\n", id, term)
-				leading <- id
+				leading <- fmt.Sprintf("%s leads, term %d", id, term)
 				<-ctx.Done() // a real job works until then, passing term to what it writes
 				fmt.Printf("%s: work of term %d stopped: %v\n", id, term, context.Cause(ctx))
 				return nil
 			})
 			fmt.Printf("%s: Run returned %v\n", id, err)
-		})
-		return cancel
+		}()
+		return cancel, ended
 	}
 
-	stopA := runNode("node-a")
-	<-leading
-	stopB := runNode("node-b") // follows node-a
-	stopA()                    // node-a's program ends
-	<-leading
+	stopA, doneA := runNode("node-a")
+	fmt.Println(<-leading)
+	stopB, doneB := runNode("node-b") // follows node-a
+	stopA()                           // node-a's program ends: it hands over
+	<-doneA
+	fmt.Println(<-leading)
 	stopB()
-	wg.Wait()
+	<-doneB
 	// Output:
 	// node-a leads, term 1
 	// node-a: work of term 1 stopped: context canceled

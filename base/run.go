@@ -162,6 +162,7 @@ type runner struct {
 
 type runJob struct {
 	cancel context.CancelCauseFunc
+	leader context.Context
 	result chan runResult
 }
 
@@ -194,7 +195,7 @@ func (r *runner) startPending() {
 	}
 	jctx, cancel := context.WithCancelCause(r.ctx)
 	stop := context.AfterFunc(leader, func() { cancel(context.Cause(leader)) })
-	j := &runJob{cancel: cancel, result: make(chan runResult, 1)}
+	j := &runJob{cancel: cancel, leader: leader, result: make(chan runResult, 1)}
 	r.job = j
 	r.f.log.Info("leaderfeed: run: work started", "term", term)
 	go func() {
@@ -226,6 +227,12 @@ func (r *runner) done() <-chan runResult {
 func (r *runner) finish(cause error) error {
 	if r.job == nil {
 		return nil
+	}
+	// The leader context's own cause wins when it has ended: it reaches
+	// fn's ctx through an AfterFunc goroutine, which may not have run yet
+	// when Stop's closing of the events brings Run here.
+	if r.job.leader.Err() != nil {
+		cause = context.Cause(r.job.leader)
 	}
 	r.job.cancel(cause)
 	res := <-r.job.result

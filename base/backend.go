@@ -12,7 +12,7 @@ import (
 // Sentinel errors of the backend contract and of Feed. Match them with
 // errors.Is; backends wrap them with context of their own.
 var (
-	// ErrConflict: a compare-and-set found another revision than expected.
+	// ErrConflict: a compare-and-set found another record than expected.
 	// Backends return it as a *ConflictError carrying the current record.
 	ErrConflict = errors.New("leaderfeed: revision conflict")
 	// ErrNotFound: the election record does not exist (yet).
@@ -98,11 +98,19 @@ type Backend interface {
 	Get(ctx context.Context) (heartbeat.Record, error)
 
 	// Heartbeat is the compare-and-set write. Executed atomically by the
-	// store: if the stored revision equals expectedRevision (0: no record
-	// exists), it stores next.Leader, next.Term and next.Value with
-	// Revision = expectedRevision+1 and Timestamp = the store's current
+	// store: if the stored record is the write expected names (the same
+	// Revision, Leader and Term; expected.Revision 0: no record exists), it
+	// stores next.Leader, next.Term, next.Value and next.Lease with
+	// Revision = expected.Revision+1 and Timestamp = the store's current
 	// time, and returns the stored record. Otherwise it writes nothing and
 	// returns a *ConflictError carrying the current record.
+	//
+	// Comparing leader and term as well as the revision is what keeps a
+	// deposed writer from overwriting a new leader's record when the store
+	// lost an acknowledged write and handed one revision out twice
+	// (PostgreSQL with synchronous_commit = off after a crash, a failover to
+	// an asynchronous replica). heartbeat.Record.SameWrite is the
+	// comparison.
 	//
 	// If the stored record is malformed (see Get), Heartbeat writes nothing
 	// and returns an error matching ErrMalformedRecord: a ConflictError
@@ -110,7 +118,7 @@ type Backend interface {
 	//
 	// If Heartbeat returns any other error, the write may or may not have
 	// happened; the Feed finds out through the feed or Get.
-	Heartbeat(ctx context.Context, expectedRevision uint64, next heartbeat.Record) (heartbeat.Record, error)
+	Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error)
 
 	// Subscribe opens the changefeed on the table. It delivers every
 	// committed change of the election record in commit order, or at least

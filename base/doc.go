@@ -45,17 +45,22 @@
 // # What is guaranteed
 //
 // These hold on every backend that passes the conformance suite of package
-// basetest, provided every node of an election uses the same Timing and a
-// node id of its own, and no other program writes the election record.
+// basetest, provided every node of an election uses a node id of its own
+// and no other program writes the election record. Nodes may use different
+// Timings: every record carries its writer's LeaseDuration (Record.Lease),
+// and a follower waits for the longer of its own ElectionTimeoutMin and
+// heartbeat.FollowerWait of that lease.
 //
 //   - At most one leader at any instant. A leader counts itself leader only
 //     until LeaseDuration after it sent its last renewal that succeeded; a
 //     follower claims only after it has seen no new revision for
 //     ElectionTimeoutMin, which is longer. So the old leader has stepped
 //     down, on its own clock, before any claim can be sent.
-//   - Every write is a compare-and-set on the record's revision, executed
-//     atomically by the store: of many concurrent claimants exactly one
-//     wins, and a deposed leader's renewal fails and makes it step down.
+//   - Every write is a compare-and-set on the record's identity (revision,
+//     leader and term), executed atomically by the store: of many
+//     concurrent claimants exactly one wins, and a deposed leader's renewal
+//     fails and makes it step down, even on a store that handed one
+//     revision out twice.
 //   - The term increases strictly each time leadership is won, also when
 //     the same node wins again, and is kept in a vacant record.
 //   - The leader context is cancelled before anything else when leadership
@@ -113,9 +118,10 @@
 //     leader context is cancelled then, and the work must watch it.
 //   - That followers see every intermediate revision: a slow changefeed may
 //     deliver only the latest record.
-//   - Anything when another program writes the election record, when two
-//     nodes share a node id, or when the nodes of an election use different
-//     timings.
+//   - Anything when another program writes the election record, or when two
+//     nodes share a node id.
+//   - Mixed timings while some nodes run a version from before records
+//     carried the lease (they write no lease and ignore it).
 //
 // # Writing a backend
 //

@@ -194,7 +194,7 @@ func TestConflictStepsDownAtOnce(t *testing.T) {
 	other, _ := store.Backend(c.Election)
 	defer other.Close()
 	wrote := time.Now()
-	if _, err := other.Heartbeat(ctx(t), rec.Revision, heartbeat.Record{Leader: "usurper", Term: rec.Term + 1}); err != nil {
+	if _, err := other.Heartbeat(ctx(t), rec, heartbeat.Record{Leader: "usurper", Term: rec.Term + 1}); err != nil {
 		t.Fatal(err)
 	}
 	e, _ := l.WaitEvent(t, 0, wait, "unelected", func(e base.Event) bool { return e.Type == base.EventUnelected })

@@ -43,11 +43,18 @@ func (r role) String() string {
 // revision, so it happens after R was committed, hence after s. A node
 // sends a claim on revision R only in these cases (claimDue):
 //
-//  1. It first observed R at least ElectionTimeoutMin ago, and has seen no
-//     newer revision since. It observed R after R was committed, so after
-//     s; the claim is sent after s+ElectionTimeoutMin > s+LeaseDuration:
-//     the lease R granted has ended. (Rule of Timing: LeaseDuration <
-//     ElectionTimeoutMin, with a margin for clock rates and scheduling.)
+//  1. It first observed R at least W ago, and has seen no newer revision
+//     since, where W is the larger of its own ElectionTimeoutMin and
+//     heartbeat.FollowerWait(R.Lease). R.Lease is the writer's own
+//     LeaseDuration, written into R by the same compare-and-set. The node
+//     observed R after R was committed, so after s; the claim is sent
+//     after s+W > s+R.Lease: the lease R granted has ended, whatever the
+//     writer's Timing. (W exceeds R.Lease by at least a tenth of W, the
+//     margin for clock rates and scheduling. For a record without a lease,
+//     written before records carried one, W is ElectionTimeoutMin and the
+//     Timing rule LeaseDuration < ElectionTimeoutMin is what holds, as long
+//     as all nodes share a Timing.) A deleted record counts with the lease
+//     of the last record seen before it.
 //  2. R is vacant. Vacancies are written only by the holder of R-1's term
 //     after it stepped down (stepDown cancels the leader context before the
 //     vacancy is sent), so R grants nobody a lease.
@@ -76,6 +83,7 @@ type loop struct {
 	missing    bool             // the store has no record (never had, or deleted)
 	deleted    bool             // ... because it was deleted after we saw it
 	observedAt time.Time        // when rec.Revision was first observed
+	recLease   time.Duration    // the Lease of rec, kept when the record is deleted
 	maxTerm    uint64           // the highest term ever observed
 	announced  struct {
 		leader string
@@ -142,7 +150,7 @@ const (
 // callResult is the outcome of one store call, an input of the loop.
 type callResult struct {
 	kind     callKind
-	expected uint64
+	expected heartbeat.Record
 	next     heartbeat.Record
 	sentAt   time.Time
 	res      heartbeat.Record
@@ -276,7 +284,7 @@ func (l *loop) emit(e Event) {
 
 // call runs one store call on a goroutine of its own; its result comes back
 // on l.results (dropped if the loop has ended).
-func (l *loop) call(kind callKind, ctx context.Context, cancel context.CancelFunc, expected uint64, next heartbeat.Record) {
+func (l *loop) call(kind callKind, ctx context.Context, cancel context.CancelFunc, expected, next heartbeat.Record) {
 	r := callResult{kind: kind, expected: expected, next: next, sentAt: time.Now()}
 	l.f.wg.Add(1)
 	go func() {
@@ -440,7 +448,7 @@ func (l *loop) startRead() {
 	}
 	l.reading = true
 	ctx, cancel := context.WithTimeout(l.ctx, l.t.ElectionTimeoutMin)
-	l.call(callRead, ctx, cancel, 0, heartbeat.Record{})
+	l.call(callRead, ctx, cancel, heartbeat.Record{}, heartbeat.Record{})
 }
 
 func (l *loop) onRead(r callResult) {
@@ -481,22 +489,27 @@ func (l *loop) own(r heartbeat.Record) bool {
 	return r.Revision != 0 && l.claimTerm != 0 && r.Leader == l.f.id && r.Term == l.claimTerm
 }
 
-// observe takes in a record. Records from the feed older than or equal to
-// the one known are stale and ignored; authoritative ones (a read, a write's
-// result, a conflict's current record) are taken whenever their revision
-// differs, which also covers a record that was deleted and created anew.
+// observe takes in a record. The known write again and records from the
+// feed older than the one known are ignored; authoritative ones (a read, a
+// write's result, a conflict's current record) are taken whenever they are
+// another write, which also covers a record that was deleted and created
+// anew.
 func (l *loop) observe(r heartbeat.Record, authoritative bool) {
 	if r.Revision == 0 {
 		l.observeMissing(authoritative)
 		return
 	}
 	if l.seen && !l.missing {
-		if r.Revision == l.rec.Revision || (!authoritative && r.Revision < l.rec.Revision) {
+		// The same write again, or an older one from the feed. A record of
+		// the known revision but another leader or term is another write: a
+		// store that lost an acknowledged write hands a revision out twice.
+		if r.SameWrite(l.rec) || (!authoritative && r.Revision < l.rec.Revision) {
 			return
 		}
 	}
 	now := time.Now()
 	l.rec, l.seen, l.missing, l.deleted, l.observedAt = r.Clone(), true, false, false, now
+	l.recLease = r.Lease
 	l.maxTerm = max(l.maxTerm, r.Term)
 	l.f.mu.Lock()
 	l.f.snap.record, l.f.snap.seen = l.rec.Clone(), true
@@ -574,7 +587,15 @@ func (l *loop) claimableAtOnce() bool {
 // claimDue reports whether a claim on the known revision may be sent now:
 // case 1 of the safety argument, or one of the others.
 func (l *loop) claimDue(now time.Time) bool {
-	return l.claimableAtOnce() || !now.Before(l.observedAt.Add(l.t.ElectionTimeoutMin))
+	return l.claimableAtOnce() || !now.Before(l.observedAt.Add(l.claimWait()))
+}
+
+// claimWait is W of case 1: how long after observing the known revision a
+// claim on it may be sent. The record's lease, written by its writer, wins
+// over this node's own timing when it is longer: nodes of different
+// Timings then never lead at once.
+func (l *loop) claimWait() time.Duration {
+	return max(l.t.ElectionTimeoutMin, heartbeat.FollowerWait(l.recLease))
 }
 
 // armClaim (re)arms the election timer of a follower. fresh says the known
@@ -603,9 +624,11 @@ func (l *loop) armClaim(fresh bool) {
 			}
 		}
 	case fresh:
-		d = time.Until(l.observedAt.Add(l.t.ElectionTimeout(l.f.opts.Rand)))
+		// The random timeout, moved later as a whole when the record's
+		// lease asks for a longer wait than this node's own timing.
+		d = time.Until(l.observedAt.Add(l.t.ElectionTimeout(l.f.opts.Rand) + l.claimWait() - l.t.ElectionTimeoutMin))
 	default:
-		d = max(l.t.HeartbeatInterval, time.Until(l.observedAt.Add(l.t.ElectionTimeoutMin)))
+		d = max(l.t.HeartbeatInterval, time.Until(l.observedAt.Add(l.claimWait())))
 	}
 	l.claimTimer.Reset(max(d, 0))
 }
@@ -634,13 +657,14 @@ func (l *loop) onClaimTimer() {
 		Leader:   l.f.id,
 		Term:     max(l.maxTerm, l.rec.Term) + 1,
 		Value:    l.value,
+		Lease:    l.t.LeaseDuration,
 	}
 	l.claimTerm = next.Term
 	l.claimSentAt = time.Now()
 	l.maxTerm = next.Term
 	l.role, l.writing = roleCandidate, true
 	ctx, cancel := context.WithTimeout(l.ctx, l.t.LeaseDuration)
-	l.call(callClaim, ctx, cancel, l.rec.Revision, next)
+	l.call(callClaim, ctx, cancel, l.rec, next)
 }
 
 func (l *loop) onClaim(r callResult) {
@@ -662,8 +686,8 @@ func (l *loop) handleClaim(r callResult) {
 	var conflict *ConflictError
 	switch {
 	case r.err == nil:
-		if r.res.Revision != r.expected+1 || r.res.Leader != r.next.Leader || r.res.Term != r.next.Term {
-			l.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: backend returned %v for a claim of term %d on revision %d", r.res, r.next.Term, r.expected)})
+		if r.res.Revision != r.expected.Revision+1 || r.res.Leader != r.next.Leader || r.res.Term != r.next.Term {
+			l.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: backend returned %v for a claim of term %d on revision %d", r.res, r.next.Term, r.expected.Revision)})
 			l.observe(r.res, true)
 			return
 		}
@@ -745,9 +769,9 @@ func (l *loop) startRenew() {
 		return
 	}
 	l.writing = true
-	next := heartbeat.Record{Election: l.f.b.Election(), Leader: l.f.id, Term: l.term, Value: l.value}
+	next := heartbeat.Record{Election: l.f.b.Election(), Leader: l.f.id, Term: l.term, Value: l.value, Lease: l.t.LeaseDuration}
 	ctx, cancel := context.WithDeadline(l.ctx, l.leaseEnd)
-	l.call(callRenew, ctx, cancel, l.myRev, next)
+	l.call(callRenew, ctx, cancel, heartbeat.Record{Revision: l.myRev, Leader: l.f.id, Term: l.term}, next)
 }
 
 func (l *loop) onRenew(r callResult) {
@@ -875,7 +899,7 @@ func (l *loop) startVacancy() {
 	v.attempts++
 	ctx, cancel := context.WithCancel(v.ctx)
 	stop := context.AfterFunc(l.ctx, cancel)
-	l.call(callVacancy, ctx, func() { stop(); cancel() }, l.myRev, heartbeat.Record{Election: l.f.b.Election(), Term: v.term})
+	l.call(callVacancy, ctx, func() { stop(); cancel() }, heartbeat.Record{Revision: l.myRev, Leader: l.f.id, Term: v.term}, heartbeat.Record{Election: l.f.b.Election(), Term: v.term})
 }
 
 func (l *loop) endVacancy(err error) {

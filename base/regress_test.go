@@ -128,7 +128,7 @@ func TestRegressPollsWhileFirstSubscribeHangs(t *testing.T) {
 		defer obs.Stop(context.Background())
 		w, _ := store.Backend("e")
 		defer w.Close()
-		if _, err := w.Heartbeat(context.Background(), 0, heartbeat.Record{Election: "e", Leader: "someone", Term: 1}); err != nil {
+		if _, err := w.Heartbeat(context.Background(), heartbeat.Record{}, heartbeat.Record{Election: "e", Leader: "someone", Term: 1}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * timing.HeartbeatInterval)
@@ -210,7 +210,7 @@ func TestRegressUnelectedBeforeNewLeader(t *testing.T) {
 		rec, _ := l.Feed.Leader()
 		w, _ := store.Backend(c.Election)
 		defer w.Close()
-		if _, err := w.Heartbeat(context.Background(), rec.Revision, heartbeat.Record{Election: c.Election, Leader: "usurper", Term: rec.Term + 1}); err != nil {
+		if _, err := w.Heartbeat(context.Background(), rec, heartbeat.Record{Election: c.Election, Leader: "usurper", Term: rec.Term + 1}); err != nil {
 			t.Fatal(err)
 		}
 		_, ui := l.WaitEvent(t, 0, wait, "unelected", func(e base.Event) bool { return e.Type == base.EventUnelected })
@@ -230,7 +230,7 @@ type lateReply struct {
 	delay time.Duration
 }
 
-func (s *lateReply) Heartbeat(ctx context.Context, rev uint64, next heartbeat.Record) (heartbeat.Record, error) {
+func (s *lateReply) Heartbeat(ctx context.Context, rev, next heartbeat.Record) (heartbeat.Record, error) {
 	res, err := s.Backend.Heartbeat(ctx, rev, next)
 	s.mu.Lock()
 	late := s.n > 0
@@ -328,7 +328,7 @@ func TestRegressElectedBeforeOwnNewLeader(t *testing.T) {
 		// election timeout, when its feed is surely open, so the feed
 		// brings the claimed record before the delayed reply.
 		gone, _ := store.Backend("e")
-		if _, err := gone.Heartbeat(context.Background(), 0, heartbeat.Record{Election: "e", Leader: "gone", Term: 1}); err != nil {
+		if _, err := gone.Heartbeat(context.Background(), heartbeat.Record{}, heartbeat.Record{Election: "e", Leader: "gone", Term: 1}); err != nil {
 			t.Fatal(err)
 		}
 		lb := &lateReply{Backend: b, n: 1, delay: timing.HeartbeatInterval / 2}
@@ -355,6 +355,71 @@ func TestRegressElectedBeforeOwnNewLeader(t *testing.T) {
 		}
 		if !elected {
 			t.Fatal("no elected event")
+		}
+	})
+}
+
+// Fault 11: nodes of one election with different timings (a rolling change
+// of Timing). A leader with a long lease stops reaching the store; a node
+// whose own election timeout is shorter than that lease must still wait
+// until the lease written in the record could have ended.
+func TestRegressMixedTimingsNeverOverlap(t *testing.T) {
+	long := heartbeat.Timing{HeartbeatInterval: 50 * time.Millisecond, LeaseDuration: 300 * time.Millisecond,
+		ElectionTimeoutMin: 400 * time.Millisecond, ElectionTimeoutMax: 450 * time.Millisecond}
+	short := heartbeat.Timing{HeartbeatInterval: 10 * time.Millisecond, LeaseDuration: 20 * time.Millisecond,
+		ElectionTimeoutMin: 40 * time.Millisecond, ElectionTimeoutMax: 50 * time.Millisecond}
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		checker := basetest.NewChecker()
+		start := func(id string, tm heartbeat.Timing) (*base.Feed, *faulty.Backend) {
+			b, _ := store.Backend("e")
+			fb := faulty.Wrap(b)
+			f, err := base.New(fb, id, base.Options{Timing: tm})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub := f.Subscribe(context.Background())
+			go func() {
+				for e := range sub.C {
+					checker.Observe(id, e)
+				}
+			}()
+			if err := f.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = f.Stop(context.Background()) })
+			return f, fb
+		}
+		slow, slowB := start("slow", long)
+		for !slow.IsLeader() {
+			time.Sleep(time.Millisecond)
+		}
+		fast, _ := start("fast", short)
+		time.Sleep(100 * time.Millisecond) // fast follows slow's renewals
+		lctx, _, ok := slow.LeaderContext()
+		if !ok {
+			synctest.Wait()
+			t.Fatalf("slow lost leadership before the fault: fast claimed between its renewals, inside its lease; checker: %v", checker.Check())
+		}
+		// Every renewal of slow hangs from now on: it leads until its last
+		// lease ends, at most 300 ms from now.
+		slowB.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Hang: true})
+		cut := time.Now()
+		for !fast.IsLeader() {
+			if time.Since(cut) > 2*long.ElectionTimeoutMax {
+				t.Fatalf("fast did not lead %v after slow's renewals stopped", time.Since(cut))
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if lctx.Err() == nil {
+			t.Fatalf("fast leads %v after the cut while slow's leader context is live", time.Since(cut))
+		}
+		if d := time.Since(cut); d < heartbeat.FollowerWait(long.LeaseDuration)-long.HeartbeatInterval {
+			t.Fatalf("fast claimed %v after slow's last renewal, before slow's lease of %v could have ended", d, long.LeaseDuration)
+		}
+		synctest.Wait()
+		if err := checker.Check(); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

@@ -217,7 +217,7 @@ func TestRunCancelsFnWhenLeadershipEnds(t *testing.T) {
 			rec, _ := n.feed.Leader()
 			w, _ := store.Backend("e")
 			defer w.Close()
-			if _, err := w.Heartbeat(context.Background(), rec.Revision, heartbeat.Record{Election: "e", Leader: "usurper", Term: rec.Term + 1}); err != nil {
+			if _, err := w.Heartbeat(context.Background(), rec, heartbeat.Record{Election: "e", Leader: "usurper", Term: rec.Term + 1}); err != nil {
 				t.Fatal(err)
 			}
 		}, nil, base.ErrDeposed, 0},

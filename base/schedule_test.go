@@ -118,6 +118,11 @@ type world struct {
 	seed   uint64
 	rng    *rand.Rand // the driver's choices
 	timing heartbeat.Timing
+	// alt is a second Timing that some incarnations use when mixed is
+	// set: a rolling change of configuration, with leases longer than
+	// timing's election timeouts.
+	alt    heartbeat.Timing
+	mixed  bool
 	maxDel time.Duration // the longest injected delay
 	store  *memory.Store
 	raw    *memory.Backend // commits writes after their caller gave up
@@ -193,11 +198,31 @@ func newWorld(seed uint64) *world {
 		store: store, raw: raw, start: time.Now(), check: basetest.NewChecker(),
 		history: map[uint64]heartbeat.Record{},
 	}
+	// Mixed timings come from a stream of their own, so that the seeds of
+	// schedules without them replay as they did before.
+	mr := rand.New(rand.NewPCG(seed, 0xa17))
+	if mr.IntN(3) == 0 {
+		aemin := []time.Duration{60, 80, 100, 120}[mr.IntN(4)] * time.Millisecond
+		w.alt = heartbeat.Timing{
+			ElectionTimeoutMin: aemin,
+			ElectionTimeoutMax: aemin + []time.Duration{0, 10, 30}[mr.IntN(3)]*time.Millisecond,
+			LeaseDuration:      aemin * time.Duration(5+mr.IntN(5)) / 10,
+		}
+		w.alt.HeartbeatInterval = max(5*time.Millisecond, w.alt.LeaseDuration/3)
+		if err := w.alt.Validate(); err != nil {
+			panic(err)
+		}
+		w.mixed = true
+		w.maxDel = 2 * max(tm.LeaseDuration, w.alt.LeaseDuration)
+	}
 	n := 3 + rng.IntN(3)
 	for i := range n {
 		w.nodes = append(w.nodes, &schedNode{w: w, id: fmt.Sprintf("n%d", i+1), idx: i, healed: make(chan struct{})})
 	}
 	w.tracef("world", "seed=%d nodes=%d timing=%+v", seed, n, tm)
+	if w.mixed {
+		w.tracef("world", "mixed timings: alt=%+v", w.alt)
+	}
 	return w
 }
 
@@ -358,10 +383,11 @@ func (n *schedNode) breakFeeds() {
 
 // incarnation is one Feed of a node.
 type incarnation struct {
-	n    *schedNode
-	key  string // id#incarnation
-	feed *base.Feed
-	be   *chaos
+	n      *schedNode
+	key    string // id#incarnation
+	timing heartbeat.Timing
+	feed   *base.Feed
+	be     *chaos
 
 	mu     sync.Mutex
 	writes []writeRec
@@ -381,7 +407,7 @@ func (inc *incarnation) leaseBound(term uint64) time.Time {
 	inc.mu.Lock()
 	defer inc.mu.Unlock()
 	var end time.Time
-	lease := inc.n.w.timing.LeaseDuration
+	lease := inc.timing.LeaseDuration
 	for _, wr := range inc.writes {
 		if wr.ok && wr.next.Leader == inc.n.id && wr.next.Term == term {
 			if e := wr.sent.Add(lease); wr.replied.Before(e) && e.After(end) {
@@ -498,7 +524,7 @@ func (c *chaos) Get(ctx context.Context) (heartbeat.Record, error) {
 	return r, err
 }
 
-func (c *chaos) Heartbeat(ctx context.Context, expected uint64, next heartbeat.Record) (heartbeat.Record, error) {
+func (c *chaos) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	sent := time.Now()
 	res, err := c.heartbeat(ctx, expected, next)
 	c.inc.mu.Lock()
@@ -508,7 +534,7 @@ func (c *chaos) Heartbeat(ctx context.Context, expected uint64, next heartbeat.R
 }
 
 // lateCommit makes the write after d, whatever became of its caller.
-func (c *chaos) lateCommit(expected uint64, next heartbeat.Record, d time.Duration) {
+func (c *chaos) lateCommit(expected, next heartbeat.Record, d time.Duration) {
 	w := c.n.w
 	key := c.inc.key
 	next = next.Clone()
@@ -523,7 +549,7 @@ func (c *chaos) lateCommit(expected uint64, next heartbeat.Record, d time.Durati
 	}()
 }
 
-func (c *chaos) heartbeat(ctx context.Context, expected uint64, next heartbeat.Record) (heartbeat.Record, error) {
+func (c *chaos) heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	f, healed := c.n.faults()
 	if err := c.gate(ctx, f, healed); err != nil {
 		return heartbeat.Record{}, err
@@ -673,12 +699,15 @@ func (w *world) newRand(n *schedNode, stream uint64) *rand.Rand {
 // startNode starts a new incarnation of n (asynchronously: Start may hang).
 func (w *world) startNode(n *schedNode) {
 	n.inc++
-	inc := &incarnation{n: n, key: fmt.Sprintf("%s#%d", n.id, n.inc)}
+	inc := &incarnation{n: n, key: fmt.Sprintf("%s#%d", n.id, n.inc), timing: w.timing}
+	if w.mixed && w.newRand(n, 6).IntN(2) == 0 {
+		inc.timing = w.alt
+	}
 	b, _ := w.store.Backend(schedElection)
 	c := &chaos{Backend: b, n: n, inc: inc,
 		rGet: w.newRand(n, 1), rWrite: w.newRand(n, 2), rSub: w.newRand(n, 3), rN: w.newRand(n, 4)}
 	inc.be = c
-	f, err := base.New(c, n.id, base.Options{Timing: w.timing, Rand: w.newRand(n, 5), Value: []byte(inc.key)})
+	f, err := base.New(c, n.id, base.Options{Timing: inc.timing, Rand: w.newRand(n, 5), Value: []byte(inc.key)})
 	if err != nil {
 		w.failf("New: %v", err)
 		return
@@ -1034,6 +1063,14 @@ func (w *world) run() {
 // in time, then keeps leading.
 func (w *world) liveness() {
 	tm := w.timing
+	if w.mixed {
+		// The slowest of the two: a follower of either timing waits for
+		// the longer lease written in the record.
+		a := w.alt
+		tm.HeartbeatInterval = max(tm.HeartbeatInterval, a.HeartbeatInterval)
+		wait := max(tm.ElectionTimeoutMin, a.ElectionTimeoutMin, heartbeat.FollowerWait(max(tm.LeaseDuration, a.LeaseDuration)))
+		tm.ElectionTimeoutMax = wait + max(tm.ElectionTimeoutMax-tm.ElectionTimeoutMin, a.ElectionTimeoutMax-a.ElectionTimeoutMin)
+	}
 	campaigners := 0
 	for _, n := range w.nodes {
 		if n.getState() == stStopped && w.rng.IntN(3) > 0 {
@@ -1137,7 +1174,7 @@ type spinGuard struct {
 
 const maxWrites = 100
 
-func (g *spinGuard) Heartbeat(ctx context.Context, expected uint64, next heartbeat.Record) (heartbeat.Record, error) {
+func (g *spinGuard) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	g.mu.Lock()
 	g.writes++
 	n, fail, lose := g.writes, g.fail, g.lose

@@ -105,6 +105,10 @@ func TestRecordValidate(t *testing.T) {
 		{"invalid UTF-8", heartbeat.Record{Election: "e", Leader: "\xff"}, "not valid UTF-8"},
 		{"value on vacant record", heartbeat.Record{Election: "e", Value: []byte("v")}, "vacant record of election \"e\" carries a value"},
 		{"value too large", heartbeat.Record{Election: "e", Leader: "n", Value: make([]byte, heartbeat.MaxValueLen+1)}, "exceeds MaxValueLen"},
+		{"lease", heartbeat.Record{Election: "e", Leader: "n", Lease: time.Second}, ""},
+		{"negative lease", heartbeat.Record{Election: "e", Leader: "n", Lease: -1}, "lease -1ns of election \"e\" is negative"},
+		{"lease too long", heartbeat.Record{Election: "e", Leader: "n", Lease: heartbeat.MaxLease + 1}, "exceeds MaxLease"},
+		{"lease on vacant record", heartbeat.Record{Election: "e", Lease: time.Second}, "vacant record of election \"e\" carries a lease"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -178,5 +182,45 @@ func TestTimingFor(t *testing.T) {
 	}
 	if _, err := heartbeat.TimingFor(time.Millisecond); !errors.Is(err, heartbeat.ErrInvalidTiming) {
 		t.Fatalf("TimingFor(1ms): %v, want ErrInvalidTiming", err)
+	}
+}
+
+func TestFollowerWaitKeepsTheMargin(t *testing.T) {
+	if got := heartbeat.FollowerWait(0); got != 0 {
+		t.Fatalf("FollowerWait(0) = %v, want 0", got)
+	}
+	for _, lease := range []time.Duration{1, 9, 10, time.Millisecond, 1500 * time.Millisecond, heartbeat.MaxLease} {
+		w := heartbeat.FollowerWait(lease)
+		if w <= lease || w-lease < w/heartbeat.MarginDivisor {
+			t.Errorf("FollowerWait(%v) = %v: margin %v is less than a tenth of it", lease, w, w-lease)
+		}
+		// A Timing whose ElectionTimeoutMin is that wait passes Validate's
+		// margin rule: homogeneous timings never wait longer than before.
+		if lease >= heartbeat.MinDuration {
+			tm := heartbeat.Timing{HeartbeatInterval: lease / 2, LeaseDuration: lease, ElectionTimeoutMin: w, ElectionTimeoutMax: w}
+			if err := tm.Validate(); err != nil && strings.Contains(err.Error(), "tenth") {
+				t.Errorf("ElectionTimeoutMin = FollowerWait(%v) = %v fails the margin rule: %v", lease, w, err)
+			}
+		}
+	}
+	tm := heartbeat.DefaultTiming()
+	if w := heartbeat.FollowerWait(tm.LeaseDuration); w > tm.ElectionTimeoutMin {
+		t.Errorf("default timing: FollowerWait(%v) = %v exceeds ElectionTimeoutMin %v", tm.LeaseDuration, w, tm.ElectionTimeoutMin)
+	}
+}
+
+func TestSameWrite(t *testing.T) {
+	r := heartbeat.Record{Election: "e", Leader: "a", Term: 3, Revision: 5, Value: []byte("x")}
+	if !r.SameWrite(heartbeat.Record{Election: "e", Leader: "a", Term: 3, Revision: 5}) {
+		t.Error("records of one revision, leader and term are not the same write")
+	}
+	for _, o := range []heartbeat.Record{
+		{Election: "e", Leader: "b", Term: 3, Revision: 5},
+		{Election: "e", Leader: "a", Term: 4, Revision: 5},
+		{Election: "e", Leader: "a", Term: 3, Revision: 6},
+	} {
+		if r.SameWrite(o) {
+			t.Errorf("%v and %v taken for the same write", r, o)
+		}
 	}
 }

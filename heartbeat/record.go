@@ -22,7 +22,23 @@ const (
 	// for small data such as the leader's address; it travels in every
 	// heartbeat notification.
 	MaxValueLen = 2048
+	// MaxLease is the longest Lease a record may carry (and the longest
+	// LeaseDuration Timing.Validate accepts): a record claiming a longer
+	// lease is malformed, so a corrupt record cannot hold an election for
+	// days.
+	MaxLease = time.Hour
 )
+
+// FollowerWait returns how long a follower must wait after it observed a
+// record with the given Lease before it may claim it: the lease plus the
+// same margin Timing.Validate demands of ElectionTimeoutMin (at least a
+// tenth of the wait, see MarginDivisor). It is 0 for a lease of 0.
+func FollowerWait(lease time.Duration) time.Duration {
+	if lease <= 0 {
+		return 0
+	}
+	return lease + (lease+MarginDivisor-2)/(MarginDivisor-1)
+}
 
 // ErrInvalidRecord is matched (with errors.Is) by every error that reports a
 // record, an election name or a node id that breaks the rules of this
@@ -53,6 +69,14 @@ type Record struct {
 	// Value is a small payload the leader publishes (for example its
 	// address), at most MaxValueLen bytes. Empty when vacant.
 	Value []byte
+	// Lease is the LeaseDuration of the node that wrote the record: how
+	// long after sending this write it may count itself leader. A follower
+	// never claims the record before FollowerWait(Lease) has passed since
+	// it observed it, whatever its own Timing, so nodes with different
+	// timings (a rolling change of Timing) never lead at once. 0 when
+	// vacant, and in records written before the field existed (then only
+	// the follower's own ElectionTimeoutMin applies). At most MaxLease.
+	Lease time.Duration
 }
 
 // Vacant reports whether the record names no leader.
@@ -70,7 +94,18 @@ func (r Record) Clone() Record {
 // with time.Time.Equal.
 func (r Record) Equal(o Record) bool {
 	return r.Election == o.Election && r.Leader == o.Leader && r.Term == o.Term &&
-		r.Revision == o.Revision && r.Timestamp.Equal(o.Timestamp) && bytes.Equal(r.Value, o.Value)
+		r.Revision == o.Revision && r.Timestamp.Equal(o.Timestamp) && bytes.Equal(r.Value, o.Value) &&
+		r.Lease == o.Lease
+}
+
+// SameWrite reports whether r and o are the same write of the record: the
+// same revision, leader and term, the identity a compare-and-set compares.
+// Comparing the revision alone is not enough when a store can lose an
+// acknowledged write (PostgreSQL with synchronous_commit = off after a
+// crash, a failover to an asynchronous replica) and hand the same revision
+// out twice.
+func (r Record) SameWrite(o Record) bool {
+	return r.Revision == o.Revision && r.Leader == o.Leader && r.Term == o.Term
 }
 
 // String returns a short human-readable form of the record, for logs.
@@ -78,6 +113,9 @@ func (r Record) String() string {
 	leader := r.Leader
 	if leader == "" {
 		leader = "<vacant>"
+	}
+	if r.Lease > 0 {
+		return fmt.Sprintf("%s: leader=%s term=%d rev=%d lease=%v", r.Election, leader, r.Term, r.Revision, r.Lease)
 	}
 	return fmt.Sprintf("%s: leader=%s term=%d rev=%d", r.Election, leader, r.Term, r.Revision)
 }
@@ -98,6 +136,14 @@ func (r Record) Validate() error {
 	}
 	if len(r.Value) > MaxValueLen {
 		return fmt.Errorf("%w: value of %d bytes exceeds MaxValueLen (%d)", ErrInvalidRecord, len(r.Value), MaxValueLen)
+	}
+	switch {
+	case r.Lease < 0:
+		return fmt.Errorf("%w: lease %v of election %q is negative", ErrInvalidRecord, r.Lease, r.Election)
+	case r.Lease > MaxLease:
+		return fmt.Errorf("%w: lease %v of election %q exceeds MaxLease (%v)", ErrInvalidRecord, r.Lease, r.Election, MaxLease)
+	case r.Leader == "" && r.Lease != 0:
+		return fmt.Errorf("%w: vacant record of election %q carries a lease", ErrInvalidRecord, r.Election)
 	}
 	return nil
 }

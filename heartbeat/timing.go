@@ -19,8 +19,11 @@ const (
 // Timing.Validate.
 var ErrInvalidTiming = errors.New("heartbeat: invalid timing")
 
-// Timing is the timing configuration of an election. Every node of one
-// election should use the same Timing.
+// Timing is the timing configuration of an election. Nodes of one election
+// may use different Timings (a rolling change of configuration): every
+// record carries its writer's LeaseDuration, and a follower never claims a
+// record before FollowerWait of that lease has passed, whatever its own
+// ElectionTimeoutMin.
 //
 // The zero value of each field means its default (see WithDefaults). The
 // rules that Validate enforces are what makes "at most one leader" hold:
@@ -117,6 +120,9 @@ func (t Timing) Validate() error {
 	}
 	if lease && emin && t.LeaseDuration < t.ElectionTimeoutMin && t.ElectionTimeoutMin-t.LeaseDuration < t.ElectionTimeoutMin/MarginDivisor {
 		add("ElectionTimeoutMin - LeaseDuration (%v) must be at least a tenth of ElectionTimeoutMin (%v): the margin covers clock rates and scheduling delays", t.ElectionTimeoutMin-t.LeaseDuration, t.ElectionTimeoutMin/MarginDivisor)
+	}
+	if lease && t.LeaseDuration > MaxLease {
+		add("LeaseDuration (%v) must be at most MaxLease (%v)", t.LeaseDuration, MaxLease)
 	}
 	if lease && emin && t.LeaseDuration >= t.ElectionTimeoutMin {
 		add("LeaseDuration (%v) must be less than ElectionTimeoutMin (%v), or two nodes could both count themselves leader", t.LeaseDuration, t.ElectionTimeoutMin)

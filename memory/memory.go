@@ -182,7 +182,7 @@ func (b *Backend) Get(ctx context.Context) (heartbeat.Record, error) {
 }
 
 // Heartbeat is the compare-and-set write, atomic under the Store's lock.
-func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next heartbeat.Record) (heartbeat.Record, error) {
+func (b *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	if err := b.check(ctx); err != nil {
 		return heartbeat.Record{}, err
 	}
@@ -202,16 +202,17 @@ func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next h
 			return heartbeat.Record{}, fmt.Errorf("memory: %w: %w", base.ErrMalformedRecord, err)
 		}
 	}
-	if cur.Revision != expectedRevision {
+	if (expected.Revision == 0 && ok) || (expected.Revision != 0 && !cur.SameWrite(expected)) {
 		return heartbeat.Record{}, base.NewConflict(cur.Clone())
 	}
 	rec := heartbeat.Record{
 		Election:  b.election,
 		Leader:    next.Leader,
 		Term:      next.Term,
-		Revision:  expectedRevision + 1,
+		Revision:  expected.Revision + 1,
 		Timestamp: s.now(),
 		Value:     next.Value,
+		Lease:     next.Lease,
 	}.Clone()
 	s.records[b.election] = rec
 	s.publishRecord(rec)

@@ -274,13 +274,16 @@ func (b *Backend) get(ctx context.Context) (heartbeat.Record, error) {
 }
 
 // Heartbeat is the compare-and-set write: one FindOneAndUpdate with the
-// filter {_id, leaderfeed: 1, revision: expectedRevision}, an upsert when
-// expectedRevision is 0. A write that matches nothing, or an upsert that
-// loses to an existing document (duplicate key), returns a
-// *base.ConflictError with the current record. When the document with the
+// filter {_id, leaderfeed: 1, revision: expected.Revision, leader:
+// expected.Leader, term: expected.Term} (the write's identity,
+// heartbeat.Record.SameWrite), or an upsert with the filter {_id,
+// leaderfeed: 1, revision: 0} when expected.Revision is 0. The lease is
+// stored in whole microseconds, rounded up. A write that matches nothing,
+// or an upsert that loses to an existing document (duplicate key), returns
+// a *base.ConflictError with the current record. When the document with the
 // election's _id is malformed, nothing is written either, and the error
 // matches base.ErrMalformedRecord instead (there is no record to carry).
-func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next heartbeat.Record) (heartbeat.Record, error) {
+func (b *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	if err := b.check(ctx, "heartbeat"); err != nil {
 		return heartbeat.Record{}, err
 	}
@@ -293,9 +296,9 @@ func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next h
 	if err := next.Validate(); err != nil {
 		return heartbeat.Record{}, b.errorf("heartbeat: %w: %w", base.ErrInvalidConfig, err)
 	}
-	if next.Term > math.MaxInt64 || expectedRevision >= math.MaxInt64 {
-		return heartbeat.Record{}, b.errorf("heartbeat: %w: term %d or revision %d does not fit in int64",
-			base.ErrInvalidConfig, next.Term, expectedRevision)
+	if next.Term > math.MaxInt64 || expected.Term > math.MaxInt64 || expected.Revision >= math.MaxInt64 {
+		return heartbeat.Record{}, b.errorf("heartbeat: %w: term %d, expected term %d or expected revision %d does not fit in int64",
+			base.ErrInvalidConfig, next.Term, expected.Term, expected.Revision)
 	}
 	value := next.Value
 	if value == nil {
@@ -304,7 +307,16 @@ func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next h
 	filter := bson.D{
 		{Key: "_id", Value: b.election},
 		{Key: fieldMark, Value: int32(1)},
-		{Key: fieldRevision, Value: int64(expectedRevision)},
+		{Key: fieldRevision, Value: int64(expected.Revision)},
+	}
+	if expected.Revision != 0 {
+		// The write's identity, not the revision alone: a store that lost
+		// an acknowledged write (a rollback after a failover) can hand one
+		// revision out twice. The upsert of a first write leaves them out:
+		// its insert would copy them into the new document.
+		filter = append(filter,
+			bson.E{Key: fieldLeader, Value: expected.Leader},
+			bson.E{Key: fieldTerm, Value: int64(expected.Term)})
 	}
 	update := bson.D{
 		{Key: "$set", Value: bson.D{
@@ -312,11 +324,16 @@ func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next h
 			{Key: fieldLeader, Value: next.Leader},
 			{Key: fieldTerm, Value: int64(next.Term)},
 			{Key: fieldValue, Value: bson.Binary{Data: value}},
+			{Key: fieldLease, Value: leaseMicros(next.Lease)},
 		}},
 		{Key: "$inc", Value: bson.D{{Key: fieldRevision, Value: int64(1)}}},
 		{Key: "$currentDate", Value: bson.D{{Key: fieldTimestamp, Value: true}}},
 	}
-	raw, err := b.coll.FindOneAndUpdate(ctx, filter, update, expectedRevision == 0)
+	what := fmt.Sprintf("heartbeat on revision %d", expected.Revision)
+	if expected.Revision != 0 {
+		what += fmt.Sprintf(" (leader %q, term %d)", expected.Leader, expected.Term)
+	}
+	raw, err := b.coll.FindOneAndUpdate(ctx, filter, update, expected.Revision == 0)
 	switch {
 	case err == nil:
 		rec, err := decodeRecord(raw, b.election)
@@ -330,17 +347,15 @@ func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next h
 		cur, gerr := b.get(ctx)
 		switch {
 		case gerr == nil:
-			return heartbeat.Record{}, b.errorf("heartbeat on revision %d: %w", expectedRevision, base.NewConflict(cur))
+			return heartbeat.Record{}, b.errorf("%s: %w", what, base.NewConflict(cur))
 		case errors.Is(gerr, base.ErrNotFound):
-			return heartbeat.Record{}, b.errorf("heartbeat on revision %d: %w",
-				expectedRevision, base.NewConflict(heartbeat.Record{Election: b.election}))
+			return heartbeat.Record{}, b.errorf("%s: %w", what, base.NewConflict(heartbeat.Record{Election: b.election}))
 		case errors.Is(gerr, base.ErrMalformedRecord):
 			// No record to carry in a *ConflictError: report the
 			// malformed document (nothing was written).
-			return heartbeat.Record{}, b.errorf("heartbeat on revision %d refused, the document in the way is malformed: %w",
-				expectedRevision, errors.Unwrap(gerr))
+			return heartbeat.Record{}, b.errorf("%s refused, the document in the way is malformed: %w", what, errors.Unwrap(gerr))
 		default:
-			return heartbeat.Record{}, b.errorf("heartbeat on revision %d lost, then: %w", expectedRevision, gerr)
+			return heartbeat.Record{}, b.errorf("%s lost, then: %w", what, gerr)
 		}
 	default:
 		return heartbeat.Record{}, b.opError(ctx, "heartbeat", err)

@@ -36,7 +36,12 @@
 // with the election name as _id, beside any documents of the caller's own:
 //
 //	{_id: "<election>", leaderfeed: 1, leader: "<node id>", term: <int64>,
-//	 revision: <int64>, ts: <date>, value: <binary>}
+//	 revision: <int64>, ts: <date>, value: <binary>, lease_us: <int64>}
+//
+// lease_us is the writer's lease (heartbeat.Record.Lease) in whole
+// microseconds, rounded up; 0 when vacant. A document written before the
+// field existed lacks it and is a record with Lease 0; a lease on a vacant
+// document (left by such an older writer's $set) is ignored.
 //
 // The field leaderfeed: 1 marks the document as an election record. A
 // document with the election's _id that lacks the mark or breaks the record
@@ -50,10 +55,14 @@
 // # Guarantees
 //
 //   - Every write is one FindOneAndUpdate whose filter is {_id, leaderfeed: 1,
-//     revision: expected}, with $set for the fields, $inc for the revision
+//     revision: expected.Revision, leader: expected.Leader, term:
+//     expected.Term} (the write's identity, not the revision alone, so that
+//     a revision handed out twice after a lost write is told apart), with
+//     $set for the fields, $inc for the revision
 //     and $currentDate for ts, so the server executes the compare-and-set
 //     atomically and ts comes from the server's clock (millisecond
-//     precision). The first claim (expected revision 0) is an upsert; when
+//     precision). The first claim (expected revision 0) is an upsert with
+//     the filter {_id, leaderfeed: 1, revision: 0}; when
 //     another node's upsert wins the race, the loser's insert fails on the
 //     unique _id index and Heartbeat returns a *base.ConflictError.
 //   - The election's writes use write concern majority, and its reads read

@@ -3,6 +3,7 @@ package mongo
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -18,7 +19,25 @@ const (
 	fieldRevision  = "revision"
 	fieldTimestamp = "ts"
 	fieldValue     = "value"
+	// fieldLease is the writer's lease (heartbeat.Record.Lease) in whole
+	// microseconds, rounded up. Documents written before it existed lack
+	// it: they decode with Lease 0.
+	fieldLease = "lease_us"
+
+	// maxLeaseMicros is heartbeat.MaxLease in microseconds, the largest
+	// lease a document may hold.
+	maxLeaseMicros = int64(heartbeat.MaxLease / time.Microsecond)
 )
+
+// leaseMicros returns lease in whole microseconds, rounded up: a stored
+// lease is never shorter than the writer's. A valid lease (at most
+// heartbeat.MaxLease) stays within maxLeaseMicros.
+func leaseMicros(lease time.Duration) int64 {
+	if lease <= 0 {
+		return 0
+	}
+	return int64((lease + time.Microsecond - 1) / time.Microsecond)
+}
 
 // decodeRecord decodes the election document doc strictly. Every failure
 // matches base.ErrMalformedRecord.
@@ -63,6 +82,22 @@ func decodeRecord(doc bson.Raw, election string) (heartbeat.Record, error) {
 	}
 	if len(data) > 0 {
 		rec.Value = append([]byte(nil), data...)
+	}
+	// A missing lease (or null) is a document written before the field
+	// existed: Lease 0.
+	if lease := doc.Lookup(fieldLease); lease.Type != 0 && lease.Type != bson.TypeNull {
+		us, ok := integer(lease)
+		if !ok || us < 0 || us > maxLeaseMicros {
+			return bad("field %q is not a whole number of microseconds in [0, %d]", fieldLease, maxLeaseMicros)
+		}
+		rec.Lease = time.Duration(us) * time.Microsecond
+	}
+	if rec.Leader == "" {
+		// A vacant record grants nobody a lease. A lease on one comes from
+		// a writer that predates the field: its $set of leader "" left the
+		// previous writer's lease in place. Refusing it would leave the
+		// election stuck on a record no compare-and-set overwrites.
+		rec.Lease = 0
 	}
 	if err := rec.Validate(); err != nil {
 		return bad("%v", err)

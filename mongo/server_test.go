@@ -116,7 +116,7 @@ func TestPublicConstructorsOnServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := b1.Heartbeat(ctx, 0, heartbeat.Record{Leader: "a", Term: 1})
+	r, err := b1.Heartbeat(ctx, heartbeat.Record{}, heartbeat.Record{Leader: "a", Term: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

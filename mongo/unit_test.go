@@ -111,6 +111,57 @@ func TestDecodeLenient(t *testing.T) {
 		t.Fatalf("decodeRecord of another election = %v", err)
 	}
 }
+func TestDecodeLease(t *testing.T) {
+	doc := func(leader string, lease any) bson.Raw {
+		d := bson.D{{Key: "_id", Value: "e"}, {Key: "leaderfeed", Value: 1}, {Key: "leader", Value: leader},
+			{Key: "term", Value: 3}, {Key: "revision", Value: 9}, {Key: "ts", Value: time.Now()}, {Key: "value", Value: []byte{}}}
+		if lease != "missing" {
+			d = append(d, bson.E{Key: "lease_us", Value: lease})
+		}
+		raw, _ := bson.Marshal(d)
+		return raw
+	}
+	for name, c := range map[string]struct {
+		doc  bson.Raw
+		want time.Duration
+	}{
+		"missing":             {doc("a", "missing"), 0},
+		"null":                {doc("a", nil), 0},
+		"int32":               {doc("a", int32(1500)), 1500 * time.Microsecond},
+		"int64":               {doc("a", int64(1500250)), 1500250 * time.Microsecond},
+		"whole double":        {doc("a", 2e6), 2 * time.Second},
+		"MaxLease":            {doc("a", heartbeat.MaxLease.Microseconds()), heartbeat.MaxLease},
+		"vacant, stale lease": {doc("", int64(1000)), 0},
+	} {
+		r, err := decodeRecord(c.doc, "e")
+		if err != nil || r.Lease != c.want {
+			t.Errorf("%s: lease %v, %v; want %v", name, r.Lease, err, c.want)
+		}
+	}
+	for name, d := range map[string]bson.Raw{
+		"string":   doc("a", "1000"),
+		"negative": doc("a", int64(-1)),
+		"fraction": doc("a", 1.5),
+		"too long": doc("a", heartbeat.MaxLease.Microseconds()+1),
+		"binary":   doc("a", []byte{1}),
+	} {
+		if _, err := decodeRecord(d, "e"); !errors.Is(err, base.ErrMalformedRecord) {
+			t.Errorf("lease %s: %v, want ErrMalformedRecord", name, err)
+		}
+	}
+}
+
+func TestLeaseMicros(t *testing.T) {
+	for lease, want := range map[time.Duration]int64{
+		0: 0, 1: 1, time.Microsecond: 1, time.Microsecond + 1: 2, 1500*time.Millisecond + 250*time.Microsecond: 1500250,
+		heartbeat.MaxLease - 1: maxLeaseMicros, heartbeat.MaxLease: maxLeaseMicros,
+	} {
+		if got := leaseMicros(lease); got != want {
+			t.Errorf("leaseMicros(%v) = %d, want %d", lease, got, want)
+		}
+	}
+}
+
 func TestCheckHello(t *testing.T) {
 	for name, c := range map[string]struct {
 		hello bson.D
@@ -146,7 +197,7 @@ func TestDriverUnreachable(t *testing.T) {
 	}
 	short, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	if _, err := b.Heartbeat(short, 0, rec("a", 1, "")); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := b.Heartbeat(short, heartbeat.Record{}, rec("a", 1, "")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Heartbeat against no server = %v, want context.DeadlineExceeded", err)
 	}
 }

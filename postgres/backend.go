@@ -59,12 +59,14 @@ func New(pool *pgxpool.Pool, election string, opts Options) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{pool: pool, election: election, opts: o, ddl: newDDL(o), subs: map[*subscription]struct{}{}}
-	const cols = "leader, term, revision, ts, value"
+	const cols = "leader, term, revision, ts, value, lease_us"
 	b.getSQL = "SELECT " + cols + " FROM " + b.ddl.table + " WHERE election = $1"
-	b.insertSQL = "INSERT INTO " + b.ddl.table + " AS t (election, leader, term, value, revision, ts)" +
-		" VALUES ($1, $2, $3, $4, 1, clock_timestamp()) ON CONFLICT (election) DO NOTHING RETURNING " + cols
-	b.updateSQL = "UPDATE " + b.ddl.table + " SET leader = $2, term = $3, value = $4, revision = revision + 1," +
-		" ts = clock_timestamp() WHERE election = $1 AND revision = $5 RETURNING " + cols
+	b.insertSQL = "INSERT INTO " + b.ddl.table + " AS t (election, leader, term, value, lease_us, revision, ts)" +
+		" VALUES ($1, $2, $3, $4, $5, 1, clock_timestamp()) ON CONFLICT (election) DO NOTHING RETURNING " + cols
+	// The compare-and-set compares the write's identity (revision, leader,
+	// term), not the revision alone: see base.Backend.Heartbeat.
+	b.updateSQL = "UPDATE " + b.ddl.table + " SET leader = $2, term = $3, value = $4, lease_us = $5, revision = revision + 1," +
+		" ts = clock_timestamp() WHERE election = $1 AND revision = $6 AND leader = $7 AND term = $8 RETURNING " + cols
 	return b, nil
 }
 
@@ -134,15 +136,16 @@ func (b *Backend) get(ctx context.Context) (heartbeat.Record, error) {
 }
 
 // Heartbeat is the compare-and-set write, one atomic statement: an INSERT
-// ... ON CONFLICT DO NOTHING when expectedRevision is 0, an UPDATE ... WHERE
-// revision = expectedRevision otherwise. The timestamp is the server's
+// ... ON CONFLICT DO NOTHING when expected.Revision is 0, an UPDATE ... WHERE
+// revision, leader and term are expected's otherwise. The timestamp is the server's
 // clock_timestamp(). When the statement writes nothing, Heartbeat reads the
 // current record and returns it in a *base.ConflictError; if that record is
 // malformed it returns an error matching base.ErrMalformedRecord instead, and
 // the row is left alone. A next that breaks heartbeat.Record.Validate (or
 // names another election) fails with an error matching both
 // base.ErrInvalidConfig and heartbeat.ErrInvalidRecord.
-func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next heartbeat.Record) (heartbeat.Record, error) {
+func (b *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
+	expectedRevision := expected.Revision
 	if b.closed.Load() {
 		return heartbeat.Record{}, fmt.Errorf("postgres: Heartbeat: %w", base.ErrClosed)
 	}
@@ -156,7 +159,7 @@ func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next h
 	if err := next.Validate(); err != nil {
 		return heartbeat.Record{}, fmt.Errorf("postgres: Heartbeat: %w: %w", base.ErrInvalidConfig, err)
 	}
-	if next.Term > math.MaxInt64 || expectedRevision >= math.MaxInt64 {
+	if next.Term > math.MaxInt64 || expectedRevision >= math.MaxInt64 || expected.Term > math.MaxInt64 {
 		return heartbeat.Record{}, fmt.Errorf("postgres: Heartbeat: term %d or revision %d does not fit a bigint: %w: %w",
 			next.Term, expectedRevision, base.ErrInvalidConfig, heartbeat.ErrInvalidRecord)
 	}
@@ -166,9 +169,10 @@ func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next h
 	}
 	var row pgx.Row
 	if expectedRevision == 0 {
-		row = b.pool.QueryRow(ctx, b.insertSQL, b.election, next.Leader, int64(next.Term), value)
+		row = b.pool.QueryRow(ctx, b.insertSQL, b.election, next.Leader, int64(next.Term), value, leaseMicros(next.Lease))
 	} else {
-		row = b.pool.QueryRow(ctx, b.updateSQL, b.election, next.Leader, int64(next.Term), value, int64(expectedRevision))
+		row = b.pool.QueryRow(ctx, b.updateSQL, b.election, next.Leader, int64(next.Term), value, leaseMicros(next.Lease),
+			int64(expectedRevision), expected.Leader, int64(expected.Term))
 	}
 	stored, err := b.scan(row)
 	if err == nil {
@@ -257,15 +261,21 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-// scan reads one row of leader, term, revision, ts, value.
+// leaseMicros is a lease in whole microseconds, rounded up: a follower
+// must never wait less than the writer's lease.
+func leaseMicros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// scan reads one row of leader, term, revision, ts, value, lease_us.
 func (b *Backend) scan(row pgx.Row) (heartbeat.Record, error) {
 	var (
-		leader    *string
-		term, rev *int64
-		ts        *time.Time
-		value     []byte
+		leader           *string
+		term, rev, lease *int64
+		ts               *time.Time
+		value            []byte
 	)
-	if err := row.Scan(&leader, &term, &rev, &ts, &value); err != nil {
+	if err := row.Scan(&leader, &term, &rev, &ts, &value, &lease); err != nil {
 		var scanErr pgx.ScanArgError
 		if errors.As(err, &scanErr) {
 			return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %w", b.election, base.ErrMalformedRecord, err)
@@ -277,12 +287,16 @@ func (b *Backend) scan(row pgx.Row) (heartbeat.Record, error) {
 		m := ts.UnixMicro()
 		micros = &m
 	}
-	return decodeRecord(b.election, leader, term, rev, micros, value)
+	return decodeRecord(b.election, leader, term, rev, micros, value, lease)
 }
 
 // decodeRecord checks the columns of an election row, from a query or from
 // a notification, and makes a Record of them.
-func decodeRecord(election string, leader *string, term, rev, tsMicros *int64, value []byte) (heartbeat.Record, error) {
+//
+// leaseMicros nil (a notification of a trigger from before the column
+// existed) reads as no lease. A vacant row's lease is ignored: a process of
+// an older version writes a vacancy without touching lease_us.
+func decodeRecord(election string, leader *string, term, rev, tsMicros *int64, value []byte, leaseMicros *int64) (heartbeat.Record, error) {
 	bad := func(format string, args ...any) (heartbeat.Record, error) {
 		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %s", election, base.ErrMalformedRecord, fmt.Sprintf(format, args...))
 	}
@@ -299,6 +313,8 @@ func decodeRecord(election string, leader *string, term, rev, tsMicros *int64, v
 		return bad("term %d is negative", *term)
 	case *rev <= 0:
 		return bad("revision %d is not positive", *rev)
+	case leaseMicros != nil && (*leaseMicros < 0 || *leaseMicros > heartbeat.MaxLease.Microseconds()):
+		return bad("lease_us %d is out of range [0, %d]", *leaseMicros, heartbeat.MaxLease.Microseconds())
 	}
 	r := heartbeat.Record{
 		Election:  election,
@@ -309,6 +325,9 @@ func decodeRecord(election string, leader *string, term, rev, tsMicros *int64, v
 	}
 	if len(value) > 0 {
 		r.Value = value
+	}
+	if leaseMicros != nil && r.Leader != "" {
+		r.Lease = time.Duration(*leaseMicros) * time.Microsecond
 	}
 	if err := r.Validate(); err != nil {
 		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %w", election, base.ErrMalformedRecord, err)

@@ -68,11 +68,13 @@ func recv(t *testing.T, ch <-chan base.Notification) base.Notification {
 	panic("unreachable")
 }
 
-func hb(t *testing.T, b *Backend, expected uint64, leader string, term uint64, value []byte) heartbeat.Record {
+// hb writes leader, term and value on the write expected (the zero Record:
+// none) and fails the test if that is refused.
+func hb(t *testing.T, b *Backend, expected heartbeat.Record, leader string, term uint64, value []byte) heartbeat.Record {
 	t.Helper()
 	r, err := b.Heartbeat(ctxT(t), expected, heartbeat.Record{Leader: leader, Term: term, Value: value})
 	if err != nil {
-		t.Fatalf("Heartbeat(%d, %q, %d): %v", expected, leader, term, err)
+		t.Fatalf("Heartbeat(%v, %q, %d): %v", expected, leader, term, err)
 	}
 	return r
 }
@@ -139,29 +141,30 @@ func TestHeartbeatCompareAndSet(t *testing.T) {
 		t.Fatalf("Get of a missing record: %v, want ErrNotFound", err)
 	}
 	var ce *base.ConflictError
-	if _, err := b.Heartbeat(ctx, 7, heartbeat.Record{Leader: "a", Term: 1}); !errors.As(err, &ce) || ce.Current.Revision != 0 {
+	if _, err := b.Heartbeat(ctx, heartbeat.Record{Revision: 7, Leader: "a", Term: 1}, heartbeat.Record{Leader: "a", Term: 1}); !errors.As(err, &ce) || ce.Current.Revision != 0 {
 		t.Fatalf("write on revision 7 of a missing record: %v, want a conflict with an empty record", err)
 	}
 
 	before := time.Now()
-	r1 := hb(t, b, 0, "a", 5, []byte("addr"))
+	r1 := hb(t, b, heartbeat.Record{}, "a", 5, []byte("addr"))
 	if r1.Revision != 1 || r1.Term != 5 || r1.Leader != "a" || string(r1.Value) != "addr" || r1.Election != "e1" {
 		t.Fatalf("first claim stored %+v", r1)
 	}
 	if d := r1.Timestamp.Sub(before); d < -time.Minute || d > time.Minute {
 		t.Fatalf("server timestamp %v far from %v", r1.Timestamp, before)
 	}
-	for _, expected := range []uint64{0, 2, 9} {
+	for _, expected := range []heartbeat.Record{{}, {Revision: 2, Leader: "a", Term: 5}, {Revision: 9, Leader: "a", Term: 5},
+		{Revision: 1, Leader: "b", Term: 5}, {Revision: 1, Leader: "a", Term: 4}} {
 		_, err := b.Heartbeat(ctx, expected, heartbeat.Record{Leader: "b", Term: 6})
 		if !errors.As(err, &ce) || !ce.Current.Equal(r1) {
-			t.Fatalf("write on revision %d: %v, want a conflict carrying %+v", expected, err, r1)
+			t.Fatalf("write expecting %v: %v, want a conflict carrying %+v", expected, err, r1)
 		}
 	}
-	r2 := hb(t, b, 1, "a", 5, nil)
+	r2 := hb(t, b, r1, "a", 5, nil)
 	if r2.Revision != 2 || r2.Value != nil || r2.Timestamp.Before(r1.Timestamp) {
 		t.Fatalf("renewal stored %+v after %+v", r2, r1)
 	}
-	r3 := hb(t, b, 2, "", 5, nil)
+	r3 := hb(t, b, r2, "", 5, nil)
 	if !r3.Vacant() || r3.Term != 5 {
 		t.Fatalf("vacant write stored %+v", r3)
 	}
@@ -172,7 +175,7 @@ func TestHeartbeatCompareAndSet(t *testing.T) {
 
 	// A record of another election on the same table is independent.
 	other := open(t, pool, "e2", opts)
-	if r := hb(t, other, 0, "x", 1, nil); r.Revision != 1 {
+	if r := hb(t, other, heartbeat.Record{}, "x", 1, nil); r.Revision != 1 {
 		t.Fatalf("other election stored %+v", r)
 	}
 
@@ -186,7 +189,7 @@ func TestHeartbeatCompareAndSet(t *testing.T) {
 		{"another election", heartbeat.Record{Election: "e2", Leader: "a", Term: 1}},
 		{"term beyond bigint", heartbeat.Record{Leader: "a", Term: 1 << 63}},
 	} {
-		_, err := b.Heartbeat(ctx, 3, tc.next)
+		_, err := b.Heartbeat(ctx, heartbeat.Record{Revision: 3, Leader: "a", Term: 1}, tc.next)
 		if !errors.Is(err, base.ErrInvalidConfig) || !errors.Is(err, heartbeat.ErrInvalidRecord) {
 			t.Errorf("%s: %v, want ErrInvalidConfig and heartbeat.ErrInvalidRecord", tc.name, err)
 		}
@@ -208,9 +211,9 @@ func TestConcurrentClaimsHaveOneWinner(t *testing.T) {
 			for i := range bs {
 				bs[i] = open(t, pool, election, opts)
 			}
-			var expected uint64
+			var expected heartbeat.Record
 			if tc.existing {
-				expected = hb(t, bs[0], 0, "old", 1, nil).Revision
+				expected = hb(t, bs[0], heartbeat.Record{}, "old", 1, nil)
 			}
 			var (
 				wg      sync.WaitGroup
@@ -232,7 +235,7 @@ func TestConcurrentClaimsHaveOneWinner(t *testing.T) {
 						winners = append(winners, id)
 						mu.Unlock()
 					case errors.As(err, &ce):
-						if ce.Current.Revision != expected+1 || ce.Current.Leader == id {
+						if ce.Current.Revision != expected.Revision+1 || ce.Current.Leader == id {
 							t.Errorf("%s: conflict carries %+v, want the winner's record", id, ce.Current)
 						}
 					default:
@@ -246,8 +249,8 @@ func TestConcurrentClaimsHaveOneWinner(t *testing.T) {
 				t.Fatalf("winners %v, want exactly one", winners)
 			}
 			got, err := bs[0].Get(ctxT(t))
-			if err != nil || got.Leader != winners[0] || got.Revision != expected+1 {
-				t.Fatalf("stored %+v, %v; want %s at revision %d", got, err, winners[0], expected+1)
+			if err != nil || got.Leader != winners[0] || got.Revision != expected.Revision+1 {
+				t.Fatalf("stored %+v, %v; want %s at revision %d", got, err, winners[0], expected.Revision+1)
 			}
 		})
 	}
@@ -261,11 +264,11 @@ func TestNotificationsInOrder(t *testing.T) {
 	other := open(t, pool, "other", opts)
 	ch := sub(t, b)
 
-	var last heartbeat.Record
+	var last, lastOther heartbeat.Record
 	for i := range 50 {
-		last = hb(t, b, last.Revision, "a", uint64(i/10+1), []byte{byte(i)})
+		last = hb(t, b, last, "a", uint64(i/10+1), []byte{byte(i)})
 		if i%10 == 0 {
-			hb(t, other, uint64(i/10), "x", 1, nil) // never delivered to b's feed
+			lastOther = hb(t, other, lastOther, "x", 1, nil) // never delivered to b's feed
 		}
 	}
 	for rev := uint64(1); rev <= last.Revision; rev++ {
@@ -373,6 +376,9 @@ func TestMalformedRows(t *testing.T) {
 		{"row too big for a notification", "INSERT INTO %s (election, leader, term, revision, value) VALUES ($1, 'a', 1, 1, $2)",
 			[]any{bytes.Repeat([]byte("v"), 20000)}},
 		{"timestamp infinity", "INSERT INTO %s (election, leader, term, revision, ts) VALUES ($1, 'a', 1, 1, 'infinity')", nil},
+		{"negative lease", "INSERT INTO %s (election, leader, term, revision, lease_us) VALUES ($1, 'a', 1, 1, -1)", nil},
+		{"lease over MaxLease", "INSERT INTO %s (election, leader, term, revision, lease_us) VALUES ($1, 'a', 1, 1, $2)",
+			[]any{heartbeat.MaxLease.Microseconds() + 1}},
 		{"leader too long", "INSERT INTO %s (election, leader, term, revision) VALUES ($1, $2, 1, 1)",
 			[]any{strings.Repeat("l", 7000)}},
 	} {
@@ -387,7 +393,7 @@ func TestMalformedRows(t *testing.T) {
 			if _, err := b.Get(ctxT(t)); !errors.Is(err, base.ErrMalformedRecord) {
 				t.Fatalf("Get: %v, want ErrMalformedRecord", err)
 			}
-			_, err := b.Heartbeat(ctxT(t), 0, heartbeat.Record{Leader: "a", Term: 1})
+			_, err := b.Heartbeat(ctxT(t), heartbeat.Record{}, heartbeat.Record{Leader: "a", Term: 1})
 			if !errors.Is(err, base.ErrMalformedRecord) {
 				t.Fatalf("Heartbeat over a malformed row: %v, want ErrMalformedRecord", err)
 			}
@@ -396,7 +402,7 @@ func TestMalformedRows(t *testing.T) {
 			if n := recv(t, ch); n.Type != base.RecordDeleted {
 				t.Fatalf("after the malformed row: %v, want RecordDeleted", n.Type)
 			}
-			r := hb(t, b, 0, "a", 1, nil)
+			r := hb(t, b, heartbeat.Record{}, "a", 1, nil)
 			if n := recv(t, ch); n.Type != base.RecordChanged || !n.Record.Equal(r) {
 				t.Fatalf("after the malformed row: %v %+v, want %+v", n.Type, n.Record, r)
 			}
@@ -440,7 +446,7 @@ func TestListenerKilled(t *testing.T) {
 	if p := b1.listener.connPID(); p == 0 || p == pid {
 		t.Fatalf("listener pid after reconnecting: %d (was %d)", p, pid)
 	}
-	r := hb(t, b1, 0, "a", 1, nil)
+	r := hb(t, b1, heartbeat.Record{}, "a", 1, nil)
 	if n := recv(t, ch); n.Type != base.RecordChanged || !n.Record.Equal(r) {
 		t.Fatalf("after reconnecting: %v %+v", n.Type, n.Record)
 	}
@@ -459,7 +465,10 @@ func TestCancelledContext(t *testing.T) {
 		{"Start", func() error { return b.Start(ctx) }},
 		{"Create", func() error { return b.Create(ctx) }},
 		{"Get", func() error { _, err := b.Get(ctx); return err }},
-		{"Heartbeat", func() error { _, err := b.Heartbeat(ctx, 0, heartbeat.Record{Leader: "a", Term: 1}); return err }},
+		{"Heartbeat", func() error {
+			_, err := b.Heartbeat(ctx, heartbeat.Record{}, heartbeat.Record{Leader: "a", Term: 1})
+			return err
+		}},
 		{"Subscribe", func() error { _, err := b.Subscribe(ctx); return err }},
 	} {
 		if err := tc.call(); !errors.Is(err, context.Canceled) {
@@ -476,7 +485,7 @@ func TestCancelledContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hb(t, b, 0, "a", 1, nil)
+	hb(t, b, heartbeat.Record{}, "a", 1, nil)
 	scancel()
 	deadline := time.After(wait)
 	for {
@@ -517,7 +526,10 @@ func TestClose(t *testing.T) {
 		{"Start", func() error { return b.Start(ctx) }},
 		{"Create", func() error { return b.Create(ctx) }},
 		{"Get", func() error { _, err := b.Get(ctx); return err }},
-		{"Heartbeat", func() error { _, err := b.Heartbeat(ctx, 0, heartbeat.Record{Leader: "a", Term: 1}); return err }},
+		{"Heartbeat", func() error {
+			_, err := b.Heartbeat(ctx, heartbeat.Record{}, heartbeat.Record{Leader: "a", Term: 1})
+			return err
+		}},
 		{"Subscribe", func() error { _, err := b.Subscribe(ctx); return err }},
 	} {
 		if err := tc.call(); !errors.Is(err, base.ErrClosed) {
@@ -598,9 +610,55 @@ func TestCreate(t *testing.T) {
 			t.Fatalf("Create after SchemaSQL: %v", err)
 		}
 		ch := sub(t, b)
-		r := hb(t, b, 0, "a", 1, nil)
+		r := hb(t, b, heartbeat.Record{}, "a", 1, nil)
 		if n := recv(t, ch); !n.Record.Equal(r) {
 			t.Fatalf("notification %v %+v, want %+v", n.Type, n.Record, r)
+		}
+	})
+
+	t.Run("a table of an older version gains lease_us", func(t *testing.T) {
+		table := uniqueName(t)
+		quoted := pgx.Identifier{"public", table}.Sanitize()
+		mustExec(t, pool, "CREATE TABLE "+quoted+` (election text PRIMARY KEY, leader text NOT NULL DEFAULT '',
+			term bigint NOT NULL DEFAULT 0, revision bigint NOT NULL, ts timestamptz NOT NULL DEFAULT clock_timestamp(),
+			value bytea NOT NULL DEFAULT ''::bytea)`)
+		mustExec(t, pool, "INSERT INTO "+quoted+" (election, leader, term, revision) VALUES ('e', 'a', 3, 7)")
+		checker, _ := New(pool, "e", Options{Table: table, NoCreate: true})
+		defer checker.Close()
+		if err := checker.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) || !strings.Contains(err.Error(), "lease_us is missing") {
+			t.Fatalf("NoCreate on an old table: %v, want ErrInvalidConfig naming lease_us", err)
+		}
+		b, _ := New(pool, "e", Options{Table: table})
+		defer b.Close()
+		if err := b.Create(ctx); err != nil {
+			t.Fatalf("Create on an old table: %v", err)
+		}
+		got, err := b.Get(ctx)
+		if err != nil || got.Revision != 7 || got.Lease != 0 {
+			t.Fatalf("Get after the upgrade = %+v, %v; want revision 7 and no lease", got, err)
+		}
+		r := hb(t, b, got, "b", 4, nil)
+		if r.Revision != 8 {
+			t.Fatalf("claim after the upgrade stored %+v", r)
+		}
+		if err := checker.Create(ctx); err != nil {
+			t.Fatalf("NoCreate check after the upgrade: %v", err)
+		}
+	})
+
+	t.Run("a vacancy written by an older version keeps lease_us: read as no lease", func(t *testing.T) {
+		opts := Options{Table: uniqueName(t)}
+		b := open(t, pool, "e", opts)
+		r, err := b.Heartbeat(ctx, heartbeat.Record{}, heartbeat.Record{Leader: "a", Term: 1, Lease: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What an older version's UPDATE does: it does not know lease_us.
+		mustExec(t, pool, "UPDATE "+pgx.Identifier{"public", opts.Table}.Sanitize()+
+			" SET leader = '', revision = revision + 1 WHERE election = 'e'")
+		got, err := b.Get(ctx)
+		if err != nil || !got.Vacant() || got.Lease != 0 || got.Revision != r.Revision+1 {
+			t.Fatalf("Get = %+v, %v; want a vacant record without a lease", got, err)
 		}
 	})
 
@@ -622,7 +680,7 @@ func TestSlowReaderGetsLatest(t *testing.T) {
 	ch := sub(t, b)
 	var last heartbeat.Record
 	for i := range coalesceAt * 3 {
-		last = hb(t, b, last.Revision, "a", uint64(i+1), nil)
+		last = hb(t, b, last, "a", uint64(i+1), nil)
 	}
 	var prev uint64
 	for prev < last.Revision {

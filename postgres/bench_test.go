@@ -32,13 +32,13 @@ func BenchmarkHeartbeat(b *testing.B) {
 	pool := newPool(b)
 	be := benchBackend(b, pool, uniqueName(b), "e")
 	ctx := context.Background()
-	var rev uint64
+	var rev heartbeat.Record
 	for b.Loop() {
 		r, err := be.Heartbeat(ctx, rev, heartbeat.Record{Leader: "a", Term: 1, Value: []byte("10.0.0.1:8080")})
 		if err != nil {
 			b.Fatal(err)
 		}
-		rev = r.Revision
+		rev = r
 	}
 }
 
@@ -50,14 +50,14 @@ func BenchmarkHeartbeatElections(b *testing.B) {
 	var n atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		be := benchBackend(b, pool, table, fmt.Sprintf("e%d", n.Add(1)))
-		var rev uint64
+		var rev heartbeat.Record
 		for pb.Next() {
 			r, err := be.Heartbeat(context.Background(), rev, heartbeat.Record{Leader: "a", Term: 1})
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			rev = r.Revision
+			rev = r
 		}
 	})
 }
@@ -76,15 +76,15 @@ func BenchmarkNotify(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var rev uint64
+	var rev heartbeat.Record
 	for b.Loop() {
 		r, err := writer.Heartbeat(ctx, rev, heartbeat.Record{Leader: "a", Term: 1})
 		if err != nil {
 			b.Fatal(err)
 		}
-		rev = r.Revision
+		rev = r
 		for n := range ch {
-			if n.Type == base.RecordChanged && n.Record.Revision == rev {
+			if n.Type == base.RecordChanged && n.Record.Revision == rev.Revision {
 				break
 			}
 		}

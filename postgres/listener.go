@@ -365,6 +365,7 @@ type payload struct {
 	R      *json.Number    `json:"r"`
 	TS     *json.Number    `json:"ts"`
 	V      *string         `json:"v"`
+	LS     *json.Number    `json:"ls"`
 	Key    json.RawMessage `json:"key"`
 	Old    json.RawMessage `json:"old"`
 	New    json.RawMessage `json:"new"`
@@ -425,7 +426,7 @@ func recordItem(election string, p *payload) item {
 	value, err := decodeBase64(election, p.V)
 	var r = recordOnly(election)
 	if err == nil {
-		r, err = decodeRecord(election, p.L, num(p.N), num(p.R), num(p.TS), value)
+		r, err = decodeRecord(election, p.L, num(p.N), num(p.R), num(p.TS), value, num(p.LS))
 	}
 	if err != nil {
 		return item{n: base.Notification{Type: base.Ignored, Err: err}, record: true}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -39,7 +40,7 @@ BEGIN
   payload := json_build_object('k', 'r', 's', TG_TABLE_SCHEMA, 't', TG_TABLE_NAME,
     'op', left(TG_OP, 1), 'e', NEW.election, 'l', NEW.leader, 'n', NEW.term, 'r', NEW.revision,
     'ts', CASE WHEN isfinite(NEW.ts) THEN (extract(epoch FROM NEW.ts) * 1000000)::bigint END,
-    'v', translate(encode(NEW.value, 'base64'), E'\n', ''))::text;
+    'v', translate(encode(NEW.value, 'base64'), E'\n', ''), 'ls', NEW.lease_us)::text;
   IF octet_length(payload) >= 8000 THEN
     payload := json_build_object('k', 'r', 's', TG_TABLE_SCHEMA, 't', TG_TABLE_NAME,
       'op', left(TG_OP, 1), 'e', NEW.election, 'big', true)::text;
@@ -105,6 +106,21 @@ var columns = []struct{ name, typ, ddl string }{
 	{"revision", "bigint", "bigint NOT NULL"},
 	{"ts", "timestamp with time zone", "timestamptz NOT NULL DEFAULT clock_timestamp()"},
 	{"value", "bytea", "bytea NOT NULL DEFAULT ''::bytea"},
+	{"lease_us", "bigint", "bigint NOT NULL DEFAULT 0"},
+}
+
+// addedColumns are the columns added after the first release: Create adds
+// them to a table made before (an existing row reads as having no lease).
+var addedColumns = []string{"lease_us"}
+
+func (d ddl) addColumns() []string {
+	var out []string
+	for _, c := range columns {
+		if slices.Contains(addedColumns, c.name) {
+			out = append(out, "ALTER TABLE "+d.table+" ADD COLUMN IF NOT EXISTS "+c.name+" "+c.ddl)
+		}
+	}
+	return out
 }
 
 // ddl holds the statements that make what a Backend needs. Every name in
@@ -164,12 +180,11 @@ func SchemaSQL(opts Options) (string, error) {
 		return "", err
 	}
 	d := newDDL(o)
-	stmts := []string{
-		d.createSchema(),
-		d.createTable(),
+	stmts := append([]string{d.createSchema(), d.createTable()}, d.addColumns()...)
+	stmts = append(stmts,
 		createFunction(d.recordFunc, recordFunctionBody),
 		d.createTrigger(d.table, d.recordFunc),
-	}
+	)
 	if d.watch != "" {
 		stmts = append(stmts, createFunction(d.changeFunc, changeFunctionBody), d.createTrigger(d.watch, d.changeFunc))
 	}
@@ -209,6 +224,8 @@ func (b *Backend) create(ctx context.Context) error {
 			return err
 		}
 	} else if err != nil {
+		return err
+	} else if err := addMissingColumns(ctx, tx, o, d); err != nil {
 		return err
 	}
 	if err := checkColumns(ctx, tx, o); err != nil {
@@ -301,8 +318,28 @@ func checkColumns(ctx context.Context, q querier, o Options) error {
 		}
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("election table %s does not have the expected shape: %s: %w",
+		return fmt.Errorf("election table %s does not have the expected shape: %s (Create adds missing columns unless NoCreate is set; SchemaSQL gives the statements): %w",
 			pgx.Identifier{o.Schema, o.Table}.Sanitize(), strings.Join(problems, "; "), base.ErrInvalidConfig)
+	}
+	return nil
+}
+
+// addMissingColumns adds the columns of addedColumns that a table made by
+// an older version lacks. It checks first: ALTER TABLE takes an exclusive
+// lock even when the column exists.
+func addMissingColumns(ctx context.Context, tx pgx.Tx, o Options, d ddl) error {
+	var missing bool
+	err := tx.QueryRow(ctx, `SELECT count(*) < $3 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+		JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = ANY($4) AND a.attnum > 0 AND NOT a.attisdropped`,
+		o.Schema, o.Table, len(addedColumns), addedColumns).Scan(&missing)
+	if err != nil || !missing {
+		return err
+	}
+	for _, stmt := range d.addColumns() {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -10,7 +10,14 @@
 // election document looks like
 //
 //	{"id": "jobs", "leaderfeed": 1, "leader": "node-a", "term": 7,
-//	 "revision": 42, "timestamp": r.now(), "value": r.binary(...) or null}
+//	 "revision": 42, "timestamp": r.now(), "value": r.binary(...) or null,
+//	 "lease_us": 1500000}
+//
+// "lease_us" is the writer's lease (heartbeat.Record.Lease) in whole
+// microseconds, rounded up; 0 when vacant. A document written before the
+// field existed lacks it and is a record with Lease 0; a lease on a vacant
+// document (left by such an older writer's update, which merges) is
+// ignored.
 //
 // The field "leaderfeed" marks it as ours (format version 1). A document
 // with the election's id that lacks the mark, misses a field or holds a
@@ -23,8 +30,11 @@
 //   - Every write is one single-document operation that RethinkDB executes
 //     atomically: the first claim is an insert with conflict "error" (a
 //     duplicate primary key means someone else was first), every later
-//     write is Get(id).Update(func(row) r.Branch(revision matches, new
-//     record, r.Error(...))). The timestamp is r.Now(), the server's clock.
+//     write is Get(id).Update(func(row) r.Branch(revision, leader and term
+//     match and the document is well formed, new record, r.Error(...))):
+//     the write's identity, not the revision alone, so that a revision
+//     handed out twice after a lost write is told apart. The timestamp is
+//     r.Now(), the server's clock.
 //   - The feed is a changefeed on the whole table, read in the order the
 //     server sends it (commit order per document). A feed that breaks, or
 //     in which the server reports skipped changes, ends with one
@@ -34,7 +44,7 @@
 //   - The driver retries a query on a broken connection. If a compare-and-
 //     set was applied but its reply was lost, the retry finds the new
 //     revision; Heartbeat recognises its own write (same leader, term,
-//     value and revision expected+1, which only this write can produce when
+//     value, lease and revision expected+1, which only this write can produce when
 //     node ids are unique) and returns it as success rather than a
 //     conflict.
 //

@@ -106,10 +106,10 @@ func (o *oneAtATime) Get(ctx context.Context) (heartbeat.Record, error) {
 	return o.Backend.Get(ctx)
 }
 
-func (o *oneAtATime) Heartbeat(ctx context.Context, rev uint64, next heartbeat.Record) (heartbeat.Record, error) {
+func (o *oneAtATime) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.Backend.Heartbeat(ctx, rev, next)
+	return o.Backend.Heartbeat(ctx, expected, next)
 }
 
 func (o *oneAtATime) Subscribe(ctx context.Context) (<-chan base.Notification, error) {

@@ -109,10 +109,10 @@ var writeMu sync.Mutex
 // writeMu. Create is not serialized: racing creators must succeed anyway.
 type serialized struct{ base.Backend }
 
-func (s serialized) Heartbeat(ctx context.Context, rev uint64, next heartbeat.Record) (heartbeat.Record, error) {
+func (s serialized) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	writeMu.Lock()
 	defer writeMu.Unlock()
-	return s.Backend.Heartbeat(ctx, rev, next)
+	return s.Backend.Heartbeat(ctx, expected, next)
 }
 
 // wrapWrites returns b, wrapped in serialized on reqlite.

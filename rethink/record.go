@@ -23,6 +23,10 @@ const (
 	fieldRevision  = "revision"
 	fieldTimestamp = "timestamp"
 	fieldValue     = "value"
+	// fieldLease is the writer's lease (heartbeat.Record.Lease) in whole
+	// microseconds, rounded up. Documents written before it existed lack
+	// it: they decode with Lease 0.
+	fieldLease = "lease_us"
 
 	// formatVersion is the value of the mark field.
 	formatVersion = 1
@@ -30,6 +34,10 @@ const (
 	// maxExact is the largest integer a JSON number (a double in RethinkDB)
 	// holds exactly.
 	maxExact = 1 << 53
+
+	// maxLeaseMicros is heartbeat.MaxLease in microseconds, the largest
+	// lease a document may hold.
+	maxLeaseMicros = int64(heartbeat.MaxLease / time.Microsecond)
 )
 
 // errMalformed builds an error matching base.ErrMalformedRecord.
@@ -52,7 +60,18 @@ func encodeRecord(election string, rev uint64, next heartbeat.Record) map[string
 		fieldRevision:  rev,
 		fieldTimestamp: r.Now(),
 		fieldValue:     value,
+		fieldLease:     leaseMicros(next.Lease),
 	}
+}
+
+// leaseMicros returns lease in whole microseconds, rounded up: a stored
+// lease is never shorter than the writer's. A valid lease (at most
+// heartbeat.MaxLease) stays within maxLeaseMicros.
+func leaseMicros(lease time.Duration) int64 {
+	if lease <= 0 {
+		return 0
+	}
+	return int64((lease + time.Microsecond - 1) / time.Microsecond)
 }
 
 // rawDoc is a document as the server sent it, pseudo-types unconverted.
@@ -93,6 +112,16 @@ func decodeRecord(election string, raw json.RawMessage) (heartbeat.Record, error
 	}
 	if rec.Value, err = decodeBinary(doc[fieldValue]); err != nil {
 		return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldValue, err)
+	}
+	if rec.Lease, err = decodeLease(doc[fieldLease]); err != nil {
+		return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldLease, err)
+	}
+	if rec.Leader == "" {
+		// A vacant record grants nobody a lease. A lease on one comes from
+		// a writer that predates the field: its update merged leader "" into
+		// a document that still held the previous writer's lease. Refusing
+		// it would leave the election stuck on a record nothing overwrites.
+		rec.Lease = 0
 	}
 	if err := rec.Validate(); err != nil {
 		return heartbeat.Record{}, fmt.Errorf("rethink: %w: document %q: %w", base.ErrMalformedRecord, election, err)
@@ -168,6 +197,23 @@ func decodeTime(raw json.RawMessage) (time.Time, error) {
 	return time.UnixMicro(int64(math.Round(e * 1e6))).UTC(), nil
 }
 
+// decodeLease decodes the lease field: missing or null (a document written
+// before the field existed) is 0; otherwise a whole number of microseconds
+// in [0, maxLeaseMicros].
+func decodeLease(raw json.RawMessage) (time.Duration, error) {
+	if isNull(raw) {
+		return 0, nil
+	}
+	us, err := decodeUint(raw)
+	if err != nil {
+		return 0, err
+	}
+	if us > uint64(maxLeaseMicros) {
+		return 0, fmt.Errorf("%d µs exceeds MaxLease (%v)", us, heartbeat.MaxLease)
+	}
+	return time.Duration(us) * time.Microsecond, nil
+}
+
 func decodeBinary(raw json.RawMessage) ([]byte, error) {
 	if isNull(raw) {
 		return nil, nil
@@ -187,9 +233,10 @@ func decodeBinary(raw json.RawMessage) ([]byte, error) {
 }
 
 // ownWrite reports whether cur is exactly what a compare-and-set of next on
-// expected stores, which only that write produces when node ids are unique.
-// Vacant records are left out: any node may write one.
-func ownWrite(cur heartbeat.Record, expected uint64, next heartbeat.Record) bool {
-	return next.Leader != "" && cur.Revision == expected+1 && cur.Leader == next.Leader && cur.Term == next.Term &&
-		bytes.Equal(cur.Value, next.Value)
+// the write expected stores (revision expected.Revision+1, next's leader,
+// term, value and lease as stored), which only that write produces when
+// node ids are unique. Vacant records are left out: any node may write one.
+func ownWrite(cur, expected, next heartbeat.Record) bool {
+	return next.Leader != "" && cur.Revision == expected.Revision+1 && cur.Leader == next.Leader && cur.Term == next.Term &&
+		bytes.Equal(cur.Value, next.Value) && cur.Lease == time.Duration(leaseMicros(next.Lease))*time.Microsecond
 }

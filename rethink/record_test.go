@@ -21,6 +21,20 @@ func TestDecodeRecord(t *testing.T) {
 	if err != nil || !got.Equal(want) {
 		t.Fatalf("good document: got %v %v (%v), want %v %v", got, got.Timestamp, err, want, want.Timestamp)
 	}
+	legacy := `{"id":"e","leaderfeed":1,"leader":"a","term":3,"revision":9,"timestamp":` + ts + `}`
+	for doc, lease := range map[string]time.Duration{
+		legacy: 0,
+		`{"id":"e","leaderfeed":1,"leader":"a","term":3,"revision":9,"timestamp":` + ts + `,"lease_us":null}`:       0,
+		`{"id":"e","leaderfeed":1,"leader":"a","term":3,"revision":9,"timestamp":` + ts + `,"lease_us":1500250}`:    1500250 * time.Microsecond,
+		`{"id":"e","leaderfeed":1,"leader":"a","term":3,"revision":9,"timestamp":` + ts + `,"lease_us":3600000000}`: heartbeat.MaxLease,
+		// An older writer's vacancy merged into a leased document.
+		`{"id":"e","leaderfeed":1,"leader":"","term":3,"revision":9,"timestamp":` + ts + `,"lease_us":1000}`: 0,
+	} {
+		got, err := decodeRecord("e", []byte(doc))
+		if err != nil || got.Lease != lease {
+			t.Errorf("%s: got lease %v, %v; want %v", doc, got.Lease, err, lease)
+		}
+	}
 	bad := map[string]string{
 		"not an object":     `[1]`,
 		"other id":          `{"id":"f","leaderfeed":1,"leader":"a","term":3,"revision":9,"timestamp":` + ts + `}`,
@@ -31,6 +45,10 @@ func TestDecodeRecord(t *testing.T) {
 		"time without type": `{"id":"e","leaderfeed":1,"leader":"a","term":3,"revision":9,"timestamp":{"epoch_time":1}}`,
 		"bad base64":        `{"id":"e","leaderfeed":1,"leader":"a","term":3,"revision":9,"timestamp":` + ts + `,"value":{"$reql_type$":"BINARY","data":"!!"}}`,
 		"leader too long":   `{"id":"e","leaderfeed":1,"leader":"` + longName() + `","term":3,"revision":9,"timestamp":` + ts + `}`,
+		"lease a string":    `{"id":"e","leaderfeed":1,"leader":"a","term":3,"revision":9,"timestamp":` + ts + `,"lease_us":"5"}`,
+		"negative lease":    `{"id":"e","leaderfeed":1,"leader":"a","term":3,"revision":9,"timestamp":` + ts + `,"lease_us":-1}`,
+		"fractional lease":  `{"id":"e","leaderfeed":1,"leader":"a","term":3,"revision":9,"timestamp":` + ts + `,"lease_us":0.5}`,
+		"lease too long":    `{"id":"e","leaderfeed":1,"leader":"a","term":3,"revision":9,"timestamp":` + ts + `,"lease_us":3600000001}`,
 	}
 	for name, doc := range bad {
 		if _, err := decodeRecord("e", []byte(doc)); !errors.Is(err, base.ErrMalformedRecord) {
@@ -47,23 +65,36 @@ func longName() string {
 	return string(b)
 }
 
+func TestLeaseMicros(t *testing.T) {
+	for lease, want := range map[time.Duration]int64{
+		0: 0, 1: 1, time.Microsecond: 1, time.Microsecond + 1: 2, 1500*time.Millisecond + 250*time.Microsecond: 1500250,
+		heartbeat.MaxLease - 1: maxLeaseMicros, heartbeat.MaxLease: maxLeaseMicros,
+	} {
+		if got := leaseMicros(lease); got != want {
+			t.Errorf("leaseMicros(%v) = %d, want %d", lease, got, want)
+		}
+	}
+}
+
 func TestOwnWrite(t *testing.T) {
-	next := heartbeat.Record{Leader: "a", Term: 2, Value: []byte("v")}
-	cur := heartbeat.Record{Election: "e", Leader: "a", Term: 2, Revision: 6, Value: []byte("v")}
-	if !ownWrite(cur, 5, next) {
+	next := heartbeat.Record{Leader: "a", Term: 2, Value: []byte("v"), Lease: time.Second + 1}
+	cur := heartbeat.Record{Election: "e", Leader: "a", Term: 2, Revision: 6, Value: []byte("v"), Lease: time.Second + time.Microsecond}
+	expected := heartbeat.Record{Revision: 5, Leader: "a", Term: 2}
+	if !ownWrite(cur, expected, next) {
 		t.Error("the record a write on revision 5 stores is not recognised as that write")
 	}
 	for name, c := range map[string]heartbeat.Record{
 		"other revision": {Leader: "a", Term: 2, Revision: 7, Value: []byte("v")},
 		"other leader":   {Leader: "b", Term: 2, Revision: 6, Value: []byte("v")},
 		"other term":     {Leader: "a", Term: 3, Revision: 6, Value: []byte("v")},
-		"other value":    {Leader: "a", Term: 2, Revision: 6},
+		"other value":    {Leader: "a", Term: 2, Revision: 6, Lease: time.Second + time.Microsecond},
+		"other lease":    {Leader: "a", Term: 2, Revision: 6, Value: []byte("v"), Lease: time.Second},
 	} {
-		if ownWrite(c, 5, next) {
+		if ownWrite(c, expected, next) {
 			t.Errorf("%s: taken for our own write", name)
 		}
 	}
-	if ownWrite(heartbeat.Record{Term: 2, Revision: 6}, 5, heartbeat.Record{Term: 2}) {
+	if ownWrite(heartbeat.Record{Term: 2, Revision: 6}, heartbeat.Record{Revision: 5, Term: 2}, heartbeat.Record{Term: 2}) {
 		t.Error("a vacant record is taken for our own write; any node may write one")
 	}
 }

@@ -36,7 +36,7 @@ const (
 )
 
 // conflictMarker is the message of the r.Error that the update function
-// raises when the revision does not match.
+// raises when the stored document is not the expected write.
 const conflictMarker = "leaderfeed: revision conflict"
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
@@ -238,14 +238,15 @@ type writeResult struct {
 }
 
 // Heartbeat is the compare-and-set write: an insert with conflict "error"
-// when expectedRevision is 0, else one atomic single-document update whose
+// when expected.Revision is 0, else one atomic single-document update whose
 // function checks that the stored document is a well-formed election
-// document at expectedRevision and raises an error otherwise. The
-// timestamp is the server's r.Now(). A refused write is followed by a Get
-// to return a *base.ConflictError with the current record, or an error
-// matching base.ErrMalformedRecord when the stored document is foreign or
-// malformed (it is never overwritten).
-func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next heartbeat.Record) (heartbeat.Record, error) {
+// document holding the write expected names (the same revision, leader and
+// term) and raises an error otherwise. The timestamp is the server's
+// r.Now(); the lease is stored in whole microseconds, rounded up. A refused
+// write is followed by a Get to return a *base.ConflictError with the
+// current record, or an error matching base.ErrMalformedRecord when the
+// stored document is foreign or malformed (it is never overwritten).
+func (b *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	if err := b.check(ctx); err != nil {
 		return heartbeat.Record{}, err
 	}
@@ -257,20 +258,23 @@ func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next h
 	if err := next.Validate(); err != nil {
 		return heartbeat.Record{}, fmt.Errorf("rethink: heartbeat: %w", err)
 	}
-	if next.Term > maxExact || expectedRevision >= maxExact {
+	if next.Term > maxExact || expected.Revision >= maxExact || expected.Term > maxExact {
 		return heartbeat.Record{}, fmt.Errorf("rethink: heartbeat: %w: term or revision beyond 2^53", heartbeat.ErrInvalidRecord)
 	}
-	doc := encodeRecord(b.election, expectedRevision+1, next)
+	doc := encodeRecord(b.election, expected.Revision+1, next)
 	var q r.Term
-	if expectedRevision == 0 {
+	if expected.Revision == 0 {
 		q = b.term().Insert(doc, r.InsertOpts{Conflict: "error", ReturnChanges: true, Durability: durability})
 	} else {
 		delete(doc, fieldID)
 		q = b.term().Get(b.election).Update(func(row r.Term) any {
-			return r.Branch(casCondition(row, expectedRevision), doc, r.Error(conflictMarker))
+			return r.Branch(casCondition(row, expected), doc, r.Error(conflictMarker))
 		}, r.UpdateOpts{ReturnChanges: true, Durability: durability})
 	}
-	what := fmt.Sprintf("heartbeat of %q on revision %d", b.election, expectedRevision)
+	what := fmt.Sprintf("heartbeat of %q on revision %d", b.election, expected.Revision)
+	if expected.Revision != 0 {
+		what += fmt.Sprintf(" (leader %q, term %d)", expected.Leader, expected.Term)
+	}
 	raw, err := b.run(ctx, what, q)
 	if err != nil {
 		return heartbeat.Record{}, err
@@ -300,35 +304,44 @@ func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next h
 		return heartbeat.Record{}, fmt.Errorf("rethink: %s: refused to overwrite a foreign or malformed document: %w", what, err)
 	case err != nil:
 		return heartbeat.Record{}, fmt.Errorf("rethink: %s: refused, and reading the current record failed: %w", what, err)
-	case ownWrite(cur, expectedRevision, next):
+	case ownWrite(cur, expected, next):
 		// The driver retried the query after losing the reply of the first
 		// try, which had written this very record.
 		return cur, nil
-	case cur.Revision != expectedRevision:
+	case expected.Revision == 0 || !cur.SameWrite(expected):
 		return heartbeat.Record{}, fmt.Errorf("rethink: %s: %w", what, base.NewConflict(cur))
 	}
-	return heartbeat.Record{}, fmt.Errorf("rethink: %s: the server refused the write (%s) though revision %d is stored", what, wr.FirstError, cur.Revision)
+	return heartbeat.Record{}, fmt.Errorf("rethink: %s: the server refused the write (%s) though that write is stored: %v", what, wr.FirstError, cur)
 }
 
 // casCondition is true when the stored document row is a well-formed
-// election document at revision expected: at least as strict as
-// decodeRecord, so that a compare-and-set never overwrites a foreign or
-// malformed document. The one check it cannot make exactly is the length
-// of the leader id, counted here in characters instead of bytes.
-func casCondition(row r.Term, expected uint64) r.Term {
+// election document holding the write expected names: the same revision,
+// leader and term (heartbeat.Record.SameWrite), compared by the server
+// inside the update function, so the compare-and-set stays one atomic
+// operation. It is at least as strict as decodeRecord, so that a
+// compare-and-set never overwrites a foreign or malformed document. The one
+// check it cannot make exactly is the length of the leader id, counted here
+// in characters instead of bytes.
+func casCondition(row r.Term, expected heartbeat.Record) r.Term {
 	leader := row.Field(fieldLeader).Default(nil)
 	term := row.Field(fieldTerm).Default(nil)
 	value := row.Field(fieldValue).Default(nil)
+	lease := row.Field(fieldLease).Default(nil)
 	return r.And(
 		row.Field(fieldMark).Default(nil).Eq(formatVersion),
-		row.Field(fieldRevision).Default(nil).Eq(expected),
+		row.Field(fieldRevision).Default(nil).Eq(expected.Revision),
 		row.Field(fieldTimestamp).Default(nil).TypeOf().Eq("PTYPE<TIME>"),
 		leader.TypeOf().Eq("STRING"),
+		leader.Eq(expected.Leader),
 		leader.Match(`^[^\x00-\x1f\x7f]{0,127}$`).Ne(nil),
 		term.TypeOf().Eq("NUMBER"),
+		term.Eq(expected.Term),
 		term.Ge(0), term.Le(maxExact), term.Floor().Eq(term),
 		r.Or(value.TypeOf().Eq("NULL"),
 			r.And(value.TypeOf().Eq("PTYPE<BINARY>"), value.Count().Le(heartbeat.MaxValueLen), leader.Ne(""))),
+		// Missing or null: written before the field existed.
+		r.Or(lease.TypeOf().Eq("NULL"),
+			r.And(lease.TypeOf().Eq("NUMBER"), lease.Ge(0), lease.Le(maxLeaseMicros), lease.Floor().Eq(lease))),
 	)
 }
 

@@ -21,6 +21,9 @@ import (
 
 const table = "elections"
 
+// none is the expected record of a first write: no record exists.
+var none heartbeat.Record
+
 func rec(leader string, term uint64, value string) heartbeat.Record {
 	var v []byte
 	if value != "" {
@@ -191,7 +194,7 @@ func TestHeartbeatCompareAndSet(t *testing.T) {
 		t.Fatalf("Get before any write: got %v, want ErrNotFound", err)
 	}
 	before := time.Now()
-	r1, err := a.Heartbeat(ctx, 0, rec("a", 1, "addr-a"))
+	r1, err := a.Heartbeat(ctx, none, rec("a", 1, "addr-a"))
 	if err != nil {
 		t.Fatalf("first claim: %v", err)
 	}
@@ -203,26 +206,33 @@ func TestHeartbeatCompareAndSet(t *testing.T) {
 	}
 
 	// A second first claim conflicts and carries the current record.
-	_, err = bb.Heartbeat(ctx, 0, rec("b", 1, ""))
+	_, err = bb.Heartbeat(ctx, none, rec("b", 1, ""))
 	var ce *base.ConflictError
 	if !errors.Is(err, base.ErrConflict) || !errors.As(err, &ce) || !ce.Current.Equal(r1) {
 		t.Fatalf("second first claim: got %v, want a conflict carrying %v", err, r1)
 	}
 
-	r2, err := a.Heartbeat(ctx, 1, rec("a", 1, "addr-a"))
+	r2, err := a.Heartbeat(ctx, r1, rec("a", 1, "addr-a"))
 	if err != nil || r2.Revision != 2 || r2.Term != 1 || r2.Timestamp.Before(r1.Timestamp) {
 		t.Fatalf("renewal: got %v, %v", r2, err)
 	}
 	// A claim on a stale revision fails.
-	if _, err := bb.Heartbeat(ctx, 1, rec("b", 2, "")); !errors.As(err, &ce) || ce.Current.Revision != 2 {
+	if _, err := bb.Heartbeat(ctx, r1, rec("b", 2, "")); !errors.As(err, &ce) || ce.Current.Revision != 2 {
 		t.Fatalf("stale claim: got %v, want a conflict at revision 2", err)
 	}
+	// The stored revision with another leader or term is another write
+	// (a store that lost a write can hand a revision out twice).
+	for _, other := range []heartbeat.Record{{Revision: 2, Leader: "b", Term: 1}, {Revision: 2, Leader: "a", Term: 2}, {Revision: 2, Term: 1}} {
+		if _, err := bb.Heartbeat(ctx, other, rec("b", 2, "")); !errors.As(err, &ce) || !ce.Current.Equal(r2) {
+			t.Fatalf("claim expecting %v on %v: got %v, want a conflict carrying it", other, r2, err)
+		}
+	}
 	// Vacant, then claimed by b with a higher term.
-	r3, err := a.Heartbeat(ctx, 2, rec("", 1, ""))
+	r3, err := a.Heartbeat(ctx, r2, rec("", 1, ""))
 	if err != nil || !r3.Vacant() || r3.Value != nil || r3.Revision != 3 {
 		t.Fatalf("resign: got %v, %v", r3, err)
 	}
-	r4, err := bb.Heartbeat(ctx, 3, rec("b", 2, "addr-b"))
+	r4, err := bb.Heartbeat(ctx, r3, rec("b", 2, "addr-b"))
 	if err != nil || r4.Leader != "b" || r4.Revision != 4 {
 		t.Fatalf("claim after vacancy: got %v, %v", r4, err)
 	}
@@ -231,15 +241,17 @@ func TestHeartbeatCompareAndSet(t *testing.T) {
 		t.Fatalf("Get: got %v (%v), want %v", got, err, r4)
 	}
 	// A claim on a revision that does not exist yet fails too.
-	if _, err := a.Heartbeat(ctx, 99, rec("a", 3, "")); !errors.As(err, &ce) || ce.Current.Revision != 4 {
+	future := r4
+	future.Revision = 99
+	if _, err := a.Heartbeat(ctx, future, rec("a", 3, "")); !errors.As(err, &ce) || ce.Current.Revision != 4 {
 		t.Fatalf("claim on a future revision: got %v", err)
 	}
 	// Invalid records are refused before any write.
-	if _, err := a.Heartbeat(ctx, 4, rec("", 3, "value-without-leader")); !errors.Is(err, heartbeat.ErrInvalidRecord) {
+	if _, err := a.Heartbeat(ctx, r4, rec("", 3, "value-without-leader")); !errors.Is(err, heartbeat.ErrInvalidRecord) {
 		t.Fatalf("vacant record with a value: got %v, want ErrInvalidRecord", err)
 	}
 	big := bytes.Repeat([]byte("x"), heartbeat.MaxValueLen)
-	r5, err := bb.Heartbeat(ctx, 4, heartbeat.Record{Leader: "b", Term: 2, Value: big})
+	r5, err := bb.Heartbeat(ctx, r4, heartbeat.Record{Leader: "b", Term: 2, Value: big})
 	if err != nil || !bytes.Equal(r5.Value, big) {
 		t.Fatalf("largest value: %v", err)
 	}
@@ -256,7 +268,7 @@ func TestConcurrentClaimants(t *testing.T) {
 		nodes[i] = open(t, nil, db, table, "race")
 	}
 	ctx := testCtx(t)
-	var expected uint64
+	var expected heartbeat.Record
 	for round := range 3 {
 		var (
 			wg      sync.WaitGroup
@@ -280,7 +292,7 @@ func TestConcurrentClaimants(t *testing.T) {
 		if len(winners) != 1 {
 			t.Fatalf("round %d: %d winners %v, want exactly one", round, len(winners), winners)
 		}
-		expected = winners[0].Revision
+		expected = winners[0]
 	}
 }
 
@@ -310,13 +322,13 @@ func TestFeedOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	const writes = 30
-	var rev uint64
+	var last heartbeat.Record
 	for i := range writes {
-		got, err := w.Heartbeat(ctx, rev, rec("w", 1, fmt.Sprint(i)))
+		got, err := w.Heartbeat(ctx, last, rec("w", 1, fmt.Sprint(i)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		rev = got.Revision
+		last = got
 	}
 	for i := range writes {
 		n := next(t, ch)
@@ -347,7 +359,7 @@ func TestChangeEvents(t *testing.T) {
 	}
 	// Another election in the same table is not the caller's data.
 	other := open(t, nil, db, table, "another-election")
-	if _, err := other.Heartbeat(ctx, 0, rec("x", 1, "")); err != nil {
+	if _, err := other.Heartbeat(ctx, none, rec("x", 1, "")); err != nil {
 		t.Fatal(err)
 	}
 	tb := r.DB(db).Table(table)
@@ -428,6 +440,11 @@ func malformedDocs(election string) map[string]map[string]any {
 		"value a string":      good(map[string]any{"value": "addr"}),
 		"vacant with a value": good(map[string]any{"leader": "", "value": r.Binary([]byte("v"))}),
 		"leader with control": good(map[string]any{"leader": "a\x01"}),
+		"lease a string":      good(map[string]any{"lease_us": "1000"}),
+		"negative lease":      good(map[string]any{"lease_us": -1}),
+		"fractional lease":    good(map[string]any{"lease_us": 1.5}),
+		"lease too long":      good(map[string]any{"lease_us": heartbeat.MaxLease.Microseconds() + 1}),
+		"lease a binary":      good(map[string]any{"lease_us": r.Binary([]byte("1"))}),
 	}
 }
 
@@ -456,10 +473,10 @@ func TestMalformed(t *testing.T) {
 			// A claim on it is refused with the reason, not a conflict,
 			// even on its own revision: a ConflictError never carries a
 			// malformed record, and nothing overwrites it.
-			for _, rev := range []uint64{0, 1, 99} {
-				_, err := b.Heartbeat(ctx, rev, rec("me", 5, ""))
+			for _, expected := range []heartbeat.Record{none, {Revision: 1, Leader: "x", Term: 1}, {Revision: 99, Leader: "x", Term: 1}} {
+				_, err := b.Heartbeat(ctx, expected, rec("me", 5, ""))
 				if !errors.Is(err, base.ErrMalformedRecord) || errors.Is(err, base.ErrConflict) {
-					t.Fatalf("Heartbeat(%d) over a malformed document: got %v, want ErrMalformedRecord", rev, err)
+					t.Fatalf("Heartbeat(%v) over a malformed document: got %v, want ErrMalformedRecord", expected, err)
 				}
 			}
 			// The feed goes on: deletion, then a good record.
@@ -469,7 +486,7 @@ func TestMalformed(t *testing.T) {
 			if n := next(t, ch); n.Type != base.RecordDeleted {
 				t.Fatalf("after delete: got %v (%v), want RecordDeleted", n.Type, n.Err)
 			}
-			got, err := b.Heartbeat(ctx, 0, rec("me", 1, ""))
+			got, err := b.Heartbeat(ctx, none, rec("me", 1, ""))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -492,7 +509,7 @@ func TestCancelledContext(t *testing.T) {
 	checks["Start"] = b.Start(ctx)
 	checks["Create"] = b.Create(ctx)
 	_, checks["Get"] = b.Get(ctx)
-	_, checks["Heartbeat"] = b.Heartbeat(ctx, 0, rec("a", 1, ""))
+	_, checks["Heartbeat"] = b.Heartbeat(ctx, none, rec("a", 1, ""))
 	_, checks["Subscribe"] = b.Subscribe(ctx)
 	for name, err := range checks {
 		if !errors.Is(err, context.Canceled) {
@@ -551,7 +568,7 @@ func TestClose(t *testing.T) {
 	checks["Start"] = b.Start(ctx)
 	checks["Create"] = b.Create(ctx)
 	_, checks["Get"] = b.Get(ctx)
-	_, checks["Heartbeat"] = b.Heartbeat(ctx, 0, rec("a", 1, ""))
+	_, checks["Heartbeat"] = b.Heartbeat(ctx, none, rec("a", 1, ""))
 	_, checks["Subscribe"] = b.Subscribe(ctx)
 	for name, err := range checks {
 		if !errors.Is(err, base.ErrClosed) {
@@ -578,7 +595,7 @@ func TestServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r1, err := writer.Heartbeat(ctx, 0, rec("w", 1, ""))
+	r1, err := writer.Heartbeat(ctx, none, rec("w", 1, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,14 +631,14 @@ func TestServerRestart(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	r2, err := writer.Heartbeat(ctx, r1.Revision, rec("w", 1, ""))
+	r2, err := writer.Heartbeat(ctx, r1, rec("w", 1, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := next(t, ch2); n.Type != base.RecordChanged || !n.Record.Equal(r2) {
 		t.Fatalf("after the restart: got %v %v, want %v", n.Type, n.Record, r2)
 	}
-	if _, err := b.Heartbeat(ctx, r2.Revision, rec("b", 2, "")); err != nil {
+	if _, err := b.Heartbeat(ctx, r2, rec("b", 2, "")); err != nil {
 		t.Fatalf("Heartbeat through the restarted server: %v", err)
 	}
 }
@@ -678,7 +695,63 @@ func TestCreateSoftDurability(t *testing.T) {
 	}
 	// The election's own writes work (with hard durability).
 	w := wrapWrites(b)
-	if _, err := w.Heartbeat(testCtx(t), 0, rec("a", 1, "")); err != nil {
+	if _, err := w.Heartbeat(testCtx(t), none, rec("a", 1, "")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLease: the lease is stored in whole microseconds, rounded up, and a
+// document written before the field existed (no lease_us) is a record with
+// Lease 0 that a compare-and-set takes over like any other. A vacant
+// document that still holds a lease (an older writer merged a vacancy into
+// a leased document) is vacant with Lease 0, not malformed.
+func TestLease(t *testing.T) {
+	db := newDatabase(t)
+	b := open(t, nil, db, table, "lease")
+	s := connect(t)
+	ctx := testCtx(t)
+	tb := r.DB(db).Table(table)
+
+	next := rec("a", 1, "")
+	next.Lease = 1500*time.Millisecond + 250*time.Microsecond + 1 // rounded up
+	want := 1500*time.Millisecond + 251*time.Microsecond
+	r1, err := b.Heartbeat(ctx, none, next)
+	if err != nil || r1.Lease != want {
+		t.Fatalf("Heartbeat with lease %v: got %v (lease %v), %v; want lease %v", next.Lease, r1, r1.Lease, err, want)
+	}
+	raw, err := tb.Get("lease").Field("lease_us").Run(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var us int64
+	if err := raw.One(&us); err != nil || us != want.Microseconds() {
+		t.Fatalf("stored lease_us %d (%v), want %d", us, err, want.Microseconds())
+	}
+	_ = raw.Close()
+
+	legacy := map[string]any{"id": "lease", "leaderfeed": 1, "leader": "old", "term": 4, "revision": 7, "timestamp": r.Now(), "value": nil}
+	if _, err := tb.Insert(legacy, r.InsertOpts{Conflict: "replace"}).RunWrite(s); err != nil {
+		t.Fatal(err)
+	}
+	old, err := b.Get(ctx)
+	if err != nil || old.Leader != "old" || old.Revision != 7 || old.Lease != 0 {
+		t.Fatalf("document without a lease: got %v (lease %v), %v; want leader old, revision 7, lease 0", old, old.Lease, err)
+	}
+	next.Lease = time.Second
+	r2, err := b.Heartbeat(ctx, old, next)
+	if err != nil || r2.Revision != 8 || r2.Lease != time.Second {
+		t.Fatalf("claim over a document without a lease: got %v (lease %v), %v", r2, r2.Lease, err)
+	}
+
+	// An older writer's vacancy, merged into the leased document.
+	if _, err := tb.Get("lease").Update(map[string]any{"leader": "", "revision": 9, "value": nil}).RunWrite(s); err != nil {
+		t.Fatal(err)
+	}
+	v, err := b.Get(ctx)
+	if err != nil || !v.Vacant() || v.Revision != 9 || v.Lease != 0 {
+		t.Fatalf("vacant document with a stale lease: got %v (lease %v), %v; want vacant at revision 9 with lease 0", v, v.Lease, err)
+	}
+	if r3, err := b.Heartbeat(ctx, v, next); err != nil || r3.Revision != 10 {
+		t.Fatalf("claim over it: got %v, %v", r3, err)
 	}
 }

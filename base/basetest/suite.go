@@ -100,11 +100,13 @@ func (s *suite) openRaw(t *testing.T, election string) base.Backend {
 	return b
 }
 
-func write(t *testing.T, b base.Backend, expected uint64, leader string, term uint64, value []byte) heartbeat.Record {
+// write writes leader, term and value on the write expected (the zero
+// Record: none) and fails the test if that is refused.
+func write(t *testing.T, b base.Backend, expected heartbeat.Record, leader string, term uint64, value []byte) heartbeat.Record {
 	t.Helper()
 	r, err := b.Heartbeat(ctxFor(t), expected, heartbeat.Record{Election: b.Election(), Leader: leader, Term: term, Value: value})
 	if err != nil {
-		t.Fatalf("Heartbeat(expected %d, leader %q, term %d): %v", expected, leader, term, err)
+		t.Fatalf("Heartbeat(expected %v, leader %q, term %d): %v", expected, leader, term, err)
 	}
 	return r
 }
@@ -170,7 +172,7 @@ func (s *suite) contract(t *testing.T) {
 	rule(t, "The first write, on expected revision 0, creates the record with revision 1 and a store timestamp", func(t *testing.T) {
 		b := s.open(t, Election())
 		before := time.Now()
-		r := write(t, b, 0, "node-a", 1, []byte("addr-a"))
+		r := write(t, b, heartbeat.Record{}, "node-a", 1, []byte("addr-a"))
 		if r.Revision != 1 || r.Leader != "node-a" || r.Term != 1 || !bytes.Equal(r.Value, []byte("addr-a")) || r.Election != b.Election() {
 			t.Fatalf("stored %+v, want revision 1, leader node-a, term 1, value addr-a, election %q", r, b.Election())
 		}
@@ -192,12 +194,12 @@ func (s *suite) contract(t *testing.T) {
 
 	rule(t, "A write on the stored revision stores revision+1 with the given leader, term and value", func(t *testing.T) {
 		b := s.open(t, Election())
-		r1 := write(t, b, 0, "node-a", 1, nil)
-		r2 := write(t, b, r1.Revision, "node-a", 1, []byte("v2"))
+		r1 := write(t, b, heartbeat.Record{}, "node-a", 1, nil)
+		r2 := write(t, b, r1, "node-a", 1, []byte("v2"))
 		if r2.Revision != r1.Revision+1 || r2.Term != 1 || string(r2.Value) != "v2" {
 			t.Fatalf("second write stored %+v, want revision %d, term 1, value v2", r2, r1.Revision+1)
 		}
-		r3 := write(t, b, r2.Revision, "", 1, nil)
+		r3 := write(t, b, r2, "", 1, nil)
 		if !r3.Vacant() || r3.Term != 1 || len(r3.Value) != 0 {
 			t.Fatalf("vacant write stored %+v, want no leader, term kept at 1, no value", r3)
 		}
@@ -205,13 +207,15 @@ func (s *suite) contract(t *testing.T) {
 
 	rule(t, "A write on a stale revision changes nothing and returns a *ConflictError carrying the current record", func(t *testing.T) {
 		b := s.open(t, Election())
-		r1 := write(t, b, 0, "node-a", 1, nil)
-		r2 := write(t, b, r1.Revision, "node-a", 1, nil)
-		for _, expected := range []uint64{0, r1.Revision, r2.Revision + 5} {
+		r1 := write(t, b, heartbeat.Record{}, "node-a", 1, nil)
+		r2 := write(t, b, r1, "node-a", 1, nil)
+		r2plus5 := r2
+		r2plus5.Revision += 5
+		for _, expected := range []heartbeat.Record{{}, r1, r2plus5} {
 			_, err := b.Heartbeat(ctxFor(t), expected, heartbeat.Record{Election: b.Election(), Leader: "node-b", Term: 2})
 			var ce *base.ConflictError
 			if !errors.As(err, &ce) || !errors.Is(err, base.ErrConflict) {
-				t.Fatalf("write on expected revision %d (stored %d): got %v, want a *ConflictError", expected, r2.Revision, err)
+				t.Fatalf("write on expected revision %d (stored %d): got %v, want a *ConflictError", expected.Revision, r2.Revision, err)
 			}
 			if !ce.Current.Equal(r2) {
 				t.Fatalf("conflict carries %+v, want the current record %+v", ce.Current, r2)
@@ -223,9 +227,68 @@ func (s *suite) contract(t *testing.T) {
 		}
 	})
 
+	rule(t, "The compare-and-set compares the write's identity: the right revision with another leader or term is a conflict", func(t *testing.T) {
+		// A store that lost an acknowledged write can hand one revision out
+		// twice; a deposed writer that expects its own lost write must not
+		// overwrite the new leader's record of the same revision.
+		b := s.open(t, Election())
+		r1 := write(t, b, heartbeat.Record{}, "node-a", 1, nil)
+		r2 := write(t, b, r1, "node-b", 2, nil)
+		for _, expected := range []heartbeat.Record{
+			{Revision: r2.Revision, Leader: "node-a", Term: 2},
+			{Revision: r2.Revision, Leader: "node-b", Term: 1},
+			{Revision: r2.Revision, Leader: "", Term: 2},
+		} {
+			_, err := b.Heartbeat(ctxFor(t), expected, heartbeat.Record{Election: b.Election(), Leader: "node-a", Term: 3})
+			var ce *base.ConflictError
+			if !errors.As(err, &ce) {
+				t.Fatalf("write expecting %v on stored %v: got %v, want a *ConflictError", expected, r2, err)
+			}
+			if !ce.Current.Equal(r2) {
+				t.Fatalf("conflict carries %+v, want the current record %+v", ce.Current, r2)
+			}
+		}
+		// The identity alone is what is compared: Value, Lease and
+		// Timestamp of expected do not matter.
+		r3 := write(t, b, heartbeat.Record{Revision: r2.Revision, Leader: "node-b", Term: 2, Value: []byte("other"), Lease: time.Hour}, "node-b", 2, nil)
+		if r3.Revision != r2.Revision+1 {
+			t.Fatalf("write on the stored identity stored %+v, want revision %d", r3, r2.Revision+1)
+		}
+	})
+
+	rule(t, "Lease is stored and returned by Heartbeat, Get and the feed; a vacant record has none", func(t *testing.T) {
+		b := s.open(t, Election())
+		ch, _ := subscribe(t, b)
+		const lease = 1500*time.Millisecond + 250*time.Microsecond
+		r, err := b.Heartbeat(ctxFor(t), heartbeat.Record{}, heartbeat.Record{Election: b.Election(), Leader: "node-a", Term: 1, Lease: lease})
+		if err != nil {
+			t.Fatalf("Heartbeat: %v", err)
+		}
+		if r.Lease != lease {
+			t.Fatalf("Heartbeat returned lease %v, want %v", r.Lease, lease)
+		}
+		got, err := b.Get(ctxFor(t))
+		if err != nil || got.Lease != lease {
+			t.Fatalf("Get = %+v, %v; want lease %v", got, err, lease)
+		}
+		n := next(t, ch, feedWait, "the leased record", func(n base.Notification) bool {
+			return n.Type == base.RecordChanged && n.Record.Revision == r.Revision
+		})
+		if n.Record.Lease != lease {
+			t.Fatalf("feed delivered lease %v, want %v", n.Record.Lease, lease)
+		}
+		v := write(t, b, r, "", 1, nil)
+		if v.Lease != 0 {
+			t.Fatalf("vacant record kept lease %v", v.Lease)
+		}
+		if _, err := b.Heartbeat(ctxFor(t), v, heartbeat.Record{Election: b.Election(), Leader: "node-a", Term: 2, Lease: heartbeat.MaxLease + 1}); !errors.Is(err, heartbeat.ErrInvalidRecord) {
+			t.Fatalf("a lease above MaxLease: got %v, want an error matching heartbeat.ErrInvalidRecord", err)
+		}
+	})
+
 	rule(t, "A write on a revision other than 0 when no record exists is a conflict with an empty current record", func(t *testing.T) {
 		b := s.open(t, Election())
-		_, err := b.Heartbeat(ctxFor(t), 3, heartbeat.Record{Election: b.Election(), Leader: "node-a", Term: 1})
+		_, err := b.Heartbeat(ctxFor(t), heartbeat.Record{Revision: 3, Leader: "node-a", Term: 1}, heartbeat.Record{Election: b.Election(), Leader: "node-a", Term: 1})
 		var ce *base.ConflictError
 		if !errors.As(err, &ce) || ce.Current.Revision != 0 {
 			t.Fatalf("got %v, want a *ConflictError with Current.Revision 0", err)
@@ -246,9 +309,9 @@ func (s *suite) contract(t *testing.T) {
 			for i := range backends {
 				backends[i] = s.open(t, e)
 			}
-			var expected uint64
+			var expected heartbeat.Record
 			if !tc.first {
-				expected = write(t, backends[0], 0, "old", 1, nil).Revision
+				expected = write(t, backends[0], heartbeat.Record{}, "old", 1, nil)
 			}
 			var wg sync.WaitGroup
 			wins := make(chan string, n)
@@ -284,8 +347,8 @@ func (s *suite) contract(t *testing.T) {
 				t.Fatalf("%d winners %v, want exactly 1", len(winners), winners)
 			}
 			got, err := backends[0].Get(ctxFor(t))
-			if err != nil || got.Leader != winners[0] || got.Revision != expected+1 {
-				t.Fatalf("stored %+v, %v; want the winner %s at revision %d", got, err, winners[0], expected+1)
+			if err != nil || got.Leader != winners[0] || got.Revision != expected.Revision+1 {
+				t.Fatalf("stored %+v, %v; want the winner %s at revision %d", got, err, winners[0], expected.Revision+1)
 			}
 		})
 	}
@@ -295,7 +358,7 @@ func (s *suite) contract(t *testing.T) {
 		var prev heartbeat.Record
 		for i := range 30 {
 			term := uint64(i/3 + 1)
-			r := write(t, b, prev.Revision, "node-a", term, nil)
+			r := write(t, b, prev, "node-a", term, nil)
 			if r.Revision != prev.Revision+1 || r.Term != term {
 				t.Fatalf("write %d stored revision %d term %d, want %d and %d", i, r.Revision, r.Term, prev.Revision+1, term)
 			}
@@ -312,7 +375,7 @@ func (s *suite) contract(t *testing.T) {
 		for i := range v {
 			v[i] = byte(i * 7)
 		}
-		r := write(t, b, 0, "node-a", 1, v)
+		r := write(t, b, heartbeat.Record{}, "node-a", 1, v)
 		got, err := b.Get(ctxFor(t))
 		if err != nil || !bytes.Equal(got.Value, v) || !bytes.Equal(r.Value, v) {
 			t.Fatalf("value did not round-trip (Get err %v, lengths %d and %d)", err, len(got.Value), len(r.Value))
@@ -325,7 +388,7 @@ func (s *suite) contract(t *testing.T) {
 		var last heartbeat.Record
 		const writes = 40
 		for i := range writes {
-			last = write(t, b, last.Revision, "node-a", uint64(i/10+1), nil)
+			last = write(t, b, last, "node-a", uint64(i/10+1), nil)
 		}
 		var prev uint64
 		for prev < last.Revision {
@@ -349,8 +412,8 @@ func (s *suite) contract(t *testing.T) {
 		b := s.open(t, Election())
 		other := s.open(t, Election())
 		ch, _ := subscribe(t, b)
-		write(t, other, 0, "node-x", 1, nil)
-		mine := write(t, b, 0, "node-a", 1, nil)
+		write(t, other, heartbeat.Record{}, "node-x", 1, nil)
+		mine := write(t, b, heartbeat.Record{}, "node-a", 1, nil)
 		n := next(t, ch, feedWait, "this election's record", func(n base.Notification) bool { return n.Type == base.RecordChanged })
 		if n.Record.Election != b.Election() || n.Record.Leader != "node-a" || n.Record.Revision != mine.Revision {
 			t.Fatalf("feed delivered %+v, want this election's record %+v", n.Record, mine)
@@ -474,7 +537,7 @@ func (s *suite) contract(t *testing.T) {
 		if _, err := b.Get(ctx); !errors.Is(err, context.Canceled) {
 			t.Errorf("Get: %v", err)
 		}
-		if _, err := b.Heartbeat(ctx, 0, heartbeat.Record{Election: b.Election(), Leader: "node-a", Term: 1}); !errors.Is(err, context.Canceled) {
+		if _, err := b.Heartbeat(ctx, heartbeat.Record{}, heartbeat.Record{Election: b.Election(), Leader: "node-a", Term: 1}); !errors.Is(err, context.Canceled) {
 			t.Errorf("Heartbeat: %v", err)
 		}
 		if ch, err := b.Subscribe(ctx); err == nil {
@@ -500,7 +563,7 @@ func (s *suite) contract(t *testing.T) {
 			cancel()
 			t.Fatalf("Subscribe: %v", err)
 		}
-		write(t, b, 0, "node-a", 1, nil) // leave something unread
+		write(t, b, heartbeat.Record{}, "node-a", 1, nil) // leave something unread
 		cancel()
 		select {
 		case <-drain(ch):
@@ -531,7 +594,7 @@ func (s *suite) contract(t *testing.T) {
 		if _, err := b.Get(ctxFor(t)); !errors.Is(err, base.ErrClosed) {
 			t.Errorf("Get after Close: %v, want ErrClosed", err)
 		}
-		if _, err := b.Heartbeat(ctxFor(t), 0, heartbeat.Record{Election: b.Election(), Leader: "a", Term: 1}); !errors.Is(err, base.ErrClosed) {
+		if _, err := b.Heartbeat(ctxFor(t), heartbeat.Record{}, heartbeat.Record{Election: b.Election(), Leader: "a", Term: 1}); !errors.Is(err, base.ErrClosed) {
 			t.Errorf("Heartbeat after Close: %v, want ErrClosed", err)
 		}
 		if _, err := b.Subscribe(ctxFor(t)); !errors.Is(err, base.ErrClosed) {

@@ -213,14 +213,14 @@ func (f *Backend) Get(ctx context.Context) (heartbeat.Record, error) {
 
 // Heartbeat injects faults into Backend.Heartbeat. With Fault.After the
 // write is made and its result thrown away, as when a reply is lost.
-func (f *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next heartbeat.Record) (heartbeat.Record, error) {
+func (f *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	if after, err := f.before(ctx, MethodHeartbeat); err != nil {
 		if after {
-			_, _ = f.Backend.Heartbeat(ctx, expectedRevision, next)
+			_, _ = f.Backend.Heartbeat(ctx, expected, next)
 		}
 		return heartbeat.Record{}, err
 	}
-	return f.Backend.Heartbeat(ctx, expectedRevision, next)
+	return f.Backend.Heartbeat(ctx, expected, next)
 }
 
 // Subscribe injects faults into Backend.Subscribe and wraps the feed so

@@ -143,10 +143,12 @@ type stored struct {
 	Revision uint64    `json:"revision"`
 	Time     time.Time `json:"ts"`
 	Value    []byte    `json:"value,omitempty"`
+	LeaseUS  int64     `json:"lease_us,omitempty"` // the writer's lease, µs
 }
 
 func encode(r heartbeat.Record) json.RawMessage {
-	data, err := json.Marshal(stored{Mark: 1, Leader: r.Leader, Term: r.Term, Revision: r.Revision, Time: r.Timestamp, Value: r.Value})
+	data, err := json.Marshal(stored{Mark: 1, Leader: r.Leader, Term: r.Term, Revision: r.Revision, Time: r.Timestamp, Value: r.Value,
+		LeaseUS: int64((r.Lease + time.Microsecond - 1) / time.Microsecond)}) // rounded up: never a shorter lease
 	if err != nil {
 		panic(err) // cannot happen: every field marshals
 	}
@@ -163,7 +165,11 @@ func decode(election string, doc json.RawMessage) (heartbeat.Record, error) {
 	if err == nil && (s.Mark != 1 || s.Revision == 0) {
 		err = fmt.Errorf("not an election record: %s", doc)
 	}
-	r := heartbeat.Record{Election: election, Leader: s.Leader, Term: s.Term, Revision: s.Revision, Timestamp: s.Time, Value: s.Value}
+	r := heartbeat.Record{Election: election, Leader: s.Leader, Term: s.Term, Revision: s.Revision, Timestamp: s.Time, Value: s.Value,
+		Lease: time.Duration(s.LeaseUS) * time.Microsecond}
+	if err == nil && (s.LeaseUS < 0 || s.LeaseUS > heartbeat.MaxLease.Microseconds()) {
+		err = fmt.Errorf("lease of %d µs is out of range", s.LeaseUS)
+	}
 	if err == nil {
 		err = r.Validate()
 	}
@@ -240,7 +246,7 @@ func (b *Backend) Get(ctx context.Context) (heartbeat.Record, error) {
 
 // Heartbeat is the compare-and-set write. The Log's lock makes the read,
 // the comparison and the write one atomic step.
-func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next heartbeat.Record) (heartbeat.Record, error) {
+func (b *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	if err := b.check(ctx); err != nil {
 		return heartbeat.Record{}, err
 	}
@@ -252,22 +258,26 @@ func (b *Backend) Heartbeat(ctx context.Context, expectedRevision uint64, next h
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	cur := heartbeat.Record{Election: b.election} // Revision 0: no record
-	if doc, ok := l.docs[b.election]; ok {
+	doc, ok := l.docs[b.election]
+	if ok {
 		var err error
 		if cur, err = decode(b.election, doc); err != nil {
 			return heartbeat.Record{}, err // never overwrite a malformed record
 		}
 	}
-	if cur.Revision != expectedRevision {
+	// Compare the write's identity, not the revision alone (see
+	// base.Backend.Heartbeat).
+	if (expected.Revision == 0 && ok) || (expected.Revision != 0 && !cur.SameWrite(expected)) {
 		return heartbeat.Record{}, base.NewConflict(cur)
 	}
 	r := heartbeat.Record{
 		Election:  b.election,
 		Leader:    next.Leader,
 		Term:      next.Term,
-		Revision:  expectedRevision + 1,
+		Revision:  expected.Revision + 1,
 		Timestamp: l.now(),
 		Value:     bytes.Clone(next.Value),
+		Lease:     next.Lease,
 	}
 	l.write(b.election, encode(r))
 	return r, nil

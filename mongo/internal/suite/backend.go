@@ -24,24 +24,28 @@ func rec(leader string, term uint64, value string) heartbeat.Record {
 	return r
 }
 
-// mustBeat writes with a compare-and-set that must succeed.
-func mustBeat(t *testing.T, b *mongo.Backend, expected uint64, next heartbeat.Record) heartbeat.Record {
+// none is the expected record of a first write: no record exists.
+var none heartbeat.Record
+
+// mustBeat writes with a compare-and-set on the write expected that must
+// succeed.
+func mustBeat(t *testing.T, b *mongo.Backend, expected, next heartbeat.Record) heartbeat.Record {
 	t.Helper()
 	got, err := b.Heartbeat(testCtx(t), expected, next)
 	if err != nil {
-		t.Fatalf("Heartbeat(%d, %v): %v", expected, next, err)
+		t.Fatalf("Heartbeat(%v, %v): %v", expected, next, err)
 	}
 	return got
 }
 
 // mustConflict writes with a compare-and-set that must fail with a conflict
 // and returns the record it carries.
-func mustConflict(t *testing.T, b *mongo.Backend, expected uint64, next heartbeat.Record) heartbeat.Record {
+func mustConflict(t *testing.T, b *mongo.Backend, expected, next heartbeat.Record) heartbeat.Record {
 	t.Helper()
 	_, err := b.Heartbeat(testCtx(t), expected, next)
 	var ce *base.ConflictError
 	if !errors.As(err, &ce) || !errors.Is(err, base.ErrConflict) {
-		t.Fatalf("Heartbeat(%d, %v) = %v, want a *base.ConflictError", expected, next, err)
+		t.Fatalf("Heartbeat(%v, %v) = %v, want a *base.ConflictError", expected, next, err)
 	}
 	return ce.Current
 }
@@ -55,12 +59,12 @@ func testHeartbeatCompareAndSet(t *testing.T, newServer NewServer) {
 	if _, err := b.Get(ctx); !errors.Is(err, base.ErrNotFound) {
 		t.Fatalf("Get on an empty election = %v, want ErrNotFound", err)
 	}
-	if cur := mustConflict(t, b, 3, rec("a", 1, "")); cur.Revision != 0 || cur.Election != el {
+	if cur := mustConflict(t, b, heartbeat.Record{Revision: 3, Leader: "a", Term: 1}, rec("a", 1, "")); cur.Revision != 0 || cur.Election != el {
 		t.Fatalf("conflict on a missing record carries %+v, want revision 0 of %q", cur, el)
 	}
 
 	before := time.Now().Add(-time.Minute)
-	r1 := mustBeat(t, b, 0, rec("a", 1, "addr-a"))
+	r1 := mustBeat(t, b, none, rec("a", 1, "addr-a"))
 	if r1.Election != el || r1.Leader != "a" || r1.Term != 1 || r1.Revision != 1 || string(r1.Value) != "addr-a" {
 		t.Fatalf("first claim stored %+v", r1)
 	}
@@ -72,22 +76,29 @@ func testHeartbeatCompareAndSet(t *testing.T, newServer NewServer) {
 	}
 
 	// A second first claim loses on the duplicate _id.
-	if cur := mustConflict(t, b, 0, rec("b", 1, "")); !cur.Equal(r1) {
+	if cur := mustConflict(t, b, none, rec("b", 1, "")); !cur.Equal(r1) {
 		t.Fatalf("conflict carries %+v, want %+v", cur, r1)
 	}
-	r2 := mustBeat(t, b, 1, rec("a", 1, "addr-a"))
+	r2 := mustBeat(t, b, r1, rec("a", 1, "addr-a"))
 	if r2.Revision != 2 || r2.Term != 1 {
 		t.Fatalf("renewal stored %+v", r2)
 	}
-	if cur := mustConflict(t, b, 1, rec("b", 2, "")); !cur.Equal(r2) {
+	if cur := mustConflict(t, b, r1, rec("b", 2, "")); !cur.Equal(r2) {
 		t.Fatalf("stale claim's conflict carries %+v, want %+v", cur, r2)
 	}
-	r3 := mustBeat(t, b, 2, rec("", 1, ""))
+	// The stored revision with another leader or term is another write (a
+	// store that lost a write can hand a revision out twice).
+	for _, other := range []heartbeat.Record{{Revision: 2, Leader: "b", Term: 1}, {Revision: 2, Leader: "a", Term: 2}, {Revision: 2, Term: 1}} {
+		if cur := mustConflict(t, b, other, rec("b", 2, "")); !cur.Equal(r2) {
+			t.Fatalf("claim expecting %v: conflict carries %+v, want %+v", other, cur, r2)
+		}
+	}
+	r3 := mustBeat(t, b, r2, rec("", 1, ""))
 	if !r3.Vacant() || r3.Revision != 3 || r3.Term != 1 || len(r3.Value) != 0 {
 		t.Fatalf("resign stored %+v", r3)
 	}
 	big := strings.Repeat("v", heartbeat.MaxValueLen)
-	r4 := mustBeat(t, b, 3, rec("b", 2, big))
+	r4 := mustBeat(t, b, r3, rec("b", 2, big))
 	if string(r4.Value) != big || r4.Revision != 4 {
 		t.Fatalf("claim after vacancy stored %v", r4)
 	}
@@ -99,8 +110,11 @@ func testHeartbeatCompareAndSet(t *testing.T, newServer NewServer) {
 		"vacant with value":  rec("", 5, "v"),
 		"control char in id": rec("a\n", 5, ""),
 		"term beyond int64":  {Leader: "a", Term: 1 << 63},
+		"lease too long":     {Leader: "a", Term: 5, Lease: heartbeat.MaxLease + 1},
+		"negative lease":     {Leader: "a", Term: 5, Lease: -1},
+		"vacant with lease":  {Term: 5, Lease: time.Second},
 	} {
-		if _, err := b.Heartbeat(ctx, 4, next); !errors.Is(err, base.ErrInvalidConfig) {
+		if _, err := b.Heartbeat(ctx, r4, next); !errors.Is(err, base.ErrInvalidConfig) {
 			t.Errorf("Heartbeat with %s = %v, want ErrInvalidConfig", name, err)
 		}
 	}
@@ -117,7 +131,8 @@ func testConcurrentClaimsOneWinner(t *testing.T, newServer NewServer) {
 	for i := range backends {
 		backends[i] = s.started(t, el)
 	}
-	for round, expected := range []uint64{0, 1} {
+	var expected heartbeat.Record
+	for round := range 2 {
 		var (
 			wg      sync.WaitGroup
 			mu      sync.Mutex
@@ -148,13 +163,14 @@ func testConcurrentClaimsOneWinner(t *testing.T, newServer NewServer) {
 			t.Fatalf("round %d: %d winners, want exactly 1: %v", round, len(winners), winners)
 		}
 		for _, l := range losers {
-			if l.Revision < expected+1 {
+			if l.Revision < expected.Revision+1 {
 				t.Errorf("round %d: loser saw revision %d", round, l.Revision)
 			}
 		}
-		if winners[0].Revision != expected+1 {
+		if winners[0].Revision != expected.Revision+1 {
 			t.Fatalf("round %d: winner stored revision %d", round, winners[0].Revision)
 		}
+		expected = winners[0]
 	}
 }
 
@@ -211,7 +227,7 @@ func testCanceledContext(t *testing.T, newServer NewServer) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, errGet := b.Get(ctx)
-	_, errBeat := b.Heartbeat(ctx, 0, rec("a", 1, ""))
+	_, errBeat := b.Heartbeat(ctx, none, rec("a", 1, ""))
 	_, errSub := b.Subscribe(ctx)
 	for name, err := range map[string]error{
 		"Start": b.Start(ctx), "Create": b.Create(ctx), "Get": errGet, "Heartbeat": errBeat, "Subscribe": errSub,
@@ -251,7 +267,7 @@ func testCloseIdempotent(t *testing.T, newServer NewServer) {
 	for range ch { // the subscription ends
 	}
 	_, errGet := b.Get(ctx)
-	_, errBeat := b.Heartbeat(ctx, 0, rec("a", 1, ""))
+	_, errBeat := b.Heartbeat(ctx, none, rec("a", 1, ""))
 	_, errSub := b.Subscribe(ctx)
 	for name, err := range map[string]error{
 		"Start": b.Start(ctx), "Create": b.Create(ctx), "Get": errGet, "Heartbeat": errBeat, "Subscribe": errSub,
@@ -289,7 +305,7 @@ func testMalformedRecord(t *testing.T, newServer NewServer) {
 			t.Fatalf("doc %d: notification %v %v, want Ignored with ErrMalformedRecord", i, n.Type, n.Err)
 		}
 		// No compare-and-set overwrites it.
-		_, err := b.Heartbeat(ctx, 0, rec("a", 1, ""))
+		_, err := b.Heartbeat(ctx, none, rec("a", 1, ""))
 		if errors.Is(err, base.ErrConflict) || !errors.Is(err, base.ErrMalformedRecord) {
 			t.Fatalf("doc %d: claim over a malformed record = %v", i, err)
 		}
@@ -308,8 +324,66 @@ func testMalformedRecord(t *testing.T, newServer NewServer) {
 	if n := next(t, ch); n.Type != base.RecordDeleted {
 		t.Fatalf("after deleting: %+v", n)
 	}
-	r := mustBeat(t, b, 0, rec("a", 1, ""))
+	r := mustBeat(t, b, none, rec("a", 1, ""))
 	if n := next(t, ch); n.Type != base.RecordChanged || !n.Record.Equal(r) {
 		t.Fatalf("after claiming: %+v", n)
+	}
+}
+
+// testLease: the lease is stored in whole microseconds, rounded up; a
+// document written before the field existed (no lease_us) is a record with
+// Lease 0 that a compare-and-set takes over like any other; a vacant
+// document that still holds a lease (an older writer's $set of leader "")
+// is vacant with Lease 0, not malformed; a lease of the wrong type or out
+// of range is malformed.
+func testLease(t *testing.T, newServer NewServer) {
+	s := newServer(t)
+	el := electionName(t)
+	b := s.started(t, el)
+	ctx := testCtx(t)
+
+	next := rec("a", 1, "")
+	next.Lease = 1500*time.Millisecond + 250*time.Microsecond + 1
+	want := 1500*time.Millisecond + 251*time.Microsecond
+	r1 := mustBeat(t, b, none, next)
+	if got, err := b.Get(ctx); r1.Lease != want || err != nil || !got.Equal(r1) {
+		t.Fatalf("lease %v stored as %v, Get %v (%v, %v); want %v", next.Lease, r1.Lease, got, got.Lease, err, want)
+	}
+
+	legacy := bson.M{"leaderfeed": 1, "leader": "old", "term": int64(4), "revision": int64(7), "ts": time.Now(), "value": []byte{}}
+	if err := s.Put(ctx, el, legacy); err != nil {
+		t.Fatal(err)
+	}
+	old, err := b.Get(ctx)
+	if err != nil || old.Leader != "old" || old.Revision != 7 || old.Lease != 0 {
+		t.Fatalf("document without a lease: got %v (lease %v), %v; want leader old at revision 7, lease 0", old, old.Lease, err)
+	}
+	next.Lease = time.Second
+	if r := mustBeat(t, b, old, next); r.Revision != 8 || r.Lease != time.Second {
+		t.Fatalf("claim over a document without a lease stored %v (lease %v)", r, r.Lease)
+	}
+
+	stale := bson.M{"leaderfeed": 1, "leader": "", "term": int64(4), "revision": int64(9), "ts": time.Now(), "value": []byte{}, "lease_us": int64(1000)}
+	if err := s.Put(ctx, el, stale); err != nil {
+		t.Fatal(err)
+	}
+	v, err := b.Get(ctx)
+	if err != nil || !v.Vacant() || v.Revision != 9 || v.Lease != 0 {
+		t.Fatalf("vacant document with a stale lease: got %v (lease %v), %v; want vacant at revision 9, lease 0", v, v.Lease, err)
+	}
+	if r := mustBeat(t, b, v, next); r.Revision != 10 {
+		t.Fatalf("claim over it stored %v", r)
+	}
+
+	for name, lease := range map[string]any{
+		"string": "1000", "negative": int64(-1), "fraction": 1.5, "too long": heartbeat.MaxLease.Microseconds() + 1,
+	} {
+		doc := bson.M{"leaderfeed": 1, "leader": "a", "term": int64(4), "revision": int64(11), "ts": time.Now(), "value": []byte{}, "lease_us": lease}
+		if err := s.Put(ctx, el, doc); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Get(ctx); !errors.Is(err, base.ErrMalformedRecord) {
+			t.Errorf("lease %s: Get = %v, want ErrMalformedRecord", name, err)
+		}
 	}
 }

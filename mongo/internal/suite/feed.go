@@ -112,7 +112,7 @@ func testFeedStreamResumedWithoutLoss(t *testing.T, newServer NewServer) {
 	_, events := startFeed(t, g, "observer", true)
 	waitEvent(t, events, "subscribe started", isType(base.EventSubscribeStarted))
 
-	r := mustBeat(t, writer, 0, rec("x", 1, "addr-x"))
+	r := mustBeat(t, writer, none, rec("x", 1, "addr-x"))
 	waitEvent(t, events, "new leader x", func(e base.Event) bool { return e.Type == base.EventNewLeader && e.Leader == "x" })
 	ctx := testCtx(t)
 	if err := s.Put(ctx, "before", bson.M{"n": 0}); err != nil {
@@ -132,8 +132,8 @@ func testFeedStreamResumedWithoutLoss(t *testing.T, newServer NewServer) {
 			t.Fatal(err)
 		}
 	}
-	r = mustBeat(t, writer, r.Revision, rec("", 1, ""))
-	r = mustBeat(t, writer, r.Revision, rec("y", 2, "addr-y"))
+	r = mustBeat(t, writer, r, rec("", 1, ""))
+	mustBeat(t, writer, r, rec("y", 2, "addr-y"))
 	close(gate)
 
 	// The Feed may learn of y by polling while its stream is down, before

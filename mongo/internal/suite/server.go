@@ -60,6 +60,7 @@ func Run(t *testing.T, newServer NewServer) {
 		{"CanceledContext", testCanceledContext},
 		{"CloseIdempotent", testCloseIdempotent},
 		{"MalformedRecord", testMalformedRecord},
+		{"Lease", testLease},
 		{"SubscribeInOrder", testSubscribeInOrder},
 		{"ResumeAfterStreamClosed", testResumeAfterStreamClosed},
 		{"ResumeTokenLost", testResumeTokenLost},

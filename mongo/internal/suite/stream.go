@@ -73,8 +73,10 @@ func testSubscribeInOrder(t *testing.T, newServer NewServer) {
 	ctx := testCtx(t)
 
 	var want []heartbeat.Record
+	last := none
 	for i := range 10 {
-		want = append(want, mustBeat(t, b, uint64(i), rec("a", 1, fmt.Sprint(i))))
+		last = mustBeat(t, b, last, rec("a", 1, fmt.Sprint(i)))
+		want = append(want, last)
 	}
 	if !s.Real {
 		for _, r := range want {
@@ -140,7 +142,7 @@ func testSubscribeInOrder(t *testing.T, newServer NewServer) {
 	if n := next(t, ch); n.Type != base.RecordDeleted {
 		t.Fatalf("after deleting the record: %v", n.Type)
 	}
-	r := mustBeat(t, b, 0, rec("b", 2, ""))
+	r := mustBeat(t, b, none, rec("b", 2, ""))
 	wantRecord(t, ch, r)
 }
 
@@ -152,7 +154,7 @@ func testResumeAfterStreamClosed(t *testing.T, newServer NewServer) {
 	b := s.started(t, el)
 	ctx := testCtx(t)
 	ch := subscribe(t, b)
-	r := mustBeat(t, b, 0, rec("a", 1, ""))
+	r := mustBeat(t, b, none, rec("a", 1, ""))
 	wantRecord(t, ch, r)
 
 	s.killStreams(b)
@@ -166,8 +168,9 @@ func testResumeAfterStreamClosed(t *testing.T, newServer NewServer) {
 
 	// Written while nobody watches.
 	var want []heartbeat.Record
-	for i := range 3 {
-		want = append(want, mustBeat(t, b, r.Revision+uint64(i), rec("a", 1, "")))
+	for range 3 {
+		r = mustBeat(t, b, r, rec("a", 1, ""))
+		want = append(want, r)
 	}
 	if err := s.Put(ctx, "gap", bson.M{"x": 1}); err != nil {
 		t.Fatal(err)
@@ -192,12 +195,12 @@ func testResumeTokenLost(t *testing.T, newServer NewServer) {
 	var log lockedBuffer
 	b := s.backend(t, el, mongo.Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	ch := subscribe(t, b)
-	r := mustBeat(t, b, 0, rec("a", 1, ""))
+	r := mustBeat(t, b, none, rec("a", 1, ""))
 	wantRecord(t, ch, r)
 	s.killStreams(b)
 	for range ch {
 	}
-	r = mustBeat(t, b, r.Revision, rec("b", 2, "v"))
+	r = mustBeat(t, b, r, rec("b", 2, "v"))
 
 	// A token the server no longer has (as after an oplog rollover).
 	tok, _ := bson.Marshal(bson.M{"_data": "8200000001000000012B0229296E04"})
@@ -210,7 +213,7 @@ func testResumeTokenLost(t *testing.T, newServer NewServer) {
 	f.mu.Unlock()
 	ch = subscribe(t, b)
 	wantRecord(t, ch, r)
-	r = mustBeat(t, b, r.Revision, rec("b", 2, "v"))
+	r = mustBeat(t, b, r, rec("b", 2, "v"))
 	wantRecord(t, ch, r)
 	for _, want := range []string{"resume token no longer valid", "gap in the change stream"} {
 		if !strings.Contains(log.String(), want) {
@@ -251,7 +254,7 @@ func testResumeWithoutToken(t *testing.T, newServer NewServer) {
 	s.killStreams(b)
 	for range ch {
 	}
-	r := mustBeat(t, b, 0, rec("a", 1, ""))
+	r := mustBeat(t, b, none, rec("a", 1, ""))
 	ch = subscribe(t, b)
 	wantRecord(t, ch, r)
 	// And an election without a record is reported as deleted.
@@ -277,7 +280,7 @@ func testEventTooLarge(t *testing.T, newServer NewServer) {
 	var log lockedBuffer
 	b := s.backend(t, el, mongo.Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	ch := subscribe(t, b)
-	r := mustBeat(t, b, 0, rec("a", 1, ""))
+	r := mustBeat(t, b, none, rec("a", 1, ""))
 	wantRecord(t, ch, r)
 	s.faults(b).kill(fmt.Errorf("%w: injected by the test", driver.ErrEventTooLarge))
 	n := next(t, ch)
@@ -286,10 +289,10 @@ func testEventTooLarge(t *testing.T, newServer NewServer) {
 	}
 	for range ch {
 	}
-	r = mustBeat(t, b, r.Revision, rec("b", 2, "v"))
+	r = mustBeat(t, b, r, rec("b", 2, "v"))
 	ch = subscribe(t, b)
 	wantRecord(t, ch, r)
-	r = mustBeat(t, b, r.Revision, rec("b", 2, "v"))
+	r = mustBeat(t, b, r, rec("b", 2, "v"))
 	wantRecord(t, ch, r)
 	for _, want := range []string{"larger than 16 MiB", "gap in the change stream"} {
 		if !strings.Contains(log.String(), want) {
@@ -318,7 +321,7 @@ func testDropCollection(t *testing.T, newServer NewServer) {
 	el := electionName(t)
 	b := s.started(t, el)
 	ch := subscribe(t, b)
-	r := mustBeat(t, b, 0, rec("a", 1, ""))
+	r := mustBeat(t, b, none, rec("a", 1, ""))
 	wantRecord(t, ch, r)
 	if err := s.Drop(testCtx(t)); err != nil {
 		t.Fatal(err)
@@ -333,7 +336,7 @@ func testDropCollection(t *testing.T, newServer NewServer) {
 	if n := next(t, ch); n.Type != base.RecordDeleted {
 		t.Fatalf("reopened after drop: %v", n.Type)
 	}
-	r = mustBeat(t, b, 0, rec("a", 2, ""))
+	r = mustBeat(t, b, none, rec("a", 2, ""))
 	wantRecord(t, ch, r)
 }
 
@@ -342,14 +345,14 @@ func testTwoBackendsSeeEachOther(t *testing.T, newServer NewServer) {
 	el := electionName(t)
 	a, c := s.started(t, el), s.started(t, el)
 	ch := subscribe(t, c)
-	r := mustBeat(t, a, 0, rec("a", 1, "addr"))
+	r := mustBeat(t, a, none, rec("a", 1, "addr"))
 	wantRecord(t, ch, r)
 	if got, err := c.Get(testCtx(t)); err != nil || !got.Equal(r) {
 		t.Fatalf("other backend reads %v, %v", got, err)
 	}
 	// Another election in the same collection is just another document.
 	other := s.started(t, el+"-other")
-	r2 := mustBeat(t, other, 0, rec("z", 1, ""))
+	r2 := mustBeat(t, other, none, rec("z", 1, ""))
 	c2 := wantChange(t, ch, base.Insert, fmt.Sprintf("%q", other.Election()))
 	if !strings.Contains(string(c2.New), `"leaderfeed":1`) || r2.Revision != 1 {
 		t.Fatalf("other election's document: %s", c2.New)

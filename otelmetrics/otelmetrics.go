@@ -86,10 +86,10 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 	m.reconnect, err = m.meter.Int64Counter("leaderfeed.feed.reconnects", metric.WithUnit("{reconnect}"),
 		metric.WithDescription("Times the changefeed was reopened after a failure."))
 	add(err)
-	m.leader, err = m.meter.Int64ObservableGauge("leaderfeed.leader", metric.WithUnit("1"),
+	m.leader, err = m.meter.Int64ObservableGauge("leaderfeed.leader",
 		metric.WithDescription("1 while this node leads, else 0."))
 	add(err)
-	m.term, err = m.meter.Int64ObservableGauge("leaderfeed.term", metric.WithUnit("1"),
+	m.term, err = m.meter.Int64ObservableGauge("leaderfeed.term",
 		metric.WithDescription("The term (fencing token) of the last election record seen."))
 	add(err)
 	m.dropped, err = m.meter.Int64ObservableCounter("leaderfeed.changes.dropped", metric.WithUnit("{event}"),

@@ -23,6 +23,7 @@ require (
 	go.mongodb.org/mongo-driver/v2 v2.10.0
 	go.opentelemetry.io/otel/exporters/prometheus v0.67.0
 	go.opentelemetry.io/otel/sdk/metric v1.45.0
+	go.uber.org/goleak v1.3.0
 	gopkg.in/rethinkdb/rethinkdb-go.v6 v6.2.1
 )
 

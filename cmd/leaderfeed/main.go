@@ -172,17 +172,22 @@ func (c *common) logger(stderr io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 }
 
+// helpOut prints the --help of a flag set (one per process run).
+var helpOut = map[*flag.FlagSet]func(){}
+
 // newFlagSet returns a flag set whose --help prints use and the flags to
 // stdout, and whose errors go to stderr.
 func newFlagSet(name, use string, stdout, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("leaderfeed "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
+	// Errors are reported by realMain, on one line; --help prints here.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	helpOut[fs] = func() {
 		fs.SetOutput(stdout)
 		fmt.Fprint(stdout, use)
 		fmt.Fprintln(stdout, "\nFlags:")
 		fs.PrintDefaults()
-		fs.SetOutput(stderr)
+		fs.SetOutput(io.Discard)
 	}
 	return fs
 }
@@ -192,6 +197,7 @@ func newFlagSet(name, use string, stdout, stderr io.Writer) *flag.FlagSet {
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			helpOut[fs]()
 			return err
 		}
 		return &exitError{exitUsage, err}

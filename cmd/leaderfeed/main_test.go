@@ -32,7 +32,19 @@ import (
 	"github.com/leaderfeed/leaderfeed/internal/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // Timing of the end-to-end runs: renewals every 50 ms, a lease of 200 ms,
 // election timeouts of 300..400 ms.
@@ -46,9 +58,8 @@ var (
 	buildErr  error
 )
 
-// binaries builds leaderfeed and testchild once per test binary, into a
-// temporary directory of the first test that needs them (kept until the
-// process exits: later tests reuse them).
+// binaries builds leaderfeed and testchild with go build once per test
+// binary, into a temporary directory that TestMain removes.
 func binaries(t *testing.T) (leaderfeed, child string) {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -67,7 +78,6 @@ func binaries(t *testing.T) (leaderfeed, child string) {
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
-	t.Cleanup(func() {}) // binDir is removed by the OS's temp cleaning; it is small
 	return filepath.Join(binDir, "leaderfeed"), filepath.Join(binDir, "testchild")
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -159,6 +160,7 @@ type hub struct {
 	mu       sync.Mutex
 	subs     map[*Subscription]struct{}
 	finished bool
+	dropped  atomic.Uint64 // change events dropped, every subscription together
 }
 
 func newHub(maxChanges int, log *slog.Logger) *hub {
@@ -238,6 +240,7 @@ func (s *Subscription) push(e Event) {
 	if e.Type == EventChange {
 		if s.changes >= s.maxChanges {
 			s.dropped++
+			s.hub.dropped.Add(1)
 			n := s.dropped
 			s.mu.Unlock()
 			if n == 1 || n%1000 == 0 {

@@ -42,6 +42,9 @@ type Options struct {
 	// events are never dropped for a reader that reads.
 	// Default DefaultMaxPendingChanges.
 	MaxPendingChanges int
+	// Trace, if set, is told of each claim's and renewal's outcome and
+	// latency, for metrics (see Trace). Default: none.
+	Trace *Trace
 }
 
 // Feed is one node in one election. It campaigns (unless ObserveOnly),
@@ -75,6 +78,7 @@ type Feed struct {
 	leaseEnd time.Time
 	defSub   *Subscription // of Events
 	defStop  context.CancelFunc
+	health   Health // see health.go; written by the loop
 }
 
 type feedState int

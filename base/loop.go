@@ -192,6 +192,7 @@ func newLoop(f *Feed, ctx context.Context) *loop {
 
 func (l *loop) run() {
 	defer l.exit()
+	l.noteStart()
 	l.openFeed()
 	l.startRead()
 	l.pollTimer.Reset(l.t.HeartbeatInterval) // until the feed is up
@@ -207,11 +208,14 @@ func (l *loop) run() {
 		case <-l.ctx.Done():
 			return
 		case n, ok := <-l.sub:
+			l.noteNotification(n, ok)
 			l.onNotification(n, ok)
 		case r := <-l.subResults:
+			l.noteSubscribed(r)
 			l.onSubscribed(r)
 		case r := <-l.results:
 			l.onResult(r)
+			l.noteResult(r)
 		case <-l.claimTimer.C:
 			l.onClaimTimer()
 		case <-l.renewTimer.C:
@@ -513,6 +517,7 @@ func (l *loop) observe(r heartbeat.Record, authoritative bool) {
 	l.maxTerm = max(l.maxTerm, r.Term)
 	l.f.mu.Lock()
 	l.f.snap.record, l.f.snap.seen = l.rec.Clone(), true
+	l.f.health.LastRecord = now
 	l.f.mu.Unlock()
 	l.f.log.Debug("leaderfeed: record", "leader", r.Leader, "term", r.Term, "revision", r.Revision)
 	if l.role == roleLeader {

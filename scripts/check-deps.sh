@@ -3,7 +3,11 @@
 # the others' drivers nor the test tools in its go.sum. For each backend it
 # makes a throwaway module that imports only that backend (pointed at this
 # checkout with replace directives), tidies it and fails if its go.sum names
-# a module it must not need.
+# a module it must not need. otelmetrics is checked the same way: it must
+# pull no driver nor the Prometheus exporter (its go.sum does name the
+# OpenTelemetry SDK, which only otelmetrics' own tests import: go mod tidy
+# records the checksums of the tests of imported packages; nothing of it is
+# compiled into the user's program).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -17,9 +21,10 @@ declare -A forbidden=(
 	[postgres]="mongo-driver|rethinkdb-go|$tools"
 	[mongo]="pgx|rethinkdb-go|$tools|mongo-driver v"
 	[rethink]="pgx|mongo-driver|$tools"
+	[otelmetrics]="pgx|mongo-driver|rethinkdb-go|prometheus|$tools"
 )
 status=0
-for b in postgres mongo rethink; do
+for b in postgres mongo rethink otelmetrics; do
 	d="$tmp/$b"
 	mkdir -p "$d"
 	cat >"$d/go.mod" <<MOD
@@ -48,4 +53,13 @@ SRC
 		echo "check-deps: $R/$b: $(wc -l <"$d/go.sum") go.sum lines, none for ${forbidden[$b]}"
 	fi
 done
+# The root module (heartbeat, base, memory) requires nothing but goleak for
+# its tests: no OpenTelemetry, no driver, no command dependency.
+extra=$(go mod edit -json go.mod | grep '"Path"' | grep -v -e '"github.com/leaderfeed/leaderfeed' -e '"go.uber.org/goleak"' || true)
+if [ -n "$extra" ]; then
+	echo "check-deps: the root module requires more than goleak:"; echo "$extra"
+	status=1
+else
+	echo "check-deps: the root module requires only goleak"
+fi
 exit $status

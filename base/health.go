@@ -1,0 +1,206 @@
+package base
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+)
+
+// ErrUnhealthy is matched (with errors.Is) by the errors of Feed.Healthy
+// that report a wedged feed.
+var ErrUnhealthy = errors.New("leaderfeed: unhealthy")
+
+// Health is what a Feed knows of its own contact with the store, on this
+// process's monotonic clock. A zero time means "never" or "not now", as each
+// field says. Feed.Health returns it; Feed.Healthy judges it.
+type Health struct {
+	// Started is when the engine started (after Start's checks of the
+	// store); zero before.
+	Started time.Time
+	// LastContact is when the store last answered: a read, a write (also a
+	// refused compare-and-set), a notification or an opened changefeed.
+	LastContact time.Time
+	// LastRecord is when the newest revision of the election record was
+	// first seen (also this node's own renewals): the age of the last
+	// heartbeat seen, on this node's clock. Zero before the first record.
+	LastRecord time.Time
+	// FeedDownSince is when the changefeed went down (or the engine
+	// started, until it first opens); zero while it is open.
+	FeedDownSince time.Time
+	// ReadsFailingSince is when reads of the record started failing; zero
+	// after a read succeeded.
+	ReadsFailingSince time.Time
+	// RenewalsFailingSince is when the renewals of this node's current
+	// term started failing; zero after one succeeded, and when it won.
+	RenewalsFailingSince time.Time
+	// ObserveOnly says what silence means: an ObserveOnly feed whose
+	// changefeed is open may hear nothing for as long as the election is
+	// vacant.
+	ObserveOnly bool
+}
+
+// DefaultHealthBound returns the bound Healthy uses when given none: twice
+// ElectionTimeoutMax of t. In that time a healthy node hears from the
+// store many times over (a leader renews, a follower is notified of each
+// renewal or claims), and a failing changefeed is reopened or polled.
+func DefaultHealthBound(t heartbeat.Timing) time.Duration {
+	return 2 * t.WithDefaults().ElectionTimeoutMax
+}
+
+// Health returns the Feed's view of its contact with the store.
+func (f *Feed) Health() Health {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := f.health
+	h.ObserveOnly = f.opts.ObserveOnly
+	return h
+}
+
+// Healthy reports whether the Feed works, in the style of a liveness
+// check: nil if it does, else an error saying what is wrong, matching
+// ErrUnhealthy when the Feed is wedged, ErrNotStarted before Start and
+// ErrClosed after Stop. A Feed is wedged when, for longer than bound:
+//
+//   - it leads and its renewals have been failing (it steps down at the
+//     end of its lease, so this shows only with a bound shorter than
+//     LeaseDuration);
+//   - its changefeed has been down and its reads of the record have been
+//     failing: it cannot learn of a new leader;
+//   - the store has not answered it at all (no read, write or
+//     notification). An ObserveOnly feed whose changefeed is open counts
+//     as in contact: a vacant election sends it nothing.
+//
+// A bound of zero or less means 2*ElectionTimeoutMax. A node that is not
+// leader, or that lost leadership, is not unhealthy for that: the others
+// lead. Healthy is safe for concurrent use and never blocks on the store.
+func (f *Feed) Healthy(bound time.Duration) error {
+	if bound <= 0 {
+		bound = DefaultHealthBound(f.timing)
+	}
+	f.mu.Lock()
+	state, h, leader, term := f.state, f.health, f.snap.leader, f.snap.term
+	f.mu.Unlock()
+	switch state {
+	case stateNew, stateStarting:
+		return ErrNotStarted
+	case stateStopped:
+		return ErrClosed
+	}
+	now := time.Now()
+	since := func(t time.Time) time.Duration { return now.Sub(t).Round(time.Millisecond) }
+	if leader && !h.RenewalsFailingSince.IsZero() && now.Sub(h.RenewalsFailingSince) > bound {
+		return fmt.Errorf("%w: renewals of term %d failing for %v", ErrUnhealthy, term, since(h.RenewalsFailingSince))
+	}
+	if !h.FeedDownSince.IsZero() && !h.ReadsFailingSince.IsZero() &&
+		now.Sub(h.FeedDownSince) > bound && now.Sub(h.ReadsFailingSince) > bound {
+		return fmt.Errorf("%w: changefeed down for %v and reads failing for %v", ErrUnhealthy, since(h.FeedDownSince), since(h.ReadsFailingSince))
+	}
+	silentOK := f.opts.ObserveOnly && h.FeedDownSince.IsZero()
+	if !silentOK && now.Sub(h.LastContact) > bound {
+		return fmt.Errorf("%w: no answer from the store for %v", ErrUnhealthy, since(h.LastContact))
+	}
+	return nil
+}
+
+// HealthHandler returns an http.Handler for a liveness probe (in the style
+// of client-go's HealthzAdaptor): it answers 200 and "ok" while Healthy(bound)
+// is nil, else 503 and the error, on one line. It never blocks on the
+// store.
+func (f *Feed) HealthHandler(bound time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if err := f.Healthy(bound); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "unhealthy: %v\n", err)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+}
+
+// DroppedChanges returns how many change events were dropped for readers
+// that fell more than Options.MaxPendingChanges behind, every
+// subscription of the Feed together (Subscription.Dropped counts one).
+func (f *Feed) DroppedChanges() uint64 { return f.events.dropped.Load() }
+
+// ---- hooks of the loop (health and Trace) ----
+
+// noteStart: the engine starts after Start's checks talked to the store;
+// the changefeed is not open yet.
+func (l *loop) noteStart() {
+	now := time.Now()
+	l.f.mu.Lock()
+	l.f.health = Health{Started: now, LastContact: now, FeedDownSince: now}
+	l.f.mu.Unlock()
+}
+
+func (l *loop) noteNotification(n Notification, ok bool) {
+	now := time.Now()
+	l.f.mu.Lock()
+	defer l.f.mu.Unlock()
+	if ok && n.Type != Failed {
+		l.f.health.LastContact = now
+	} else if l.f.health.FeedDownSince.IsZero() {
+		l.f.health.FeedDownSince = now
+	}
+}
+
+func (l *loop) noteSubscribed(r subResult) {
+	now := time.Now()
+	l.f.mu.Lock()
+	defer l.f.mu.Unlock()
+	if r.err == nil {
+		l.f.health.LastContact, l.f.health.FeedDownSince = now, time.Time{}
+	} else if l.f.health.FeedDownSince.IsZero() {
+		l.f.health.FeedDownSince = now
+	}
+}
+
+// noteResult runs after the loop took in the result of a store call.
+func (l *loop) noteResult(r callResult) {
+	now := time.Now()
+	var conflict *ConflictError
+	isConflict := errors.As(r.err, &conflict)
+	answered := r.err == nil || isConflict || errors.Is(r.err, ErrNotFound) || errors.Is(r.err, ErrMalformedRecord)
+	failed := !answered && l.ctx.Err() == nil
+	leading := l.role == roleLeader && l.term == r.next.Term
+	l.f.mu.Lock()
+	h := &l.f.health
+	if answered {
+		h.LastContact = now
+	}
+	switch r.kind {
+	case callRead:
+		if answered {
+			h.ReadsFailingSince = time.Time{}
+		} else if failed && h.ReadsFailingSince.IsZero() {
+			h.ReadsFailingSince = now
+		}
+	case callClaim:
+		if leading {
+			h.RenewalsFailingSince = time.Time{}
+		}
+	case callRenew:
+		if r.err == nil {
+			h.RenewalsFailingSince = time.Time{}
+		} else if failed && leading && h.RenewalsFailingSince.IsZero() {
+			h.RenewalsFailingSince = now
+		}
+	}
+	l.f.mu.Unlock()
+
+	tr := l.f.opts.Trace
+	if tr == nil || l.ctx.Err() != nil {
+		return
+	}
+	switch {
+	case r.kind == callClaim && tr.ClaimDone != nil:
+		tr.ClaimDone(ClaimInfo{Term: r.next.Term, Latency: now.Sub(r.sentAt), Won: leading, Err: r.err})
+	case r.kind == callRenew && tr.RenewDone != nil:
+		tr.RenewDone(RenewInfo{Term: r.next.Term, Latency: now.Sub(r.sentAt), Err: r.err})
+	}
+}

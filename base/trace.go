@@ -1,0 +1,49 @@
+package base
+
+import "time"
+
+// Trace is a set of hooks that a Feed calls as its store calls return, for
+// metrics and tracing, in the style of net/http/httptrace.ClientTrace: set
+// Options.Trace, and leave the fields you do not need nil. Events say what
+// happened; Trace adds what they do not carry, such as latencies and lost
+// claims.
+//
+// The hooks are called on the Feed's engine goroutine, one at a time, in
+// the order the calls returned. They must not block and must not call the
+// Feed's methods that wait for the engine (Resign, Proclaim, Stop): the
+// election waits while a hook runs. Record a number and return.
+type Trace struct {
+	// ClaimDone is called when the reply to a claim of leadership came
+	// back (or the call failed).
+	ClaimDone func(ClaimInfo)
+	// RenewDone is called when the reply to a renewal came back (or the
+	// call failed).
+	RenewDone func(RenewInfo)
+}
+
+// ClaimInfo is the outcome of one claim.
+type ClaimInfo struct {
+	// Term is the term claimed.
+	Term uint64
+	// Latency is the time from sending the claim to taking in its reply.
+	Latency time.Duration
+	// Won reports whether this node leads on the claim now.
+	Won bool
+	// Err is the store's error: a *ConflictError (matching ErrConflict)
+	// when another node's write came first, another error when the call
+	// failed; nil when the store took the claim (Won is still false if
+	// the reply came after the lease the claim would have granted).
+	Err error
+}
+
+// RenewInfo is the outcome of one renewal.
+type RenewInfo struct {
+	// Term is the term renewed.
+	Term uint64
+	// Latency is the time from sending the renewal to taking in its reply.
+	Latency time.Duration
+	// Err is the store's error: a *ConflictError when another node took
+	// over, another error when the call failed; nil when the store took
+	// the renewal.
+	Err error
+}

@@ -1,0 +1,236 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+)
+
+// Exit codes (see the package doc).
+const (
+	exitOK          = 0
+	exitFailure     = 1   // a failure while running: the store lost, a stop that failed
+	exitUsage       = 2   // bad flags or arguments: URL, missing --, election name, timing
+	exitUnreachable = 3   // the store could not be reached or refused at start
+	exitNotExec     = 126 // CMD exists but cannot be run
+	exitNotFound    = 127 // CMD not found
+)
+
+// exitError is an error with the exit code it calls for.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func exitf(code int, format string, args ...any) error {
+	return &exitError{code: code, err: fmt.Errorf(format, args...)}
+}
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `leaderfeed: leader election on PostgreSQL, MongoDB or RethinkDB from the shell.
+
+Usage:
+  leaderfeed run    --store URL --election NAME [flags] -- CMD [ARGS...]
+  leaderfeed status --store URL --election NAME [--json]
+  leaderfeed watch  --store URL --election NAME
+  leaderfeed schema --store postgres://... [--schema S] [--table T]
+
+Run "leaderfeed COMMAND --help" for a command's flags.
+Store URLs: postgres://, postgresql://, mongodb://, mongodb+srv://,
+rethinkdb://host:port/database.
+Exit codes: 0 ok; 1 failure while running; 2 usage (bad flag, URL, election
+name, timing, missing --); 3 store unreachable or refusing at start; 126 CMD
+not executable; 127 CMD not found; run without --restart: CMD's own status
+when it exits by itself (128+N if killed by signal N).
+`
+
+// realMain runs the command line args and returns the exit code.
+func realMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	var err error
+	switch args[0] {
+	case "run":
+		err = runCommand(args[1:], stdout, stderr)
+	case "status":
+		err = statusCommand(args[1:], stdout, stderr)
+	case "watch":
+		err = watchCommand(args[1:], stdout, stderr)
+	case "schema":
+		err = schemaCommand(args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "leaderfeed: unknown command %q (want run, status, watch or schema; see leaderfeed --help)\n", args[0])
+		return exitUsage
+	}
+	if err == nil {
+		return exitOK
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	var ce *childExit
+	if errors.As(err, &ce) {
+		return ce.code
+	}
+	code := exitFailure
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code = ee.code
+	}
+	fmt.Fprintf(stderr, "leaderfeed %s: %s\n", args[0], strings.Join(strings.Fields(err.Error()), " "))
+	return code
+}
+
+// common holds the flags every command but schema has.
+type common struct {
+	store, election        string
+	table, schema          string
+	noCreate               bool
+	connectTimeout         time.Duration
+	logLevel               string
+	heartbeat, lease       time.Duration
+	timeoutMin, timeoutMax time.Duration
+	jitter, failover       time.Duration
+}
+
+func (c *common) register(fs *flag.FlagSet, logLevel string) {
+	fs.StringVar(&c.store, "store", "", "store URL: postgres://, postgresql://, mongodb://, mongodb+srv://, rethinkdb://host:port/database (required)")
+	fs.StringVar(&c.election, "election", "", "election name (required)")
+	fs.StringVar(&c.table, "table", "", "election table (postgres, rethinkdb) or collection (mongodb); default leaderfeed")
+	fs.StringVar(&c.schema, "schema", "", "postgres schema of the table; default public")
+	fs.BoolVar(&c.noCreate, "no-create", false, "do not create the table: only check it exists (see leaderfeed schema)")
+	fs.DurationVar(&c.connectTimeout, "connect-timeout", 10*time.Second, "how long to try to reach the store at start")
+	fs.StringVar(&c.logLevel, "log-level", logLevel, "log level on stderr: debug, info, warn, error")
+	fs.DurationVar(&c.heartbeat, "heartbeat", 0, "heartbeat interval (default 1s)")
+	fs.DurationVar(&c.timeoutMin, "election-timeout-min", 0, "shortest election timeout (default 2s)")
+	fs.DurationVar(&c.timeoutMax, "election-timeout-max", 0, "longest election timeout (default 4s)")
+	fs.DurationVar(&c.lease, "lease", 0, "lease duration (default halfway between heartbeat and election-timeout-min)")
+	fs.DurationVar(&c.jitter, "vacancy-jitter", 0, "largest delay before claiming a vacant election (default 0)")
+	fs.DurationVar(&c.failover, "failover", 0, "derive every timing from the longest acceptable failover after a crash (heartbeat.TimingFor); excludes the other timing flags")
+}
+
+// check validates the flags that need no connection: usage errors.
+func (c *common) check(needElection bool) (*storeURL, heartbeat.Timing, *slog.Logger, error) {
+	u, err := parseStore(c.store)
+	if err != nil {
+		return nil, heartbeat.Timing{}, nil, &exitError{exitUsage, err}
+	}
+	if needElection {
+		if c.election == "" {
+			return nil, heartbeat.Timing{}, nil, exitf(exitUsage, "--election is required")
+		}
+		if err := heartbeat.ValidateName("election name", c.election); err != nil {
+			return nil, heartbeat.Timing{}, nil, exitf(exitUsage, "bad --election: %v", err)
+		}
+	}
+	t := heartbeat.Timing{HeartbeatInterval: c.heartbeat, ElectionTimeoutMin: c.timeoutMin,
+		ElectionTimeoutMax: c.timeoutMax, LeaseDuration: c.lease, VacancyJitter: c.jitter}
+	if c.failover != 0 {
+		if t != (heartbeat.Timing{}) {
+			return nil, heartbeat.Timing{}, nil, exitf(exitUsage, "--failover excludes --heartbeat, --election-timeout-min/max, --lease and --vacancy-jitter")
+		}
+		if t, err = heartbeat.TimingFor(c.failover); err != nil {
+			return nil, heartbeat.Timing{}, nil, exitf(exitUsage, "bad --failover: %v", err)
+		}
+	}
+	if err := t.WithDefaults().Validate(); err != nil {
+		return nil, heartbeat.Timing{}, nil, exitf(exitUsage, "bad timing: %v", err)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, heartbeat.Timing{}, nil, exitf(exitUsage, "bad --log-level %q: want debug, info, warn or error", c.logLevel)
+	}
+	return u, t, nil, nil
+}
+
+func (c *common) storeOptions() storeOptions {
+	return storeOptions{table: c.table, schema: c.schema, noCreate: c.noCreate}
+}
+
+func (c *common) logger(stderr io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.logLevel))
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// helpOut prints the --help of a flag set (one per process run).
+var helpOut = map[*flag.FlagSet]func(){}
+
+// newFlagSet returns a flag set whose --help prints use and the flags to
+// stdout, and whose errors go to stderr.
+func newFlagSet(name, use string, stdout, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("leaderfeed "+name, flag.ContinueOnError)
+	// Errors are reported by realMain, on one line; --help prints here.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	helpOut[fs] = func() {
+		fs.SetOutput(stdout)
+		fmt.Fprint(stdout, use)
+		fmt.Fprintln(stdout, "\nFlags:")
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	return fs
+}
+
+// parseFlags parses args; a flag error is a usage error, --help is
+// flag.ErrHelp (exit 0).
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			helpOut[fs]()
+			return err
+		}
+		return &exitError{exitUsage, err}
+	}
+	return nil
+}
+
+// openBackend connects to the store and makes the election's backend. Its
+// errors carry their exit code.
+func openBackend(u *storeURL, c *common, startCtxTimeout time.Duration) (*store, base.Backend, error) {
+	ctx, cancel := contextWithTimeout(startCtxTimeout)
+	defer cancel()
+	st, err := u.open(ctx, c.storeOptions())
+	if err != nil {
+		return nil, nil, classify(err)
+	}
+	b, err := st.backend(c.election)
+	if err != nil {
+		st.close()
+		return nil, nil, classify(err)
+	}
+	return st, b, nil
+}
+
+// classify gives a store error its exit code: a refused configuration is a
+// usage error, anything else means the store cannot be used.
+func classify(err error) error {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err
+	}
+	if errors.Is(err, base.ErrInvalidConfig) {
+		return &exitError{exitUsage, err}
+	}
+	return &exitError{exitUnreachable, err}
+}

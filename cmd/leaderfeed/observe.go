@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/postgres"
+)
+
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
+
+const statusUse = `Usage: leaderfeed status --store URL --election NAME [--json]
+
+Prints the election's record: leader (empty when vacant), term, revision,
+value, and the age of the last heartbeat in the store's own clock. It only
+reads; an election that never had a leader shows exists: false.
+
+Exit codes: 0 printed; 1 the read failed; 2 usage; 3 store unreachable.
+`
+
+// statusJSON is what status --json prints.
+type statusJSON struct {
+	Election   string    `json:"election"`
+	Exists     bool      `json:"exists"`
+	Leader     string    `json:"leader"`
+	Term       uint64    `json:"term"`
+	Revision   uint64    `json:"revision"`
+	Value      string    `json:"value"`
+	Timestamp  time.Time `json:"timestamp,omitzero"`
+	AgeSeconds float64   `json:"age_seconds"`
+}
+
+func statusCommand(args []string, stdout, stderr io.Writer) error {
+	var c common
+	fs := newFlagSet("status", statusUse, stdout, stderr)
+	c.register(fs, "warn")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return exitf(exitUsage, "unexpected argument %q", fs.Arg(0))
+	}
+	u, _, _, err := c.check(true)
+	if err != nil {
+		return err
+	}
+	st, b, err := openBackend(u, &c, c.connectTimeout)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	defer b.Close()
+	ctx, cancel := contextWithTimeout(c.connectTimeout)
+	defer cancel()
+	if err := b.Start(ctx); err != nil {
+		return classify(fmt.Errorf("store %s: %w", redact(c.store), err))
+	}
+	out := statusJSON{Election: c.election}
+	rec, err := b.Get(ctx)
+	switch {
+	case errors.Is(err, base.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("read the record: %w", err)
+	default:
+		now, err := st.now(ctx)
+		if err != nil {
+			return fmt.Errorf("read the store's clock: %w", err)
+		}
+		out.Exists, out.Leader, out.Term, out.Revision, out.Value = true, rec.Leader, rec.Term, rec.Revision, string(rec.Value)
+		out.Timestamp, out.AgeSeconds = rec.Timestamp, now.Sub(rec.Timestamp).Seconds()
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(out)
+	}
+	if !out.Exists {
+		fmt.Fprintf(stdout, "election: %s\nleader: (none: the election has no record yet)\n", out.Election)
+		return nil
+	}
+	leader := out.Leader
+	if leader == "" {
+		leader = "(vacant)"
+	}
+	fmt.Fprintf(stdout, "election: %s\nleader: %s\nterm: %d\nrevision: %d\nvalue: %s\nlast heartbeat: %s (%v ago, store clock)\n",
+		out.Election, leader, out.Term, out.Revision, out.Value, out.Timestamp.Format(time.RFC3339Nano),
+		time.Duration(out.AgeSeconds*float64(time.Second)).Round(time.Millisecond))
+	return nil
+}
+
+const watchUse = `Usage: leaderfeed watch --store URL --election NAME
+
+Follows the election without campaigning and prints each change of leader
+as one JSON line ({"time", "leader", "term", "value"}; leader "" when
+vacant), the current one first, until interrupted (SIGINT, SIGTERM).
+
+Exit codes: 0 interrupted; 1 failure; 2 usage; 3 store unreachable.
+`
+
+// watchLine is one line of watch.
+type watchLine struct {
+	Time   time.Time `json:"time"`
+	Leader string    `json:"leader"`
+	Term   uint64    `json:"term"`
+	Value  string    `json:"value"`
+}
+
+func watchCommand(args []string, stdout, stderr io.Writer) error {
+	var c common
+	fs := newFlagSet("watch", watchUse, stdout, stderr)
+	c.register(fs, "warn")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return exitf(exitUsage, "unexpected argument %q", fs.Arg(0))
+	}
+	u, timing, _, err := c.check(true)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	st, b, err := openBackend(u, &c, c.connectTimeout)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	feed, err := base.New(b, fmt.Sprintf("watch-%d", os.Getpid()), base.Options{Timing: timing, ObserveOnly: true, Logger: c.logger(stderr)})
+	if err != nil {
+		_ = b.Close()
+		return classify(err)
+	}
+	sub := feed.Subscribe(ctx)
+	sctx, cancel := context.WithTimeout(ctx, c.connectTimeout)
+	err = feed.Start(sctx)
+	cancel()
+	if err != nil {
+		_ = feed.Stop(context.Background())
+		if ctx.Err() != nil {
+			return nil
+		}
+		return classify(fmt.Errorf("store %s: %w", redact(c.store), err))
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), timing.WithDefaults().ElectionTimeoutMax)
+		defer cancel()
+		_ = feed.Stop(sctx)
+	}()
+	enc := json.NewEncoder(stdout)
+	for e := range sub.C {
+		if e.Type != base.EventNewLeader {
+			continue
+		}
+		if err := enc.Encode(watchLine{Time: e.At, Leader: e.Leader, Term: e.Term, Value: string(e.Value)}); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+	}
+	if err := sub.Err(); err != nil {
+		return err
+	}
+	return nil
+}
+
+const schemaUse = `Usage: leaderfeed schema --store postgres://... [--schema S] [--table T]
+
+Prints the SQL that creates what the postgres backend needs (schema,
+election table, trigger functions, triggers), for an administrator to run
+when the application may not create tables (run it with --no-create). It
+does not connect. MongoDB and RethinkDB need no script.
+
+Exit codes: 0 printed; 2 usage (not a postgres URL, bad names).
+`
+
+func schemaCommand(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("schema", schemaUse, stdout, stderr)
+	store := fs.String("store", "", "store URL: postgres:// or postgresql:// (required)")
+	schema := fs.String("schema", "", "schema of the table; default public")
+	table := fs.String("table", "", "election table; default leaderfeed")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return exitf(exitUsage, "unexpected argument %q", fs.Arg(0))
+	}
+	u, err := parseStore(*store)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	if u.kind != kindPostgres {
+		return exitf(exitUsage, "only the postgres backend needs a script (%s creates its %s itself, or checks it with --no-create)", u.kind,
+			map[storeKind]string{kindMongo: "collection", kindRethink: "database and table"}[u.kind])
+	}
+	sql, err := postgres.SchemaSQL(postgres.Options{Schema: *schema, Table: *table})
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	_, err = fmt.Fprintln(stdout, sql)
+	return err
+}

@@ -182,6 +182,26 @@ type Notification struct {
 	Record heartbeat.Record // RecordChanged
 	Change Change           // OtherChanged
 	Err    error            // Ignored, Failed
+	// Election is the election a RecordDeleted or Ignored notification of
+	// a Store's changefeed is about (RecordChanged has Record.Election).
+	// A Backend's changefeed, which carries one election, may leave it
+	// empty.
+	Election string
+}
+
+// election returns the election n is about, "" for OtherChanged and
+// Failed.
+func (n Notification) election() string {
+	switch n.Type {
+	case RecordChanged:
+		return n.Record.Election
+	case RecordDeleted, Ignored:
+		if n.Election != "" {
+			return n.Election
+		}
+		return n.Record.Election
+	}
+	return ""
 }
 
 // Op is the kind of a change to a record.

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -271,30 +272,34 @@ func TestLostReplyWithFeedDownKeepsLeadership(t *testing.T) {
 }
 
 func TestBrokenFeedReopensAndPolls(t *testing.T) {
-	c := cluster(t, memory.NewStore(), timing, 2)
-	l := c.WaitLeader(t, wait)
-	var f *basetest.Node
-	for _, n := range c.Nodes {
-		if n != l {
-			f = n
+	// Under synctest: the fake clock keeps the count of polls exact on a
+	// loaded machine.
+	synctest.Test(t, func(t *testing.T) {
+		c := cluster(t, memory.NewStore(), timing, 2)
+		l := c.WaitLeader(t, wait)
+		var f *basetest.Node
+		for _, n := range c.Nodes {
+			if n != l {
+				f = n
+			}
 		}
-	}
-	c.WaitSubscribed(t)
-	gets := f.Faulty.Calls(faulty.MethodGet)
-	// The first reopen is refused, the second takes 6 heartbeat intervals.
-	f.Faulty.Inject(faulty.Fault{Method: faulty.MethodSubscribe, Nth: 1})
-	f.Faulty.Inject(faulty.Fault{Method: faulty.MethodSubscribe, Nth: 2, Delay: 6 * timing.HeartbeatInterval})
-	mark := len(f.Events())
-	f.Faulty.BreakFeed(nil)
-	_, i := f.WaitEvent(t, mark, wait, "subscribe-error", func(e base.Event) bool { return e.Type == base.EventSubscribeError })
-	_, i = f.WaitEvent(t, i+1, wait, "a second subscribe-error (reopen refused)", func(e base.Event) bool { return e.Type == base.EventSubscribeError })
-	f.WaitEvent(t, i+1, wait, "subscribe-started", func(e base.Event) bool { return e.Type == base.EventSubscribeStarted })
-	if got := f.Faulty.Calls(faulty.MethodGet) - gets; got < 4 {
-		t.Fatalf("%d reads while the feed was down for 6 heartbeat intervals, want a poll every interval and a read after reopening", got)
-	}
-	if c.WaitLeader(t, 0) != l {
-		t.Fatal("leadership changed because a follower's feed broke")
-	}
+		c.WaitSubscribed(t)
+		gets := f.Faulty.Calls(faulty.MethodGet)
+		// The first reopen is refused, the second takes 6 heartbeat intervals.
+		f.Faulty.Inject(faulty.Fault{Method: faulty.MethodSubscribe, Nth: 1})
+		f.Faulty.Inject(faulty.Fault{Method: faulty.MethodSubscribe, Nth: 2, Delay: 6 * timing.HeartbeatInterval})
+		mark := len(f.Events())
+		f.Faulty.BreakFeed(nil)
+		_, i := f.WaitEvent(t, mark, wait, "subscribe-error", func(e base.Event) bool { return e.Type == base.EventSubscribeError })
+		_, i = f.WaitEvent(t, i+1, wait, "a second subscribe-error (reopen refused)", func(e base.Event) bool { return e.Type == base.EventSubscribeError })
+		f.WaitEvent(t, i+1, wait, "subscribe-started", func(e base.Event) bool { return e.Type == base.EventSubscribeStarted })
+		if got := f.Faulty.Calls(faulty.MethodGet) - gets; got < 4 {
+			t.Fatalf("%d reads while the feed was down for 6 heartbeat intervals, want a poll every interval and a read after reopening", got)
+		}
+		if c.WaitLeader(t, 0) != l {
+			t.Fatal("leadership changed because a follower's feed broke")
+		}
+	})
 }
 
 // An Events reader that never reads must not delay renewals; change events

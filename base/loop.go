@@ -743,7 +743,22 @@ func (l *loop) becomeLeader(res heartbeat.Record, sentAt, now time.Time) {
 	l.f.mu.Unlock()
 	l.emit(Event{Type: EventElected, At: now, Term: l.term, LeaderCtx: l.leaderCtx})
 	l.observe(res, true)
-	l.renewTimer.Reset(max(0, time.Until(sentAt.Add(l.t.HeartbeatInterval))))
+	l.renewTimer.Reset(max(0, time.Until(l.renewAt(sentAt.Add(l.t.HeartbeatInterval)))))
+}
+
+// renewAt returns when the renewal due at due is sent: then, or a little
+// earlier when the backend aligns the renewals of many elections so that
+// they share batches (Elections). Renewing early is safe: the lease runs
+// from the renewal's own send time.
+func (l *loop) renewAt(due time.Time) time.Time {
+	if a, ok := l.f.b.(interface {
+		AlignRenewal(due time.Time, interval time.Duration) time.Time
+	}); ok {
+		if at := a.AlignRenewal(due, l.t.HeartbeatInterval); !at.After(due) && !at.Before(due.Add(-l.t.HeartbeatInterval/2)) {
+			return at
+		}
+	}
+	return due
 }
 
 // armLease (re)starts the timer that cancels the leader context at the end
@@ -807,7 +822,7 @@ func (l *loop) onRenew(r callResult) {
 		l.f.log.Debug("leaderfeed: renewed", "term", l.term, "revision", r.res.Revision)
 		l.replyProclaims(nil)
 		l.observe(r.res, true)
-		l.renewTimer.Reset(max(0, time.Until(r.sentAt.Add(l.t.HeartbeatInterval))))
+		l.renewTimer.Reset(max(0, time.Until(l.renewAt(r.sentAt.Add(l.t.HeartbeatInterval)))))
 	case errors.As(r.err, &conflict) && l.own(conflict.Current):
 		// The store holds our own later write: an earlier renewal committed
 		// but its reply was lost. Take the revision and renew on it at

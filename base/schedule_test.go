@@ -125,7 +125,7 @@ type world struct {
 	mixed  bool
 	maxDel time.Duration // the longest injected delay
 	store  *memory.Store
-	raw    *memory.Backend // commits writes after their caller gave up
+	raw    base.Backend // commits writes after their caller gave up
 	start  time.Time
 	nodes  []*schedNode
 	check  *basetest.Checker

@@ -28,5 +28,5 @@ func (s *Store) DeleteRecord(election string) {
 		return
 	}
 	delete(s.records, election)
-	s.publish(base.Notification{Type: base.RecordDeleted, Record: heartbeat.Record{Election: election}}, election)
+	s.publish(base.Notification{Type: base.RecordDeleted, Election: election, Record: heartbeat.Record{Election: election}})
 }

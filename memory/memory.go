@@ -1,6 +1,6 @@
 // Package memory is an in-process leaderfeed backend: the reference
-// implementation of base.Backend and the embedded default of the examples
-// and unit tests.
+// implementation of base.Store (and base.BatchStore) and the embedded
+// default of the examples and unit tests.
 //
 // A Store holds any number of election records and other records, and feeds
 // every change to every subscriber in commit order. Many feeds in one
@@ -33,6 +33,7 @@ type Store struct {
 	others  map[string]json.RawMessage
 	subs    map[*subscription]struct{}
 	lastTS  time.Time
+	writes  uint64
 }
 
 // NewStore returns an empty Store.
@@ -44,13 +45,22 @@ func NewStore() *Store {
 	}
 }
 
-// Backend returns a backend for the election named election on s. Each Feed
-// needs a Backend of its own; all of them share the Store.
-func (s *Store) Backend(election string) (*Backend, error) {
-	if err := heartbeat.ValidateName("election name", election); err != nil {
-		return nil, fmt.Errorf("memory: %w: %w", base.ErrInvalidConfig, err)
+// Conn returns a new connection to s: a base.Store (and base.BatchStore)
+// of its own, as a database client would be. Each base.Elections needs a
+// Conn of its own; all of them share the records of s.
+func (s *Store) Conn() *Conn {
+	return &Conn{store: s, subs: make(map[*subscription]struct{})}
+}
+
+// Backend returns the backend of one election on s, on a Conn of its own
+// (base.Open): for one Feed. Nodes of one election in one process each take
+// a Backend; all of them share the records of s.
+func (s *Store) Backend(election string) (base.Backend, error) {
+	b, err := base.Open(s.Conn(), election)
+	if err != nil {
+		return nil, fmt.Errorf("memory: %w", err)
 	}
-	return &Backend{store: s, election: election, subs: make(map[*subscription]struct{})}, nil
+	return b, nil
 }
 
 // now returns the store's clock, which never goes backwards.
@@ -79,7 +89,7 @@ func (s *Store) Put(key string, doc any) error {
 	if ok {
 		c.Op, c.Old = base.Update, old
 	}
-	s.publish(base.Notification{Type: base.OtherChanged, Change: c}, "")
+	s.publish(base.Notification{Type: base.OtherChanged, Change: c})
 	return nil
 }
 
@@ -94,7 +104,7 @@ func (s *Store) Delete(key string) {
 		return
 	}
 	delete(s.others, key)
-	s.publish(base.Notification{Type: base.OtherChanged, Change: base.Change{Table: Table, Op: base.Delete, Key: keyJSON, Old: old}}, "")
+	s.publish(base.Notification{Type: base.OtherChanged, Change: base.Change{Table: Table, Op: base.Delete, Key: keyJSON, Old: old}})
 }
 
 // Keys returns the keys of the other records, sorted.
@@ -109,71 +119,64 @@ func (s *Store) Keys() []string {
 	return keys
 }
 
-// publishRecord sends r to the subscribers of its election, as a record or,
-// when it is malformed, as an Ignored notification. s.mu is held.
+// publishRecord sends r to every subscriber, as a record or, when it is
+// malformed, as an Ignored notification. s.mu is held.
 func (s *Store) publishRecord(r heartbeat.Record) {
 	n := base.Notification{Type: base.RecordChanged, Record: r}
 	if err := r.Validate(); err != nil {
-		n = base.Notification{Type: base.Ignored, Err: fmt.Errorf("memory: %w: %w", base.ErrMalformedRecord, err)}
+		n = base.Notification{Type: base.Ignored, Election: r.Election, Err: fmt.Errorf("memory: %w: %w", base.ErrMalformedRecord, err)}
 	}
-	s.publish(n, r.Election)
+	s.publish(n)
 }
 
-// publish queues n for every subscriber, or only for the subscribers of
-// election when election is not empty. s.mu is held, which keeps the order
-// of commits and notifications the same.
-func (s *Store) publish(n base.Notification, election string) {
+// publish queues n for every subscriber. s.mu is held, which keeps the
+// order of commits and notifications the same.
+func (s *Store) publish(n base.Notification) {
 	for sub := range s.subs {
-		if election == "" || sub.election == election {
-			sub.push(n)
-		}
+		sub.push(n)
 	}
 }
 
-// Backend is the backend of one election on a Store. Its methods are safe
-// for concurrent use.
-type Backend struct {
-	store    *Store
-	election string
+// Conn is a connection to a Store: the base.Store and base.BatchStore of
+// package memory. Its methods are safe for concurrent use.
+type Conn struct {
+	store *Store
 
 	mu     sync.Mutex
 	closed bool
 	subs   map[*subscription]struct{}
 }
 
-var _ base.Backend = (*Backend)(nil)
+var _ base.BatchStore = (*Conn)(nil)
 
-// Election returns the election's name.
-func (b *Backend) Election() string { return b.election }
-
-func (b *Backend) check(ctx context.Context) error {
+func (c *Conn) check(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return fmt.Errorf("memory: election %q: %w", b.election, base.ErrClosed)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("memory: %w", base.ErrClosed)
 	}
 	return nil
 }
 
-// Start checks ctx and that b is open; a Store needs no connection.
-func (b *Backend) Start(ctx context.Context) error { return b.check(ctx) }
+// Start checks ctx and that c is open; a Store needs no connection.
+func (c *Conn) Start(ctx context.Context) error { return c.check(ctx) }
 
 // Create does nothing but checks: a Store needs no tables.
-func (b *Backend) Create(ctx context.Context) error { return b.check(ctx) }
+func (c *Conn) Create(ctx context.Context) error { return c.check(ctx) }
 
-// Get returns the election record.
-func (b *Backend) Get(ctx context.Context) (heartbeat.Record, error) {
-	if err := b.check(ctx); err != nil {
+// Get returns the record of election.
+func (c *Conn) Get(ctx context.Context, election string) (heartbeat.Record, error) {
+	if err := c.check(ctx); err != nil {
 		return heartbeat.Record{}, err
 	}
-	b.store.mu.Lock()
-	r, ok := b.store.records[b.election]
-	b.store.mu.Unlock()
+	c.store.mu.Lock()
+	r, ok := c.store.records[election]
+	c.store.mu.Unlock()
 	if !ok {
-		return heartbeat.Record{}, fmt.Errorf("memory: election %q: %w", b.election, base.ErrNotFound)
+		return heartbeat.Record{}, fmt.Errorf("memory: election %q: %w", election, base.ErrNotFound)
 	}
 	if err := r.Validate(); err != nil {
 		return heartbeat.Record{}, fmt.Errorf("memory: %w: %w", base.ErrMalformedRecord, err)
@@ -182,20 +185,45 @@ func (b *Backend) Get(ctx context.Context) (heartbeat.Record, error) {
 }
 
 // Heartbeat is the compare-and-set write, atomic under the Store's lock.
-func (b *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
-	if err := b.check(ctx); err != nil {
+func (c *Conn) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
+	if err := c.check(ctx); err != nil {
 		return heartbeat.Record{}, err
 	}
-	next.Election = b.election
 	if err := next.Validate(); err != nil {
 		return heartbeat.Record{}, fmt.Errorf("memory: %w: %w", base.ErrInvalidConfig, err)
 	}
-	s := b.store
+	s := c.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur, ok := s.records[b.election]
+	return s.write(expected, next)
+}
+
+// HeartbeatBatch performs writes as one atomic step under the Store's lock,
+// each with the semantics of Heartbeat. Writes that break
+// heartbeat.Record.Validate fail alone.
+func (c *Conn) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base.WriteResult, error) {
+	if err := c.check(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]base.WriteResult, len(writes))
+	s := c.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, w := range writes {
+		if err := w.Next.Validate(); err != nil {
+			out[i].Err = fmt.Errorf("memory: %w: %w", base.ErrInvalidConfig, err)
+			continue
+		}
+		out[i].Record, out[i].Err = s.write(w.Expected, w.Next)
+	}
+	return out, nil
+}
+
+// write is one compare-and-set; s.mu is held and next is valid.
+func (s *Store) write(expected, next heartbeat.Record) (heartbeat.Record, error) {
+	cur, ok := s.records[next.Election]
 	if !ok {
-		cur = heartbeat.Record{Election: b.election}
+		cur = heartbeat.Record{Election: next.Election}
 	}
 	if ok {
 		if err := cur.Validate(); err != nil {
@@ -206,7 +234,7 @@ func (b *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record
 		return heartbeat.Record{}, base.NewConflict(cur.Clone())
 	}
 	rec := heartbeat.Record{
-		Election:  b.election,
+		Election:  next.Election,
 		Leader:    next.Leader,
 		Term:      next.Term,
 		Revision:  expected.Revision + 1,
@@ -214,67 +242,75 @@ func (b *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record
 		Value:     next.Value,
 		Lease:     next.Lease,
 	}.Clone()
-	s.records[b.election] = rec
+	s.records[next.Election] = rec
+	s.writes++
 	s.publishRecord(rec)
 	return rec.Clone(), nil
 }
 
-// Subscribe returns the changefeed: this election's record changes and all
-// other records' changes, in commit order. Nothing is dropped: each
-// subscription queues what its reader has not taken yet.
-func (b *Backend) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
-	if err := b.check(ctx); err != nil {
+// Subscribe returns the changefeed of the Store: every election's record
+// changes and all other records' changes, in commit order. Nothing is
+// dropped: each subscription queues what its reader has not taken yet.
+func (c *Conn) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
-	sub := &subscription{election: b.election, wake: make(chan struct{}, 1), out: make(chan base.Notification)}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return nil, fmt.Errorf("memory: election %q: %w", b.election, base.ErrClosed)
+	sub := &subscription{wake: make(chan struct{}, 1), out: make(chan base.Notification)}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("memory: %w", base.ErrClosed)
 	}
-	b.subs[sub] = struct{}{}
-	b.mu.Unlock()
-	b.store.mu.Lock()
-	b.store.subs[sub] = struct{}{}
-	b.store.mu.Unlock()
+	c.subs[sub] = struct{}{}
+	c.mu.Unlock()
+	c.store.mu.Lock()
+	c.store.subs[sub] = struct{}{}
+	c.store.mu.Unlock()
 	go func() {
 		sub.run(ctx)
-		b.store.mu.Lock()
-		delete(b.store.subs, sub)
-		b.store.mu.Unlock()
-		b.mu.Lock()
-		delete(b.subs, sub)
-		b.mu.Unlock()
+		c.store.mu.Lock()
+		delete(c.store.subs, sub)
+		c.store.mu.Unlock()
+		c.mu.Lock()
+		delete(c.subs, sub)
+		c.mu.Unlock()
 	}()
 	return sub.out, nil
 }
 
-// Close ends the subscriptions of b; later calls fail with base.ErrClosed.
+// Close ends the subscriptions of c; later calls fail with base.ErrClosed.
 // It is idempotent.
-func (b *Backend) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
 		return nil
 	}
-	b.closed = true
-	subs := make([]*subscription, 0, len(b.subs))
-	for s := range b.subs {
+	c.closed = true
+	subs := make([]*subscription, 0, len(c.subs))
+	for s := range c.subs {
 		subs = append(subs, s)
 	}
-	b.mu.Unlock()
+	c.mu.Unlock()
 	for _, s := range subs {
-		s.close(fmt.Errorf("memory: election %q: %w", b.election, base.ErrClosed))
+		s.close(fmt.Errorf("memory: %w", base.ErrClosed))
 	}
 	return nil
+}
+
+// Writes returns how many records the Store has written (every successful
+// compare-and-set, batched or not), for benchmarks.
+func (s *Store) Writes() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writes
 }
 
 // subscription queues notifications without bound and hands them to its
 // reader in order on out.
 type subscription struct {
-	election string
-	wake     chan struct{}
-	out      chan base.Notification
+	wake chan struct{}
+	out  chan base.Notification
 
 	mu     sync.Mutex
 	queue  []base.Notification

@@ -1,0 +1,91 @@
+package base
+
+import (
+	"context"
+
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+)
+
+// Store is what a backend implements: one table (or collection) of
+// election records, any number of elections in it keyed by name, and the
+// table's changefeed. It keeps the verbs of a Backend, with the election as
+// a key: Elections turns one Store into a Backend per election, shares the
+// Store's one changefeed among them, and batches their writes when the
+// Store can (BatchStore).
+//
+// Every method must honour ctx: when ctx is done it returns promptly with an
+// error that matches ctx.Err() under errors.Is. Methods other than Start,
+// Create and Close may be called concurrently. Stores do not retry; the
+// Feed decides what to retry and when. A Store never closes the database
+// client it was given; the caller owns that.
+//
+// docs/EXTENDING.md explains the contract in full, and base/basetest checks
+// it.
+type Store interface {
+	// Start connects and checks that the server can do what the store
+	// needs, and fails with a clear error (matching ErrUnsupported) if not.
+	Start(ctx context.Context) error
+
+	// Create creates what is missing (database, table, trigger, index) if
+	// the store's options allow it, and otherwise checks that it exists.
+	// It is idempotent and safe to run from many processes at once.
+	Create(ctx context.Context) error
+
+	// Get returns the current record of election, with the same errors as
+	// Backend.Get (ErrNotFound, ErrMalformedRecord).
+	Get(ctx context.Context, election string) (heartbeat.Record, error)
+
+	// Heartbeat is the compare-and-set write of the record next.Election,
+	// exactly as Backend.Heartbeat: it compares the stored record's
+	// identity (revision, leader, term) with expected's.
+	Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error)
+
+	// Subscribe opens the changefeed of the table: every committed change
+	// of every election record (RecordChanged with Record.Election set;
+	// RecordDeleted and Ignored with Election set), in commit order per
+	// election, and every change to the application's records of the
+	// watched table (OtherChanged). It returns once the feed listens, so
+	// that every change committed after Subscribe returns is delivered.
+	//
+	// The store sends on the channel and blocks while nobody reads: it
+	// queues nothing and coalesces nothing (Elections does both, once for
+	// all stores). It closes the channel when ctx is done (every send
+	// selects on ctx.Done()) or after sending one Failed notification.
+	// A record too large for the store's notification is read and sent
+	// whole, or reported as Ignored if it cannot be.
+	Subscribe(ctx context.Context) (<-chan Notification, error)
+
+	// Close releases what the store holds (never the caller's client). It
+	// is idempotent; afterwards every method returns an error matching
+	// ErrClosed, and open subscriptions end.
+	Close() error
+}
+
+// Write is one compare-and-set of a batch: Next is stored if the record of
+// Next.Election is the write Expected names.
+type Write struct {
+	Expected heartbeat.Record
+	Next     heartbeat.Record
+}
+
+// WriteResult is the outcome of one Write of a batch: the stored record, or
+// the error a single Heartbeat would have returned (a *ConflictError with
+// the current record, an error matching ErrMalformedRecord, ...).
+type WriteResult struct {
+	Record heartbeat.Record
+	Err    error
+}
+
+// BatchStore is a Store that can write many elections' records at once, in
+// one round trip (PostgreSQL: one UPDATE ... FROM (VALUES ...)). It is an
+// optional capability, discovered by type assertion as in database/sql/driver:
+// Elections uses it to renew every due election of the process together.
+type BatchStore interface {
+	Store
+	// HeartbeatBatch performs the writes, each with exactly the semantics
+	// of Heartbeat, and returns one result per write, in order. The writes
+	// name distinct elections. It may apply some writes and refuse others;
+	// each result says which. An error (with nil results) means the
+	// outcome of every write is unknown, as for a Heartbeat that failed.
+	HeartbeatBatch(ctx context.Context, writes []Write) ([]WriteResult, error)
+}

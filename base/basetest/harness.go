@@ -31,6 +31,13 @@ type Harness struct {
 	// election name for every case, and Closes every backend it opens.
 	Open func(t *testing.T, election string) (base.Backend, error)
 
+	// OpenStore returns a new, not yet started Store on the same table as
+	// Open's backends (a base.BatchStore if the backend can batch). When
+	// set, the suite checks the Store contract: many elections on one
+	// Elections, one changefeed for all of them, independence of
+	// elections, and batched writes. The suite closes every Store it opens.
+	OpenStore func(t *testing.T) (base.Store, error)
+
 	// Timing is used by the Feed scenarios. Zero fields take the values of
 	// FastTiming.
 	Timing heartbeat.Timing

@@ -17,7 +17,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestConformance(t *testing.T) {
 	store := memory.NewStore()
 	basetest.Run(t, basetest.Harness{
-		Open: func(_ *testing.T, election string) (base.Backend, error) { return store.Backend(election) },
+		Open:      func(_ *testing.T, election string) (base.Backend, error) { return store.Backend(election) },
+		OpenStore: func(*testing.T) (base.Store, error) { return store.Conn(), nil },
 		PutOther: func(_ context.Context, _, key string, doc map[string]any) error {
 			return store.Put(key, doc)
 		},

@@ -42,6 +42,11 @@ func Run(t *testing.T, h Harness) {
 	s := &suite{h: h}
 	t.Run("Contract", s.contract)
 	t.Run("Feed", s.feeds)
+	if h.OpenStore != nil {
+		t.Run("Store", s.stores)
+	} else {
+		t.Log("basetest: Harness.OpenStore is nil; the Store rules (many elections, one changefeed, batches) did not run")
+	}
 }
 
 type suite struct{ h Harness }

@@ -1,0 +1,325 @@
+package basetest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+)
+
+// openStore opens, starts and creates a Store, closed at cleanup.
+func (s *suite) openStore(t *testing.T) base.Store {
+	t.Helper()
+	st, err := s.h.OpenStore(t)
+	if err != nil {
+		t.Fatalf("Harness.OpenStore: %v", err)
+	}
+	if st == nil {
+		t.Fatal("Harness.OpenStore returned a nil store")
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	ctx := ctxFor(t)
+	if err := st.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := st.Create(ctx); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return st
+}
+
+func storeWrite(t *testing.T, st base.Store, expected heartbeat.Record, election, leader string, term uint64) heartbeat.Record {
+	t.Helper()
+	r, err := st.Heartbeat(ctxFor(t), expected, heartbeat.Record{Election: election, Leader: leader, Term: term})
+	if err != nil {
+		t.Fatalf("Heartbeat(%s, expected %v): %v", election, expected, err)
+	}
+	if r.Election != election {
+		t.Fatalf("Heartbeat of %s returned a record of %q", election, r.Election)
+	}
+	return r
+}
+
+func storeSubscribe(t *testing.T, st base.Store) <-chan base.Notification {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := st.Subscribe(ctx)
+	if err != nil {
+		cancel()
+		t.Fatalf("Subscribe: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		for range ch {
+		}
+	})
+	return ch
+}
+
+// stores runs the rules of the Store contract (Harness.OpenStore set).
+func (s *suite) stores(t *testing.T) {
+	rule(t, "A Store's changefeed carries the records of every election, each with its election", func(t *testing.T) {
+		st := s.openStore(t)
+		ch := storeSubscribe(t, st)
+		e1, e2 := Election(), Election()
+		r1 := storeWrite(t, st, heartbeat.Record{}, e1, "a", 1)
+		r2 := storeWrite(t, st, heartbeat.Record{}, e2, "b", 1)
+		r1b := storeWrite(t, st, r1, e1, "a", 1)
+		want := map[string][]uint64{e1: {r1.Revision, r1b.Revision}, e2: {r2.Revision}}
+		got := map[string][]uint64{}
+		deadline := time.After(feedWait)
+		for len(got[e1]) < 2 || len(got[e2]) < 1 {
+			select {
+			case n, ok := <-ch:
+				if !ok || n.Type == base.Failed {
+					t.Fatalf("feed ended: %v", n.Err)
+				}
+				if n.Type == base.RecordChanged && (n.Record.Election == e1 || n.Record.Election == e2) {
+					got[n.Record.Election] = append(got[n.Record.Election], n.Record.Revision)
+				}
+			case <-deadline:
+				t.Fatalf("within %v the feed gave %v, want %v", feedWait, got, want)
+			}
+		}
+		for e, revs := range want {
+			for i, rev := range revs {
+				if got[e][i] != rev {
+					t.Fatalf("election %s: revisions %v on the feed, want %v in commit order", e, got[e], revs)
+				}
+			}
+		}
+	})
+
+	rule(t, "Writes and conflicts of one election never touch another", func(t *testing.T) {
+		st := s.openStore(t)
+		e1, e2 := Election(), Election()
+		r1 := storeWrite(t, st, heartbeat.Record{}, e1, "a", 1)
+		r2 := storeWrite(t, st, heartbeat.Record{}, e2, "a", 1)
+		// A conflict in e2 (a stale claim) leaves e1 alone, and e1's
+		// revision means nothing to e2.
+		_, err := st.Heartbeat(ctxFor(t), heartbeat.Record{}, heartbeat.Record{Election: e2, Leader: "b", Term: 2})
+		var ce *base.ConflictError
+		if !errors.As(err, &ce) || !ce.Current.Equal(r2) {
+			t.Fatalf("stale claim of %s: %v, want a conflict carrying %v", e2, err, r2)
+		}
+		r1b := storeWrite(t, st, r1, e1, "a", 1)
+		got2, err := st.Get(ctxFor(t), e2)
+		if err != nil || !got2.Equal(r2) {
+			t.Fatalf("Get(%s) = %v, %v after writes of %s; want %v unchanged", e2, got2, err, e1, r2)
+		}
+		if got1, err := st.Get(ctxFor(t), e1); err != nil || !got1.Equal(r1b) {
+			t.Fatalf("Get(%s) = %v, %v; want %v", e1, got1, err, r1b)
+		}
+	})
+
+	if s.h.WriteMalformed != nil {
+		rule(t, "A malformed record of one election touches no other: reads, writes and the feed go on", func(t *testing.T) {
+			st := s.openStore(t)
+			ch := storeSubscribe(t, st)
+			bad, good := Election(), Election()
+			if err := s.h.WriteMalformed(ctxFor(t), bad); err != nil {
+				t.Fatalf("WriteMalformed: %v", err)
+			}
+			n := nextStore(t, ch, "the malformed record reported", func(n base.Notification) bool {
+				return n.Type == base.Ignored || (n.Type == base.RecordChanged && n.Record.Election == bad)
+			})
+			if n.Type != base.Ignored || !errors.Is(n.Err, base.ErrMalformedRecord) {
+				t.Fatalf("malformed record of %s arrived as %v (%v), want Ignored matching ErrMalformedRecord", bad, n.Type, n.Err)
+			}
+			if n.Election != bad {
+				t.Fatalf("Ignored notification names election %q, want %q", n.Election, bad)
+			}
+			r := storeWrite(t, st, heartbeat.Record{}, good, "a", 1)
+			nextStore(t, ch, "the other election's record after the malformed one", func(n base.Notification) bool {
+				return n.Type == base.RecordChanged && n.Record.Election == good && n.Record.Revision == r.Revision
+			})
+			if _, err := st.Get(ctxFor(t), bad); !errors.Is(err, base.ErrMalformedRecord) {
+				t.Fatalf("Get(%s): %v, want ErrMalformedRecord", bad, err)
+			}
+		})
+	}
+
+	rule(t, "A batched write gives each election exactly what a single compare-and-set would", func(t *testing.T) {
+		st := s.openStore(t)
+		bs, ok := st.(base.BatchStore)
+		if !ok {
+			t.Skip("skipped: the store does not batch (base.BatchStore); Elections writes one record at a time")
+		}
+		renewed, created, stale := Election(), Election(), Election()
+		r1 := storeWrite(t, st, heartbeat.Record{}, renewed, "a", 1)
+		s1 := storeWrite(t, st, heartbeat.Record{}, stale, "a", 1)
+		s2 := storeWrite(t, st, s1, stale, "b", 2)
+		writes := []base.Write{
+			{Expected: r1, Next: heartbeat.Record{Election: renewed, Leader: "a", Term: 1, Value: []byte("v"), Lease: time.Second}},
+			{Expected: heartbeat.Record{}, Next: heartbeat.Record{Election: created, Leader: "c", Term: 1}},
+			{Expected: s1, Next: heartbeat.Record{Election: stale, Leader: "a", Term: 1}},
+		}
+		var bad string
+		if s.h.WriteMalformed != nil {
+			bad = Election()
+			if err := s.h.WriteMalformed(ctxFor(t), bad); err != nil {
+				t.Fatalf("WriteMalformed: %v", err)
+			}
+			writes = append(writes, base.Write{Expected: heartbeat.Record{Revision: 1, Leader: "a", Term: 1}, Next: heartbeat.Record{Election: bad, Leader: "a", Term: 2}})
+		}
+		res, err := bs.HeartbeatBatch(ctxFor(t), writes)
+		if err != nil {
+			t.Fatalf("HeartbeatBatch: %v", err)
+		}
+		if len(res) != len(writes) {
+			t.Fatalf("%d results for %d writes", len(res), len(writes))
+		}
+		if r := res[0]; r.Err != nil || r.Record.Revision != r1.Revision+1 || r.Record.Election != renewed || string(r.Record.Value) != "v" || r.Record.Lease != time.Second || r.Record.Timestamp.IsZero() {
+			t.Errorf("renewal in a batch: %+v, %v; want revision %d with value v, lease 1s and a store timestamp", r.Record, r.Err, r1.Revision+1)
+		}
+		if r := res[1]; r.Err != nil || r.Record.Revision != 1 || r.Record.Leader != "c" || r.Record.Election != created {
+			t.Errorf("creation in a batch: %+v, %v; want revision 1 led by c", r.Record, r.Err)
+		}
+		var ce *base.ConflictError
+		if r := res[2]; !errors.As(r.Err, &ce) || !ce.Current.Equal(s2) {
+			t.Errorf("stale write in a batch: %+v, %v; want a conflict carrying %v", r.Record, r.Err, s2)
+		}
+		if bad != "" {
+			if r := res[3]; !errors.Is(r.Err, base.ErrMalformedRecord) {
+				t.Errorf("write over a malformed record in a batch: %+v, %v; want ErrMalformedRecord", r.Record, r.Err)
+			}
+		}
+		for i, e := range []string{renewed, created} {
+			if got, err := st.Get(ctxFor(t), e); err != nil || !got.Equal(res[i].Record) {
+				t.Errorf("Get(%s) = %+v, %v; the batch returned %+v", e, got, err, res[i].Record)
+			}
+		}
+		if got, err := st.Get(ctxFor(t), stale); err != nil || !got.Equal(s2) {
+			t.Errorf("Get(%s) = %+v, %v after a refused write; want %+v unchanged", stale, got, err, s2)
+		}
+	})
+
+	for _, batch := range []bool{true, false} {
+		name := "batched"
+		if !batch {
+			name = "one write at a time"
+		}
+		rule(t, "Twenty elections on one Elections share one changefeed, each elects its node and hands over on Stop ("+name+")", func(t *testing.T) {
+			st, err := s.h.OpenStore(t)
+			if err != nil || st == nil {
+				t.Fatalf("Harness.OpenStore: %v", err)
+			}
+			counted := countSubscribes(st)
+			els, err := base.NewElections(counted, base.ElectionsOptions{NoBatch: !batch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = els.Close() })
+			tm := s.h.Timing
+			if tm == (heartbeat.Timing{}) {
+				tm = FastTiming
+			}
+			const n = 20
+			feeds := make([]*base.Feed, n)
+			names := make([]string, n)
+			for i := range feeds {
+				names[i] = Election()
+				f, err := els.Feed(names[i], "node", base.Options{Timing: tm})
+				if err != nil {
+					t.Fatalf("Feed %d: %v", i, err)
+				}
+				feeds[i] = f
+				if err := f.Start(ctxFor(t)); err != nil {
+					t.Fatalf("Start %d: %v", i, err)
+				}
+			}
+			if _, err := els.Backend(names[0]); !errors.Is(err, base.ErrInvalidConfig) {
+				t.Errorf("a second Backend of one election on one Elections: %v, want ErrInvalidConfig", err)
+			}
+			deadline := time.Now().Add(tm.ElectionTimeoutMax + feedWait)
+			for i, f := range feeds {
+				for !f.IsLeader() {
+					if time.Now().After(deadline) {
+						t.Fatalf("election %d of %d has no leader", i, n)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			// Renewals go on for a few intervals; every election keeps its term.
+			time.Sleep(5 * tm.HeartbeatInterval)
+			for i, f := range feeds {
+				if term, ok := f.Term(); !ok || term != 1 {
+					t.Errorf("election %d: term %d, leading %v after 5 intervals; want term 1", i, term, ok)
+				}
+			}
+			if got := counted.subscribeCount(); got != 1 {
+				t.Errorf("%d changefeeds opened for %d elections, want 1", got, n)
+			}
+			var wg sync.WaitGroup
+			for i, f := range feeds {
+				wg.Go(func() {
+					if err := f.Stop(ctxFor(t)); err != nil {
+						t.Errorf("Stop %d: %v", i, err)
+					}
+				})
+			}
+			wg.Wait()
+			for _, e := range names {
+				if r, err := st.Get(ctxFor(t), e); err != nil || !r.Vacant() {
+					t.Errorf("election %s after Stop: %v, %v; want a vacant record", e, r, err)
+				}
+			}
+		})
+	}
+}
+
+func nextStore(t *testing.T, ch <-chan base.Notification, what string, pass func(base.Notification) bool) base.Notification {
+	t.Helper()
+	timer := time.NewTimer(feedWait)
+	defer timer.Stop()
+	for {
+		select {
+		case n, ok := <-ch:
+			if !ok || n.Type == base.Failed {
+				t.Fatalf("feed ended while waiting for %s: %v", what, n.Err)
+			}
+			if pass(n) {
+				return n
+			}
+		case <-timer.C:
+			t.Fatalf("no %s within %v", what, feedWait)
+		}
+	}
+}
+
+// counting wraps a Store and counts its Subscribe calls, keeping BatchStore
+// when the Store has it.
+type counting struct {
+	base.Store
+	subscribes atomic.Int64
+}
+
+func (c *counting) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+	c.subscribes.Add(1)
+	return c.Store.Subscribe(ctx)
+}
+
+type countingBatch struct{ *counting }
+
+func (c countingBatch) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base.WriteResult, error) {
+	return c.Store.(base.BatchStore).HeartbeatBatch(ctx, writes)
+}
+
+// countSubscribes wraps st; the result is a BatchStore if st is one.
+func countSubscribes(st base.Store) interface {
+	base.Store
+	subscribeCount() int64
+} {
+	c := &counting{Store: st}
+	if _, ok := st.(base.BatchStore); ok {
+		return countingBatch{c}
+	}
+	return c
+}
+
+func (c *counting) subscribeCount() int64 { return c.subscribes.Load() }

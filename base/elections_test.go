@@ -1,0 +1,214 @@
+package base_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+	"github.com/leaderfeed/leaderfeed/memory"
+)
+
+// callCounter wraps a BatchStore and counts its write calls (statements).
+type callCounter struct {
+	base.BatchStore
+	singles, batches, batched, subscribes atomic.Int64
+}
+
+func (c *callCounter) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
+	c.singles.Add(1)
+	return c.BatchStore.Heartbeat(ctx, expected, next)
+}
+
+func (c *callCounter) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base.WriteResult, error) {
+	c.batches.Add(1)
+	c.batched.Add(int64(len(writes)))
+	return c.BatchStore.HeartbeatBatch(ctx, writes)
+}
+
+func (c *callCounter) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+	c.subscribes.Add(1)
+	return c.BatchStore.Subscribe(ctx)
+}
+
+func (c *callCounter) statements() int64 { return c.singles.Load() + c.batches.Load() }
+
+func TestElectionsRejectsBadInput(t *testing.T) {
+	if _, err := base.NewElections(nil, base.ElectionsOptions{}); !errors.Is(err, base.ErrInvalidConfig) {
+		t.Errorf("nil store: %v, want ErrInvalidConfig", err)
+	}
+	if _, err := base.NewElections(memory.NewStore().Conn(), base.ElectionsOptions{MaxBatch: -1}); !errors.Is(err, base.ErrInvalidConfig) {
+		t.Errorf("negative MaxBatch: %v, want ErrInvalidConfig", err)
+	}
+	els, err := base.NewElections(memory.NewStore().Conn(), base.ElectionsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer els.Close()
+	if _, err := els.Backend("bad\x00name"); !errors.Is(err, base.ErrInvalidConfig) {
+		t.Errorf("unsafe election name: %v, want ErrInvalidConfig", err)
+	}
+	b, err := els.Backend("e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := els.Backend("e"); !errors.Is(err, base.ErrInvalidConfig) {
+		t.Errorf("second Backend of one election: %v, want ErrInvalidConfig", err)
+	}
+	if _, err := b.Heartbeat(context.Background(), heartbeat.Record{}, heartbeat.Record{Election: "other", Leader: "n", Term: 1}); !errors.Is(err, base.ErrInvalidConfig) {
+		t.Errorf("a record of another election: %v, want ErrInvalidConfig", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := els.Backend("e"); err != nil {
+		t.Errorf("Backend after the first was closed: %v", err)
+	}
+	if err := els.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := els.Backend("f"); !errors.Is(err, base.ErrClosed) {
+		t.Errorf("Backend on a closed Elections: %v, want ErrClosed", err)
+	}
+}
+
+// Renewals of many elections led by one process are aligned and batched:
+// at most two write statements per heartbeat interval, one changefeed.
+func TestElectionsBatchRenewals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		cc := &callCounter{BatchStore: store.Conn()}
+		els, err := base.NewElections(cc, base.ElectionsOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 50
+		feeds := make([]*base.Feed, n)
+		for i := range feeds {
+			f, err := els.Feed(fmt.Sprintf("e%02d", i), "node", base.Options{Timing: timing})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			feeds[i] = f
+			// Start them at scattered times, as a real process would.
+			time.Sleep(timing.HeartbeatInterval / 7)
+		}
+		for _, f := range feeds {
+			for !f.IsLeader() {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		time.Sleep(2 * timing.HeartbeatInterval) // renewals fall into step
+		synctest.Wait()
+		before, recs := cc.statements(), store.Writes()
+		const intervals = 20
+		time.Sleep(intervals * timing.HeartbeatInterval)
+		synctest.Wait()
+		stmts, written := cc.statements()-before, store.Writes()-recs
+		if written < n*intervals {
+			t.Fatalf("%d records written in %d intervals by %d leaders, want at least %d (one renewal each per interval)", written, intervals, n, n*intervals)
+		}
+		if stmts > 2*intervals+1 {
+			t.Fatalf("%d write statements in %d heartbeat intervals for %d elections, want at most 2 per interval", stmts, intervals, n)
+		}
+		if got := cc.subscribes.Load(); got != 1 {
+			t.Fatalf("%d changefeeds for %d elections, want 1", got, n)
+		}
+		for i, f := range feeds {
+			if term, ok := f.Term(); !ok || term != 1 {
+				t.Fatalf("election %d lost its term (%d, %v) while renewals were batched", i, term, ok)
+			}
+		}
+		var wg sync.WaitGroup
+		for _, f := range feeds {
+			wg.Go(func() {
+				if err := f.Stop(context.Background()); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if err := els.Close(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%d elections: %d statements for %d records in %d intervals", n, stmts, written, intervals)
+	})
+}
+
+// Two processes (two Elections on one store) with many elections: each
+// election has one leader, and a Stop of one process hands every election
+// it led to the other at once.
+func TestElectionsHandOverBetweenProcesses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		const n = 20
+		start := func(node string) (*base.Elections, []*base.Feed) {
+			els, err := base.NewElections(store.Conn(), base.ElectionsOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			feeds := make([]*base.Feed, n)
+			for i := range feeds {
+				f, err := els.Feed(fmt.Sprintf("e%02d", i), node, base.Options{Timing: timing})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Start(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				feeds[i] = f
+			}
+			return els, feeds
+		}
+		elsA, a := start("a")
+		for _, f := range a {
+			for !f.IsLeader() {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		elsB, b := start("b")
+		time.Sleep(5 * timing.HeartbeatInterval)
+		for i := range a {
+			if !a[i].IsLeader() || b[i].IsLeader() {
+				t.Fatalf("election %d: a leads %v, b leads %v; want a only", i, a[i].IsLeader(), b[i].IsLeader())
+			}
+		}
+		stopped := time.Now()
+		if err := elsA.Close(); err != nil { // the process ends: stores close
+			t.Fatal(err)
+		}
+		for _, f := range a {
+			ctx, cancel := context.WithTimeout(context.Background(), timing.HeartbeatInterval)
+			err := f.Stop(ctx)
+			cancel()
+			if err != nil && !errors.Is(err, base.ErrClosed) {
+				t.Fatalf("Stop after its store closed: %v", err)
+			}
+		}
+		for i, f := range b {
+			for !f.IsLeader() {
+				if time.Since(stopped) > 2*timing.ElectionTimeoutMax {
+					t.Fatalf("election %d has no leader %v after process a closed", i, time.Since(stopped))
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		for _, f := range b {
+			if err := f.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := elsB.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -1,7 +1,9 @@
 // Package base is the election of leaderfeed: Feed, one node in one
-// election, and Backend, the contract that connects a Feed to a store.
-// It knows no database; the backends (packages memory, postgres, mongo and
-// rethink, or one of your own) do.
+// election; Store, the contract a backend implements (a table of any
+// number of elections and its changefeed); Elections, which shares a Store
+// among the elections of a process; and Backend, the view of one election
+// that a Feed uses. It knows no database; the backends (packages memory,
+// postgres, mongo and rethink, or one of your own) do.
 //
 // # Using a Feed
 //
@@ -41,6 +43,33 @@
 // as a follower; Feed.Proclaim publishes a new value; Feed.Leader returns
 // the last record seen; Options.ObserveOnly makes a feed that follows but
 // never campaigns.
+//
+// # Many elections
+//
+// A process with many elections (one per partition or tenant, say) makes
+// one Store for the table and one Elections on it, and gets a Feed per
+// election from it:
+//
+//	store, err := postgres.NewStore(pool, postgres.Options{})
+//	els, err := base.NewElections(store, base.ElectionsOptions{}) // owns store
+//	feed, err := els.Feed("partition-7", nodeID, base.Options{})
+//
+// The Store's one changefeed serves every election: Elections opens it
+// once, hands each election the notifications of its record (queued and
+// coalesced to the latest in this package, once for every backend) and every election the
+// changes of other records. When the Store is a BatchStore, the renewals
+// of elections with the same heartbeat interval are aligned on a grid of
+// half an interval and written in one batch, so a leading process makes
+// at most two writes per interval (up to ElectionsOptions.MaxBatch
+// elections a write); each write of a batch is the compare-and-set of a
+// single one. Elections gives out one Backend per election at a time.
+// Stop the Feeds before closing the Elections: closing it closes the
+// Store and ends every Feed on it with ErrClosed, without handing over.
+//
+// One election is the same with one member: Open(store, election) returns
+// its Backend on an Elections of its own, without batching, and closing
+// the Backend (the Feed does when it stops) closes the Store. The
+// backends' New functions do that.
 //
 // # What is guaranteed
 //
@@ -125,7 +154,12 @@
 //
 // # Writing a backend
 //
-// Backend has seven methods; docs/EXTENDING.md explains the contract method
-// by method and builds a complete backend, and basetest.Run checks that a
-// backend keeps it.
+// A backend implements Store: six methods, with the election as a key of
+// Get and Heartbeat and one Subscribe for the whole table, which sends raw
+// changes and neither queues nor coalesces them. It may implement
+// BatchStore too (HeartbeatBatch), to renew many elections in one round
+// trip. It does not implement Backend: Elections and Open provide it.
+// docs/EXTENDING.md explains the contract method by method and builds a
+// complete backend, and basetest.Run (with Harness.OpenStore set) checks
+// that a backend keeps it.
 package base

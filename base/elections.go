@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/heartbeat"
@@ -15,9 +16,11 @@ import (
 // Defaults of ElectionsOptions.
 const (
 	// DefaultMaxBatch is the default of ElectionsOptions.MaxBatch.
-	DefaultMaxBatch = 500
-	// DefaultBatchWindow is the default of ElectionsOptions.BatchWindow.
-	DefaultBatchWindow = time.Millisecond
+	DefaultMaxBatch = 5000
+	// BatchWindowDivisor: by default a renewal waits a twentieth of its
+	// heartbeat interval for the renewals of other elections (50 ms with
+	// the default timing), a small part of the lease's margin.
+	BatchWindowDivisor = 20
 )
 
 // Limits of the queue of one election's changefeed: what the shared feed
@@ -42,8 +45,11 @@ type ElectionsOptions struct {
 	// elections before their batch is sent. Claims and vacancies never
 	// wait for one. Renewals of elections with the same HeartbeatInterval
 	// are due at the same instants (the Feeds renew a little early to
-	// that end), so one batch a window carries them all. Default
-	// DefaultBatchWindow.
+	// that end), so one batch a window carries them all, however long the
+	// goroutines of thousands of elections take to wake. The lease runs
+	// from the time the Feed handed the renewal over, so the window only
+	// spends a little of the lease's margin. Default: the heartbeat
+	// interval divided by BatchWindowDivisor.
 	BatchWindow time.Duration
 }
 
@@ -87,9 +93,6 @@ func NewElections(s Store, opts ElectionsOptions) (*Elections, error) {
 	}
 	if opts.MaxBatch == 0 {
 		opts.MaxBatch = DefaultMaxBatch
-	}
-	if opts.BatchWindow == 0 {
-		opts.BatchWindow = DefaultBatchWindow
 	}
 	log := opts.Logger
 	if log == nil {
@@ -195,8 +198,9 @@ func (e *Elections) isClosed() bool {
 
 // electionBackend is the Backend of one election on an Elections.
 type electionBackend struct {
-	e    *Elections
-	name string
+	e        *Elections
+	name     string
+	interval atomic.Int64 // the Feed's heartbeat interval, from AlignRenewal
 
 	mu     sync.Mutex
 	closed bool
@@ -256,7 +260,11 @@ func (b *electionBackend) Heartbeat(ctx context.Context, expected, next heartbea
 	if b.e.batch == nil {
 		return b.e.store.Heartbeat(ctx, expected, next)
 	}
-	return b.e.write(ctx, Write{Expected: expected, Next: next})
+	window := b.e.window
+	if window == 0 {
+		window = max(time.Millisecond, time.Duration(b.interval.Load())/BatchWindowDivisor)
+	}
+	return b.e.write(ctx, Write{Expected: expected, Next: next}, window)
 }
 
 // AlignRenewal returns when a renewal due at due is sent: the latest
@@ -269,6 +277,7 @@ func (b *electionBackend) AlignRenewal(due time.Time, interval time.Duration) ti
 	if b.e.batch == nil || step <= 0 {
 		return due
 	}
+	b.interval.Store(int64(interval))
 	k := due.Sub(b.e.epoch) / step
 	return b.e.epoch.Add(k * step)
 }
@@ -637,18 +646,21 @@ func (s *feedSub) run() {
 // ---- batched writes ----
 
 type writeReq struct {
-	ctx    context.Context
-	w      Write
-	gather bool // a renewal: wait up to the window for others
-	at     time.Time
-	reply  chan WriteResult // buffered: the batcher never blocks on it
+	ctx   context.Context
+	w     Write
+	flush time.Time        // send by then: now for claims and vacancies
+	reply chan WriteResult // buffered: the batcher never blocks on it
 }
 
-// write sends one write through the batcher and waits for its result.
-func (e *Elections) write(ctx context.Context, w Write) (heartbeat.Record, error) {
+// write sends one write through the batcher and waits for its result. A
+// renewal waits up to window for others.
+func (e *Elections) write(ctx context.Context, w Write, window time.Duration) (heartbeat.Record, error) {
 	// A renewal writes the record it holds again: same leader and term.
 	renewal := w.Next.Leader != "" && w.Next.Leader == w.Expected.Leader && w.Next.Term == w.Expected.Term
-	r := &writeReq{ctx: ctx, w: w, gather: renewal, at: time.Now(), reply: make(chan WriteResult, 1)}
+	r := &writeReq{ctx: ctx, w: w, flush: time.Now(), reply: make(chan WriteResult, 1)}
+	if renewal {
+		r.flush = r.flush.Add(window)
+	}
 	select {
 	case e.writes <- r:
 	case <-ctx.Done():
@@ -729,12 +741,8 @@ func (e *Elections) batcher() {
 func (e *Elections) flushAt(rs []*writeReq) time.Time {
 	var at time.Time
 	for i, r := range rs {
-		t := r.at
-		if r.gather {
-			t = t.Add(e.window)
-		}
-		if i == 0 || t.Before(at) {
-			at = t
+		if i == 0 || r.flush.Before(at) {
+			at = r.flush
 		}
 	}
 	return at

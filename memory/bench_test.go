@@ -2,8 +2,14 @@ package memory_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"os"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -146,4 +152,116 @@ func BenchmarkCrashFailover(b *testing.B) {
 	report(b, samples)
 	b.ReportMetric(float64(tm.ElectionTimeoutMin)/float64(time.Millisecond), "timeout-min-ms")
 	b.ReportMetric(float64(tm.ElectionTimeoutMax)/float64(time.Millisecond), "timeout-max-ms")
+}
+
+// statementCounter counts the write calls (statements) that reach a store.
+type statementCounter struct {
+	base.BatchStore
+	stmts atomic.Int64
+}
+
+func (c *statementCounter) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
+	c.stmts.Add(1)
+	return c.BatchStore.Heartbeat(ctx, expected, next)
+}
+
+func (c *statementCounter) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base.WriteResult, error) {
+	c.stmts.Add(1)
+	return c.BatchStore.HeartbeatBatch(ctx, writes)
+}
+
+// BenchmarkManyElections leads 10,000 elections (-elections) from one
+// process on one Elections and measures, per heartbeat interval once every
+// election leads: write statements, records written, CPU time, and the
+// heap and resident memory of the process. Each b.N is one interval.
+//
+//	cd memory && go test -run '^$' -bench ManyElections -benchtime 20x .
+func BenchmarkManyElections(b *testing.B) {
+	tm := heartbeat.DefaultTiming()
+	for _, n := range []int{100, *manyElections} {
+		for _, batch := range []bool{true, false} {
+			name := fmt.Sprintf("elections=%d/batched=%v", n, batch)
+			b.Run(name, func(b *testing.B) { benchManyElections(b, tm, n, batch) })
+		}
+	}
+}
+
+var manyElections = flag.Int("elections", 10000, "elections of BenchmarkManyElections")
+
+func benchManyElections(b *testing.B, tm heartbeat.Timing, n int, batch bool) {
+	store := memory.NewStore()
+	sc := &statementCounter{BatchStore: store.Conn()}
+	els, err := base.NewElections(sc, base.ElectionsOptions{NoBatch: !batch})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer els.Close()
+	feeds := make([]*base.Feed, n)
+	for i := range feeds {
+		f, err := els.Feed(fmt.Sprintf("election-%05d", i), "node", base.Options{Timing: tm})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Start(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		feeds[i] = f
+	}
+	deadline := time.Now().Add(time.Minute)
+	for _, f := range feeds {
+		for !f.IsLeader() {
+			if time.Now().After(deadline) {
+				b.Fatal("not every election has a leader after a minute")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	time.Sleep(2 * tm.HeartbeatInterval) // renewals fall into step
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	stmts0, recs0, cpu0 := sc.stmts.Load(), store.Writes(), cpuTime()
+	b.ResetTimer()
+	time.Sleep(time.Duration(b.N) * tm.HeartbeatInterval)
+	b.StopTimer()
+	intervals := float64(b.N)
+	b.ReportMetric(float64(sc.stmts.Load()-stmts0)/intervals, "statements/interval")
+	b.ReportMetric(float64(store.Writes()-recs0)/intervals, "records/interval")
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Millisecond)/intervals, "cpu-ms/interval")
+	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
+	b.ReportMetric(float64(rss())/(1<<20), "rss-MiB")
+	b.ReportMetric(0, "ns/op")
+	for _, f := range feeds {
+		if !f.IsLeader() {
+			b.Errorf("an election lost its leader while nothing failed")
+			break
+		}
+	}
+	var wg sync.WaitGroup
+	for _, f := range feeds {
+		wg.Go(func() { _ = f.Stop(context.Background()) })
+	}
+	wg.Wait()
+}
+
+// cpuTime returns the user and system CPU time of the process.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// rss returns the resident set size of the process in bytes (Linux), or 0.
+func rss() int64 {
+	data, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var size, resident int64
+	if _, err := fmt.Sscan(string(data), &size, &resident); err != nil {
+		return 0
+	}
+	return resident * int64(os.Getpagesize())
 }

@@ -187,81 +187,85 @@ func isRecord(doc json.RawMessage) bool {
 	return json.Unmarshal(doc, &s) == nil && s.Mark == 1
 }
 
-// Backend is the backend of one election on a Log. Each base.Feed needs a
-// Backend of its own; all of them may share the Log.
-type Backend struct {
-	log      *Log
-	election string
-	closed   chan struct{}
-	once     sync.Once
+// Store is the base.Store of a Log: a connection to it, as a database
+// client would be. Each base.Elections needs a Store of its own; all of
+// them may share the Log.
+type Store struct {
+	log    *Log
+	closed chan struct{}
+	once   sync.Once
 }
 
-var _ base.Backend = (*Backend)(nil)
+var _ base.Store = (*Store)(nil)
 
-// Backend returns a backend for the election named election. The name must
-// pass heartbeat.ValidateName; errors match base.ErrInvalidConfig.
-func (l *Log) Backend(election string) (*Backend, error) {
-	if err := heartbeat.ValidateName("election name", election); err != nil {
-		return nil, fmt.Errorf("logstore: %w: %w", base.ErrInvalidConfig, err)
+// Store returns a new connection to l.
+func (l *Log) Store() *Store {
+	return &Store{log: l, closed: make(chan struct{})}
+}
+
+// Backend returns the backend of one election on a Store of its own
+// (base.Open): for one base.Feed. The name must pass heartbeat.ValidateName;
+// errors match base.ErrInvalidConfig.
+func (l *Log) Backend(election string) (base.Backend, error) {
+	b, err := base.Open(l.Store(), election)
+	if err != nil {
+		return nil, fmt.Errorf("logstore: %w", err)
 	}
-	return &Backend{log: l, election: election, closed: make(chan struct{})}, nil
+	return b, nil
 }
 
-// Election returns the election's name.
-func (b *Backend) Election() string { return b.election }
-
-// check is the start of every method: a done context and a closed backend
+// check is the start of every method: a done context and a closed store
 // are errors.
-func (b *Backend) check(ctx context.Context) error {
+func (s *Store) check(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	select {
-	case <-b.closed:
-		return fmt.Errorf("logstore: election %q: %w", b.election, base.ErrClosed)
+	case <-s.closed:
+		return fmt.Errorf("logstore: %w", base.ErrClosed)
 	default:
 		return nil
 	}
 }
 
-// Start has nothing to connect to; it checks ctx and that b is open.
-func (b *Backend) Start(ctx context.Context) error { return b.check(ctx) }
+// Start has nothing to connect to; it checks ctx and that s is open.
+func (s *Store) Start(ctx context.Context) error { return s.check(ctx) }
 
-// Create has nothing to create; it checks ctx and that b is open.
-func (b *Backend) Create(ctx context.Context) error { return b.check(ctx) }
+// Create has nothing to create; it checks ctx and that s is open.
+func (s *Store) Create(ctx context.Context) error { return s.check(ctx) }
 
-// Get returns the election record.
-func (b *Backend) Get(ctx context.Context) (heartbeat.Record, error) {
-	if err := b.check(ctx); err != nil {
+// Get returns the record of election.
+func (s *Store) Get(ctx context.Context, election string) (heartbeat.Record, error) {
+	if err := s.check(ctx); err != nil {
 		return heartbeat.Record{}, err
 	}
-	b.log.mu.Lock()
-	doc, ok := b.log.docs[b.election]
-	b.log.mu.Unlock()
+	s.log.mu.Lock()
+	doc, ok := s.log.docs[election]
+	s.log.mu.Unlock()
 	if !ok {
-		return heartbeat.Record{}, fmt.Errorf("logstore: election %q: %w", b.election, base.ErrNotFound)
+		return heartbeat.Record{}, fmt.Errorf("logstore: election %q: %w", election, base.ErrNotFound)
 	}
-	return decode(b.election, doc)
+	return decode(election, doc)
 }
 
-// Heartbeat is the compare-and-set write. The Log's lock makes the read,
-// the comparison and the write one atomic step.
-func (b *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
-	if err := b.check(ctx); err != nil {
+// Heartbeat is the compare-and-set write of the record next.Election. The
+// Log's lock makes the read, the comparison and the write one atomic step.
+func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
+	if err := s.check(ctx); err != nil {
 		return heartbeat.Record{}, err
 	}
-	next.Election = b.election
 	if err := next.Validate(); err != nil {
 		return heartbeat.Record{}, fmt.Errorf("logstore: %w: %w", base.ErrInvalidConfig, err)
 	}
-	l := b.log
+	election := next.Election
+	l := s.log
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	cur := heartbeat.Record{Election: b.election} // Revision 0: no record
-	doc, ok := l.docs[b.election]
+	cur := heartbeat.Record{Election: election} // Revision 0: no record
+	doc, ok := l.docs[election]
 	if ok {
 		var err error
-		if cur, err = decode(b.election, doc); err != nil {
+		if cur, err = decode(election, doc); err != nil {
 			return heartbeat.Record{}, err // never overwrite a malformed record
 		}
 	}
@@ -271,7 +275,7 @@ func (b *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record
 		return heartbeat.Record{}, base.NewConflict(cur)
 	}
 	r := heartbeat.Record{
-		Election:  b.election,
+		Election:  election,
 		Leader:    next.Leader,
 		Term:      next.Term,
 		Revision:  expected.Revision + 1,
@@ -279,25 +283,25 @@ func (b *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record
 		Value:     bytes.Clone(next.Value),
 		Lease:     next.Lease,
 	}
-	l.write(b.election, encode(r))
+	l.write(election, encode(r))
 	return r, nil
 }
 
-// Subscribe starts a reader of the log at its present end. It sends the
-// changes of the election record and of the application's documents, in
-// log order, and skips the records of other elections.
-func (b *Backend) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
-	if err := b.check(ctx); err != nil {
+// Subscribe starts a reader of the log at its present end. It sends every
+// change, in log order: the records of every election and the
+// application's documents. It queues nothing: base.Elections does.
+func (s *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
 	out := make(chan base.Notification)
-	go b.follow(ctx, b.log.end(), out)
+	go s.follow(ctx, s.log.end(), out)
 	return out, nil
 }
 
-// follow reads the log from cursor on until ctx is done or b is closed, and
+// follow reads the log from cursor on until ctx is done or s is closed, and
 // closes out when it ends.
-func (b *Backend) follow(ctx context.Context, cursor uint64, out chan<- base.Notification) {
+func (s *Store) follow(ctx context.Context, cursor uint64, out chan<- base.Notification) {
 	defer close(out)
 	send := func(n base.Notification) bool {
 		select {
@@ -305,7 +309,7 @@ func (b *Backend) follow(ctx context.Context, cursor uint64, out chan<- base.Not
 			return true
 		case <-ctx.Done():
 			return false
-		case <-b.closed:
+		case <-s.closed:
 			return false
 		}
 	}
@@ -318,15 +322,15 @@ func (b *Backend) follow(ctx context.Context, cursor uint64, out chan<- base.Not
 		case <-ctx.Done():
 		}
 	}
-	closed := fmt.Errorf("logstore: election %q: %w", b.election, base.ErrClosed)
+	closed := fmt.Errorf("logstore: %w", base.ErrClosed)
 	for {
-		entries, next, grew, ok := b.log.since(cursor)
+		entries, next, grew, ok := s.log.since(cursor)
 		if !ok {
-			fail(fmt.Errorf("logstore: election %q: the subscriber fell more than %d writes behind", b.election, Keep))
+			fail(fmt.Errorf("logstore: the subscriber fell more than %d writes behind", Keep))
 			return
 		}
 		for _, e := range entries {
-			if n, ok := b.notification(e); ok && !send(n) {
+			if !send(notification(e)) {
 				fail(closed) // sends nothing if ctx is done
 				return
 			}
@@ -336,38 +340,36 @@ func (b *Backend) follow(ctx context.Context, cursor uint64, out chan<- base.Not
 		case <-grew:
 		case <-ctx.Done():
 			return
-		case <-b.closed:
+		case <-s.closed:
 			fail(closed)
 			return
 		}
 	}
 }
 
-// notification turns a log entry into what the feed sends, or false for an
-// entry the feed skips (the record of another election).
-func (b *Backend) notification(e entry) (base.Notification, bool) {
-	if e.key == b.election {
+// notification turns a log entry into what the feed sends: a document with
+// the election mark is an election record (of the election its key names),
+// any other document the application's.
+func notification(e entry) base.Notification {
+	if isRecord(e.new) || (e.new == nil && isRecord(e.old)) {
 		if e.op == base.Delete {
-			return base.Notification{Type: base.RecordDeleted, Record: heartbeat.Record{Election: b.election}}, true
+			return base.Notification{Type: base.RecordDeleted, Election: e.key, Record: heartbeat.Record{Election: e.key}}
 		}
-		r, err := decode(b.election, e.new)
+		r, err := decode(e.key, e.new)
 		if err != nil {
-			return base.Notification{Type: base.Ignored, Err: err}, true
+			return base.Notification{Type: base.Ignored, Election: e.key, Err: err}
 		}
-		return base.Notification{Type: base.RecordChanged, Record: r}, true
-	}
-	if isRecord(e.new) || isRecord(e.old) {
-		return base.Notification{}, false
+		return base.Notification{Type: base.RecordChanged, Record: r}
 	}
 	key, _ := json.Marshal(e.key)
 	return base.Notification{Type: base.OtherChanged, Change: base.Change{
 		Table: Table, Op: e.op, Key: key, Old: e.old, New: e.new,
-	}}, true
+	}}
 }
 
-// Close ends b's subscriptions; afterwards every method fails with
+// Close ends s's subscriptions; afterwards every method fails with
 // base.ErrClosed. It is idempotent. The Log stays usable.
-func (b *Backend) Close() error {
-	b.once.Do(func() { close(b.closed) })
+func (s *Store) Close() error {
+	s.once.Do(func() { close(s.closed) })
 	return nil
 }

@@ -24,6 +24,7 @@ func TestConformance(t *testing.T) {
 		Open: func(_ *testing.T, election string) (base.Backend, error) {
 			return log.Backend(election)
 		},
+		OpenStore: func(*testing.T) (base.Store, error) { return log.Store(), nil },
 		PutOther: func(_ context.Context, _, key string, doc map[string]any) error {
 			return log.Put(key, doc)
 		},
@@ -32,7 +33,7 @@ func TestConformance(t *testing.T) {
 			return nil
 		},
 		WriteMalformed: func(_ context.Context, election string) error {
-			return log.Put(election, map[string]any{"leader": 5}) // no mark, wrong type
+			return log.Put(election, map[string]any{"leaderfeed": 1, "leader": 5}) // the mark, a wrong type
 		},
 		Invalid: map[string]func() (base.Backend, error){
 			"election name with a newline": func() (base.Backend, error) {

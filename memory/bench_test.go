@@ -265,3 +265,51 @@ func rss() int64 {
 	}
 	return resident * int64(os.Getpagesize())
 }
+
+// BenchmarkLeaderAfterSlowStore measures the time to a leader once a store
+// that was slower than the lease recovers (fault 7 of tracker issue 12).
+// Three nodes, heartbeat 20 ms, lease 60 ms, timeout 100-200 ms; for 500 ms
+// every write is held 80 ms, longer than the lease, so every claim and
+// renewal times out (the leader loses its lease, claims fail); then writes
+// are fast again. Each op is one slow period; the sample is from its end to
+// the next Elected event of any node. (Writes that commit after their
+// caller gave up are TestRegressLateClaimDoesNotStall's case.)
+//
+//	go test -run '^$' -bench LeaderAfterSlowStore -benchtime 50x ./memory/
+func BenchmarkLeaderAfterSlowStore(b *testing.B) {
+	tm := heartbeat.Timing{HeartbeatInterval: 20 * time.Millisecond, LeaseDuration: 60 * time.Millisecond,
+		ElectionTimeoutMin: 100 * time.Millisecond, ElectionTimeoutMax: 200 * time.Millisecond}
+	nodes, ch := benchNodes(b, tm, 3)
+	nextElected(b, ch, nil)
+	samples := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		for _, n := range nodes {
+			n.link.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Delay: 80 * time.Millisecond})
+		}
+		time.Sleep(500 * time.Millisecond)
+	drain:
+		for {
+			select {
+			case <-ch:
+			default:
+				break drain
+			}
+		}
+		healed := time.Now()
+		for _, n := range nodes {
+			n.link.Heal()
+		}
+		var e elected
+		for {
+			e = nextElected(b, ch, nil)
+			if e.at.After(healed) {
+				break
+			}
+		}
+		samples = append(samples, e.at.Sub(healed))
+		time.Sleep(tm.ElectionTimeoutMax)
+	}
+	b.StopTimer()
+	report(b, samples)
+}

@@ -215,10 +215,14 @@ func (s *suite) stores(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = els.Close() })
+			// Twenty leaders renew at once: four times the harness's timing
+			// gives a store that serializes writes (reqlite) room for them.
 			tm := s.h.Timing
 			if tm == (heartbeat.Timing{}) {
 				tm = FastTiming
 			}
+			tm = heartbeat.Timing{HeartbeatInterval: 4 * tm.HeartbeatInterval, LeaseDuration: 4 * tm.LeaseDuration,
+				ElectionTimeoutMin: 4 * tm.ElectionTimeoutMin, ElectionTimeoutMax: 4 * tm.ElectionTimeoutMax}.WithDefaults()
 			const n = 20
 			feeds := make([]*base.Feed, n)
 			names := make([]string, n)

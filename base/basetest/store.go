@@ -217,12 +217,9 @@ func (s *suite) stores(t *testing.T) {
 			t.Cleanup(func() { _ = els.Close() })
 			// Twenty leaders renew at once: four times the harness's timing
 			// gives a store that serializes writes (reqlite) room for them.
-			tm := s.h.Timing
-			if tm == (heartbeat.Timing{}) {
-				tm = FastTiming
-			}
+			tm := fillTiming(s.h.Timing)
 			tm = heartbeat.Timing{HeartbeatInterval: 4 * tm.HeartbeatInterval, LeaseDuration: 4 * tm.LeaseDuration,
-				ElectionTimeoutMin: 4 * tm.ElectionTimeoutMin, ElectionTimeoutMax: 4 * tm.ElectionTimeoutMax}.WithDefaults()
+				ElectionTimeoutMin: 4 * tm.ElectionTimeoutMin, ElectionTimeoutMax: 4 * tm.ElectionTimeoutMax}
 			const n = 20
 			feeds := make([]*base.Feed, n)
 			names := make([]string, n)

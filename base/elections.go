@@ -375,43 +375,36 @@ type sharedFeed struct {
 }
 
 // subscribe returns a changefeed of b's election on the shared feed,
-// opening the feed if none is open.
+// opening the feed if none is open. The subscription is registered before
+// the feed opens (or at once on an open feed), so that nothing the feed
+// delivers after it listens is lost: a store that replays what it missed
+// (a resumed MongoDB change stream) replays it to every subscriber.
 func (e *Elections) subscribe(ctx context.Context, b *electionBackend) (<-chan Notification, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	s := newFeedSub(sctx, cancel, b)
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
+		cancel()
 		return nil, fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed)
 	}
 	sf := e.feed
 	if sf == nil {
-		fctx, cancel := context.WithCancel(e.ctx)
-		sf = &sharedFeed{e: e, cancel: cancel, ready: make(chan struct{}),
+		fctx, fcancel := context.WithCancel(e.ctx)
+		sf = &sharedFeed{e: e, cancel: fcancel, ready: make(chan struct{}),
 			byName: make(map[string]map[*feedSub]struct{}), all: make(map[*feedSub]struct{})}
 		e.feed = sf
 		e.wg.Add(1)
 		go sf.open(fctx)
-	}
-	e.mu.Unlock()
-	select {
-	case <-sf.ready:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	if sf.err != nil {
-		return nil, sf.err
-	}
-	s := newFeedSub(ctx, b)
-	e.mu.Lock()
-	if sf.dead {
-		err := sf.failErr
-		e.mu.Unlock()
-		return nil, fmt.Errorf("leaderfeed: changefeed failed as it opened: %w", err)
 	}
 	if sf.byName[b.name] == nil {
 		sf.byName[b.name] = make(map[*feedSub]struct{})
 	}
 	sf.byName[b.name][s] = struct{}{}
 	sf.all[s] = struct{}{}
+	if sf.dead {
+		s.failErr = sf.failErr
+	}
 	e.mu.Unlock()
 	b.mu.Lock()
 	closed := b.closed
@@ -425,6 +418,7 @@ func (e *Elections) subscribe(ctx context.Context, b *electionBackend) (<-chan N
 	// reader.
 	go func() {
 		s.run()
+		s.cancel()
 		e.mu.Lock()
 		delete(sf.all, s)
 		if m := sf.byName[b.name]; m != nil {
@@ -438,6 +432,16 @@ func (e *Elections) subscribe(ctx context.Context, b *electionBackend) (<-chan N
 		delete(b.subs, s)
 		b.mu.Unlock()
 	}()
+	select {
+	case <-sf.ready:
+	case <-ctx.Done():
+		s.cancel()
+		return nil, ctx.Err()
+	}
+	if sf.err != nil {
+		s.cancel()
+		return nil, sf.err
+	}
 	return s.out, nil
 }
 
@@ -544,6 +548,7 @@ func (sf *sharedFeed) fail(err error) {
 // replaces those not yet taken, so the reader gets the latest state.
 type feedSub struct {
 	ctx    context.Context
+	cancel context.CancelFunc
 	name   string
 	out    chan Notification
 	signal chan struct{}
@@ -554,8 +559,8 @@ type feedSub struct {
 	failErr error
 }
 
-func newFeedSub(ctx context.Context, b *electionBackend) *feedSub {
-	return &feedSub{ctx: ctx, name: b.name, out: make(chan Notification), signal: make(chan struct{}, 1)}
+func newFeedSub(ctx context.Context, cancel context.CancelFunc, b *electionBackend) *feedSub {
+	return &feedSub{ctx: ctx, cancel: cancel, name: b.name, out: make(chan Notification), signal: make(chan struct{}, 1)}
 }
 
 func (s *feedSub) poke() {

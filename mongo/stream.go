@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -18,7 +19,7 @@ type subscription struct {
 	kill context.CancelFunc // ends the change stream (not the channel)
 }
 
-// changeEvent holds the fields of a change event the backend reads.
+// changeEvent holds the fields of a change event the store reads.
 type changeEvent struct {
 	OperationType string        `bson:"operationType"`
 	DocumentKey   bson.Raw      `bson:"documentKey"`
@@ -27,30 +28,35 @@ type changeEvent struct {
 
 // streamState is what one subscription remembers between events.
 type streamState struct {
-	lastRev uint64 // revision of the last RecordChanged; 0 after a deletion
+	// lastRev is the revision of each election's last RecordChanged;
+	// missing after a deletion.
+	lastRev map[string]uint64
 }
 
-// Subscribe opens a change stream on the collection (empty pipeline,
-// fullDocument: updateLookup) and returns its notifications; see the
-// package documentation for what arrives. The stream resumes after the last
-// event a previous subscription of this backend delivered. If that is not
-// possible (no token, or the token is no longer valid), the stream starts at
-// the present, the record is read again and delivered first, and the gap is
-// logged.
+func newStreamState() *streamState { return &streamState{lastRev: map[string]uint64{}} }
+
+// Subscribe opens one change stream on the collection (empty pipeline,
+// fullDocument: updateLookup) for every election and returns its
+// notifications; see the package documentation for what arrives. The
+// stream resumes after the last event a previous subscription of this
+// store delivered. If that is not possible (no token, or the token is no
+// longer valid), the stream starts at the present, the election documents
+// are read again and delivered first, and the gap is logged.
 //
-// The channel is closed when ctx is done, when the backend is closed, or
-// after one Failed notification.
-func (b *Backend) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
-	if err := b.check(ctx, "subscribe"); err != nil {
+// The store sends on the channel and blocks while nobody reads; it queues
+// and coalesces nothing. The channel is closed when ctx is done, when the
+// store is closed, or after one Failed notification.
+func (s *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+	if err := s.check(ctx, "subscribe"); err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	token, reopened := b.token, b.opened
-	b.mu.Unlock()
+	s.mu.Lock()
+	token, reopened := s.token, s.opened
+	s.mu.Unlock()
 
 	// live ends with ctx or Close; streamCtx also ends on kill.
 	live, cancelLive := context.WithCancel(ctx)
-	stopAfter := context.AfterFunc(b.closeCtx, cancelLive)
+	stopAfter := context.AfterFunc(s.closeCtx, cancelLive)
 	streamCtx, kill := context.WithCancel(live)
 	release := func() {
 		kill()
@@ -58,80 +64,138 @@ func (b *Backend) Subscribe(ctx context.Context) (<-chan base.Notification, erro
 		cancelLive()
 	}
 
-	stream, err := b.coll.Watch(streamCtx, token)
+	stream, err := s.coll.Watch(streamCtx, token)
 	gap := reopened && token == nil
 	if err != nil && token != nil && errors.Is(err, driver.ErrHistoryLost) {
-		b.log.Warn("mongo: resume token no longer valid; starting the change stream at the present", "err", err)
+		s.log.Warn("mongo: resume token no longer valid; starting the change stream at the present", "err", err)
 		gap = true
-		stream, err = b.coll.Watch(streamCtx, nil)
+		stream, err = s.coll.Watch(streamCtx, nil)
 	}
 	if err != nil {
 		release()
-		return nil, b.opError(ctx, "subscribe: watch", err)
+		return nil, opError(ctx, "subscribe: watch", err)
 	}
 
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
 		closeStream(stream)
 		release()
-		return nil, b.errorf("subscribe: %w", base.ErrClosed)
+		return nil, fmt.Errorf("mongo: subscribe: %w", base.ErrClosed)
 	}
-	b.opened = true
+	s.opened = true
 	if gap {
-		b.token = nil
+		s.token = nil
 	}
 	if t := stream.ResumeToken(); t != nil {
-		b.token = cloneRaw(t)
+		s.token = cloneRaw(t)
 	}
 	sub := &subscription{kill: kill}
-	b.subs[sub] = struct{}{}
-	b.wg.Add(1)
-	b.mu.Unlock()
+	s.subs[sub] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
 
+	st := newStreamState()
 	var first []base.Notification
-	if gap {
-		// Changes between the old position and now are lost: re-read the
-		// record so that its state is not.
-		b.log.Warn("mongo: gap in the change stream: changes to other documents may have been missed; re-reading the election record")
-		rec, err := b.get(live) // Close cancels it
-		switch {
-		case err == nil:
-			first = append(first, base.Notification{Type: base.RecordChanged, Record: rec})
-		case errors.Is(err, base.ErrNotFound):
-			first = append(first, base.Notification{Type: base.RecordDeleted})
-		case errors.Is(err, base.ErrMalformedRecord):
-			first = append(first, base.Notification{Type: base.Ignored, Err: err})
-		default:
-			b.mu.Lock()
-			delete(b.subs, sub)
-			b.mu.Unlock()
+	if !reopened || gap {
+		// Learn which documents are election records (so that their
+		// deletions are told from the caller's), and after a gap deliver
+		// them: changes between the old position and now are lost, the
+		// records' state is not.
+		if gap {
+			s.log.Warn("mongo: gap in the change stream: changes to other documents may have been missed; re-reading the election records")
+		}
+		first, err = s.reread(live, gap) // Close cancels it
+		if err != nil {
+			s.mu.Lock()
+			delete(s.subs, sub)
+			s.mu.Unlock()
 			closeStream(stream)
 			release()
-			b.wg.Done()
-			if b.closeCtx.Err() != nil {
-				return nil, b.errorf("subscribe: %w", base.ErrClosed)
+			s.wg.Done()
+			if s.closeCtx.Err() != nil {
+				return nil, fmt.Errorf("mongo: subscribe: %w", base.ErrClosed)
 			}
-			return nil, fmt.Errorf("%w (re-reading the record after a gap in the change stream)", err)
+			return nil, fmt.Errorf("%w (reading the election records as the change stream opened)", err)
 		}
 	}
 
-	ch := make(chan base.Notification, 16)
-	go b.run(live, streamCtx, stream, sub, ch, first, release)
+	ch := make(chan base.Notification)
+	go s.run(live, streamCtx, stream, sub, ch, st, first, release)
 	return ch, nil
+}
+
+// reread reads every document with the election mark, adds their _ids to
+// the known elections, and with deliver returns them as notifications
+// (RecordChanged or Ignored), with RecordDeleted for every known election
+// that has no document.
+func (s *Store) reread(ctx context.Context, deliver bool) ([]base.Notification, error) {
+	docs, err := s.coll.Find(ctx, bson.D{{Key: fieldMark, Value: bson.D{{Key: "$exists", Value: true}}}})
+	if err != nil {
+		return nil, opError(ctx, "subscribe: read the election records", err)
+	}
+	var out []base.Notification
+	found := map[string]bool{}
+	for _, doc := range docs {
+		id, ok := doc.Lookup("_id").StringValueOK()
+		if !ok {
+			continue // not keyed by a name: no election's
+		}
+		found[id] = true
+		if deliver {
+			out = append(out, s.recordNotification(id, doc))
+		}
+	}
+	s.mu.Lock()
+	var gone []string
+	for id := range s.elections {
+		if !found[id] {
+			gone = append(gone, id)
+		}
+	}
+	for id := range found {
+		s.elections[id] = struct{}{}
+	}
+	s.mu.Unlock()
+	if deliver {
+		slices.Sort(gone)
+		for _, id := range gone {
+			raw, err := s.coll.FindOne(ctx, id)
+			switch {
+			case errors.Is(err, driver.ErrNoDocument):
+				out = append(out, base.Notification{Type: base.RecordDeleted, Election: id})
+			case err != nil:
+				return nil, opError(ctx, fmt.Sprintf("subscribe: read election %q", id), err)
+			default: // a document without the mark
+				out = append(out, s.recordNotification(id, raw))
+			}
+		}
+	}
+	return out, nil
+}
+
+// recordNotification returns the notification of the document doc of
+// election id: RecordChanged, or Ignored when it is malformed.
+func (s *Store) recordNotification(id string, doc bson.Raw) base.Notification {
+	rec, err := decodeRecord(doc, id)
+	if err != nil {
+		return base.Notification{Type: base.Ignored, Election: id,
+			Err: fmt.Errorf("mongo: election %q: change stream: %w", id, err)}
+	}
+	return base.Notification{Type: base.RecordChanged, Record: rec}
 }
 
 // run reads the change stream until it ends and sends its notifications
 // on ch. Sends give up when live is done.
-func (b *Backend) run(live, streamCtx context.Context, stream driver.Stream, sub *subscription,
-	ch chan<- base.Notification, first []base.Notification, release func()) {
-	defer b.wg.Done()
+func (s *Store) run(live, streamCtx context.Context, stream driver.Stream, sub *subscription,
+	ch chan<- base.Notification, st *streamState, first []base.Notification, release func()) {
+	defer s.wg.Done()
 	defer close(ch)
 	defer release()
 	defer func() {
-		b.mu.Lock()
-		delete(b.subs, sub)
-		b.mu.Unlock()
+		s.mu.Lock()
+		delete(s.subs, sub)
+		s.mu.Unlock()
 	}()
 	defer closeStream(stream)
 
@@ -143,10 +207,9 @@ func (b *Backend) run(live, streamCtx context.Context, stream driver.Stream, sub
 			return false
 		}
 	}
-	var st streamState
 	for _, n := range first {
 		if n.Type == base.RecordChanged {
-			st.lastRev = n.Record.Revision
+			st.lastRev[n.Record.Election] = n.Record.Revision
 		}
 		if !send(n) {
 			return
@@ -162,7 +225,7 @@ func (b *Backend) run(live, streamCtx context.Context, stream driver.Stream, sub
 		}
 		if raw == nil { // an empty batch: keep its postBatchResumeToken
 			if t := stream.ResumeToken(); t != nil {
-				b.saveToken(t)
+				s.saveToken(t)
 			}
 			continue
 		}
@@ -172,52 +235,75 @@ func (b *Backend) run(live, streamCtx context.Context, stream driver.Stream, sub
 			break
 		}
 		if ev.OperationType == "invalidate" {
-			b.saveToken(nil) // only startAfter could resume after it
+			s.saveToken(nil) // only startAfter could resume after it
 			failure = driver.ErrInvalidated
 			break
 		}
-		if n, ok := b.translate(&ev, &st); ok && !send(n) {
-			return
+		for _, n := range s.translate(&ev, st) {
+			if !send(n) {
+				return
+			}
 		}
-		b.saveToken(stream.ResumeToken())
+		s.saveToken(stream.ResumeToken())
 	}
 	if live.Err() != nil {
-		return // ctx done or backend closed: no Failed notification
+		return // ctx done or store closed: no Failed notification
 	}
 	switch {
 	case errors.Is(failure, context.Canceled) && streamCtx.Err() != nil:
 		failure = fmt.Errorf("%w: closed", driver.ErrStreamEnded)
 	case errors.Is(failure, driver.ErrHistoryLost):
-		b.saveToken(nil)
+		s.saveToken(nil)
 	case errors.Is(failure, driver.ErrEventTooLarge):
 		// Resuming from the token before the event would meet it again:
 		// the next stream starts at the present, and Subscribe re-reads
-		// the record (written from the server's documentation; a test
+		// the records (written from the server's documentation; a test
 		// injects the error).
-		b.log.Warn("mongo: a change event was larger than 16 MiB; the next change stream starts after it", "err", failure)
-		b.saveToken(nil)
+		s.log.Warn("mongo: a change event was larger than 16 MiB; the next change stream starts after it", "err", failure)
+		s.saveToken(nil)
 	}
-	send(base.Notification{Type: base.Failed, Err: fmt.Errorf("mongo: election %q: change stream on %s.%s: %w",
-		b.election, b.coll.DatabaseName(), b.collName, failure)})
+	send(base.Notification{Type: base.Failed, Err: fmt.Errorf("mongo: change stream on %s.%s: %w",
+		s.coll.DatabaseName(), s.collName, failure)})
 }
 
-// translate turns a change event into a notification; ok is false when
-// there is nothing to deliver.
-func (b *Backend) translate(ev *changeEvent, st *streamState) (n base.Notification, ok bool) {
+// translate turns a change event into notifications (none, when there is
+// nothing to deliver).
+func (s *Store) translate(ev *changeEvent, st *streamState) []base.Notification {
 	switch ev.OperationType {
 	case "drop", "rename", "dropDatabase":
 		// Every document of the collection is gone with it.
-		st.lastRev = 0
-		return base.Notification{Type: base.RecordDeleted}, true
+		s.mu.Lock()
+		ids := make([]string, 0, len(s.elections))
+		for id := range s.elections {
+			ids = append(ids, id)
+		}
+		s.mu.Unlock()
+		slices.Sort(ids)
+		out := make([]base.Notification, len(ids))
+		for i, id := range ids {
+			out[i] = base.Notification{Type: base.RecordDeleted, Election: id}
+		}
+		clear(st.lastRev)
+		return out
 	case "insert", "update", "replace", "delete":
 	default:
-		return n, false // an event type this backend does not know
+		return nil // an event type this store does not know
 	}
 	key := ev.DocumentKey.Lookup("_id")
-	if id, isString := key.StringValueOK(); isString && id == b.election {
-		return b.translateRecord(ev, st)
+	if id, isString := key.StringValueOK(); isString {
+		doc, hasDoc := ev.FullDocument.DocumentOK()
+		marked := hasDoc && doc.Lookup(fieldMark).Type != 0
+		if marked {
+			s.know(id)
+		}
+		if marked || s.isElection(id) {
+			if n, ok := s.translateRecord(id, ev, st); ok {
+				return []base.Notification{n}
+			}
+			return nil
+		}
 	}
-	c := base.Change{Table: b.collName, Key: extJSONValue(key)}
+	c := base.Change{Table: s.collName, Key: extJSONValue(key)}
 	switch ev.OperationType {
 	case "insert":
 		c.Op = base.Insert
@@ -238,38 +324,39 @@ func (b *Backend) translate(ev *changeEvent, st *streamState) (n base.Notificati
 			c.Partial = true // updated, then deleted before the lookup
 		}
 	}
-	return base.Notification{Type: base.OtherChanged, Change: c}, true
+	return []base.Notification{{Type: base.OtherChanged, Change: c}}
 }
 
-func (b *Backend) translateRecord(ev *changeEvent, st *streamState) (base.Notification, bool) {
+// translateRecord translates an event of the document of election id.
+func (s *Store) translateRecord(id string, ev *changeEvent, st *streamState) (base.Notification, bool) {
 	if ev.OperationType == "delete" {
-		st.lastRev = 0
-		return base.Notification{Type: base.RecordDeleted}, true
+		delete(st.lastRev, id)
+		return base.Notification{Type: base.RecordDeleted, Election: id}, true
 	}
 	doc, ok := ev.FullDocument.DocumentOK()
 	if !ok {
 		return base.Notification{}, false // updated, then deleted before the lookup: the delete follows
 	}
-	rec, err := decodeRecord(doc, b.election)
-	if err != nil {
-		st.lastRev = 0 // the record was overwritten
-		return base.Notification{Type: base.Ignored, Err: fmt.Errorf("mongo: election %q: change stream: %w", b.election, err)}, true
+	n := s.recordNotification(id, doc)
+	if n.Type != base.RecordChanged {
+		delete(st.lastRev, id) // the record was overwritten
+		return n, true
 	}
-	if rec.Revision <= st.lastRev {
+	if n.Record.Revision <= st.lastRev[id] {
 		return base.Notification{}, false // already delivered (update lookup)
 	}
-	st.lastRev = rec.Revision
-	return base.Notification{Type: base.RecordChanged, Record: rec}, true
+	st.lastRev[id] = n.Record.Revision
+	return n, true
 }
 
-func (b *Backend) saveToken(t bson.Raw) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+func (s *Store) saveToken(t bson.Raw) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if t == nil {
-		b.token = nil
+		s.token = nil
 		return
 	}
-	b.token = cloneRaw(t)
+	s.token = cloneRaw(t)
 }
 
 func closeStream(s driver.Stream) {

@@ -85,10 +85,40 @@ func TestNamesRejected(t *testing.T) {
 		t.Errorf("NewCollection with another Options.Collection = %v, want ErrInvalidConfig", err)
 	}
 	b, err := NewCollection(db.Collection("a"), "e", Options{})
-	if err != nil || b.Collection() != "a" || b.Election() != "e" {
+	if err != nil || b.Election() != "e" {
 		t.Fatalf("NewCollection = %v, %v", b, err)
 	}
 	_ = b.Close()
+	for name, f := range map[string]func() (*Store, error){
+		"NewStore":           func() (*Store, error) { return NewStore(db, Options{Collection: "a"}) },
+		"NewCollectionStore": func() (*Store, error) { return NewCollectionStore(db.Collection("a"), Options{}) },
+	} {
+		st, err := f()
+		if err != nil || st.Collection() != "a" {
+			t.Fatalf("%s = %v, %v", name, st, err)
+		}
+		_ = st.Close()
+	}
+	for name, f := range map[string]func() (*Store, error){
+		"NewStore(nil)":            func() (*Store, error) { return NewStore(nil, Options{}) },
+		"NewCollectionStore(nil)":  func() (*Store, error) { return NewCollectionStore(nil, Options{}) },
+		"NewStore, bad collection": func() (*Store, error) { return NewStore(db, Options{Collection: "a$"}) },
+	} {
+		if st, err := f(); st != nil || !errors.Is(err, base.ErrInvalidConfig) {
+			t.Errorf("%s = %v, %v; want ErrInvalidConfig", name, st, err)
+		}
+	}
+	st, _ := NewStore(db, Options{})
+	defer func() { _ = st.Close() }()
+	ctx := context.Background()
+	for _, name := range []string{"", "a\x01", strings.Repeat("e", heartbeat.MaxNameLen+1)} {
+		if _, err := st.Get(ctx, name); !errors.Is(err, base.ErrInvalidConfig) {
+			t.Errorf("Get(%q) = %v, want ErrInvalidConfig", name, err)
+		}
+		if _, err := st.Heartbeat(ctx, heartbeat.Record{}, heartbeat.Record{Election: name, Leader: "a", Term: 1}); !errors.Is(err, base.ErrInvalidConfig) {
+			t.Errorf("Heartbeat of %q = %v, want ErrInvalidConfig", name, err)
+		}
+	}
 	for _, db := range []string{"", "a.b", "a b", "a$", strings.Repeat("d", 64)} {
 		if err := validateNames(db, "c"); !errors.Is(err, base.ErrInvalidConfig) {
 			t.Errorf("database name %q accepted: %v", db, err)
@@ -200,6 +230,17 @@ func TestDriverUnreachable(t *testing.T) {
 	if _, err := b.Heartbeat(short, heartbeat.Record{}, rec("a", 1, "")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Heartbeat against no server = %v, want context.DeadlineExceeded", err)
 	}
+	st, err := NewStore(unconnected(t).Database("app"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	short, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	w := base.Write{Next: heartbeat.Record{Election: "e", Leader: "a", Term: 1}}
+	if res, err := st.HeartbeatBatch(short, []base.Write{w}); res != nil || !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "mongo: ") {
+		t.Fatalf("HeartbeatBatch against no server = %v, %v; want a mongo: error matching context.DeadlineExceeded", res, err)
+	}
 }
 
 // The driver-v2 adapter wraps the server errors the logic must tell apart
@@ -233,11 +274,12 @@ func TestClassifyServerErrors(t *testing.T) {
 // update is skipped (its delete event follows), another document's is
 // reported as Partial without New.
 func TestUpdateLookupNull(t *testing.T) {
-	b, err := New(unconnected(t).Database("app"), "e", Options{})
+	b, err := NewStore(unconnected(t).Database("app"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = b.Close() }()
+	b.know("e")
 	event := func(id string) *changeEvent {
 		raw, _ := bson.Marshal(bson.D{{Key: "operationType", Value: "update"},
 			{Key: "documentKey", Value: bson.D{{Key: "_id", Value: id}}}, {Key: "fullDocument", Value: nil}})
@@ -247,11 +289,15 @@ func TestUpdateLookupNull(t *testing.T) {
 		}
 		return &ev
 	}
-	var st streamState
-	if n, ok := b.translate(event("e"), &st); ok {
-		t.Fatalf("election record updated then deleted: %+v, want nothing", n)
+	st := newStreamState()
+	if ns := b.translate(event("e"), st); len(ns) != 0 {
+		t.Fatalf("election record updated then deleted: %+v, want nothing", ns)
 	}
-	n, ok := b.translate(event("user"), &st)
+	ns := b.translate(event("user"), st)
+	if len(ns) != 1 {
+		t.Fatalf("user document updated then deleted: %+v", ns)
+	}
+	n, ok := ns[0], true
 	if !ok || n.Type != base.OtherChanged || n.Change.Op != base.Update || !n.Change.Partial || n.Change.New != nil || string(n.Change.Key) != `"user"` {
 		t.Fatalf("user document updated then deleted: %+v, %v", n, ok)
 	}
@@ -272,6 +318,8 @@ type fakeStep struct {
 
 func (f *fakeColl) DatabaseName() string { return "app" }
 func (f *fakeColl) Name() string         { return "elections" }
+
+func (f *fakeColl) Find(context.Context, bson.D) ([]bson.Raw, error) { return nil, nil }
 
 func (f *fakeColl) Watch(_ context.Context, resumeAfter bson.Raw) (driver.Stream, error) {
 	f.watched <- resumeAfter
@@ -310,10 +358,7 @@ func TestIdleStreamKeepsPostBatchResumeToken(t *testing.T) {
 	f := &fakeColl{watched: make(chan bson.Raw, 2), script: []fakeStep{
 		{token: tok(1)}, {token: tok(2)}, {err: errors.New("connection reset")},
 	}}
-	b, err := newBackend(f, "e", Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newStore(f, Options{})
 	defer func() { _ = b.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

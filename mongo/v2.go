@@ -115,6 +115,67 @@ func (c *v2Collection) FindOneAndUpdate(ctx context.Context, filter, update bson
 	return raw, classify(err)
 }
 
+func (c *v2Collection) Find(ctx context.Context, filter bson.D) ([]bson.Raw, error) {
+	cur, err := c.coll.Find(ctx, filter)
+	if err != nil {
+		return nil, classify(err)
+	}
+	return readAll(ctx, cur)
+}
+
+func readAll(ctx context.Context, cur *mongodrv.Cursor) ([]bson.Raw, error) {
+	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
+	var docs []bson.Raw
+	for cur.Next(ctx) {
+		docs = append(docs, slices.Clone(cur.Current))
+	}
+	return docs, classify(cur.Err())
+}
+
+// UpdateBatch runs the bulk write and the find in one causally consistent
+// session: with majority write and read concern, the find then reads the
+// bulk write's effects (read your writes).
+func (c *v2Collection) UpdateBatch(ctx context.Context, ops []driver.UpdateOp, ids []string) (driver.BatchResult, error) {
+	models := make([]mongodrv.WriteModel, len(ops))
+	for i, op := range ops {
+		models[i] = mongodrv.NewUpdateOneModel().SetFilter(op.Filter).SetUpdate(op.Update).SetUpsert(op.Upsert)
+	}
+	sess, err := c.db.Client().StartSession(options.Session().SetCausalConsistency(true))
+	if err != nil {
+		return driver.BatchResult{}, err
+	}
+	defer sess.EndSession(context.WithoutCancel(ctx))
+	res := driver.BatchResult{Errs: make([]error, len(ops))}
+	err = mongodrv.WithSession(ctx, sess, func(ctx context.Context) error {
+		_, err := c.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		var bwe mongodrv.BulkWriteException
+		switch {
+		case err == nil:
+		case errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0:
+			// Only some ops failed: the others are applied and majority
+			// committed.
+			for _, we := range bwe.WriteErrors {
+				if we.Index < 0 || we.Index >= len(ops) {
+					return fmt.Errorf("bulk write: error of op %d in a batch of %d: %w", we.Index, len(ops), we)
+				}
+				res.Errs[we.Index] = classify(we)
+			}
+		default:
+			return classify(err)
+		}
+		cur, err := c.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+		if err != nil {
+			return classify(err)
+		}
+		res.Docs, err = readAll(ctx, cur)
+		return err
+	})
+	if err != nil {
+		return driver.BatchResult{}, err
+	}
+	return res, nil
+}
+
 func (c *v2Collection) Watch(ctx context.Context, resumeAfter bson.Raw) (driver.Stream, error) {
 	// The logic filters in the client, as on lungo: one code path for both.
 	opts := options.ChangeStream().SetFullDocument(options.UpdateLookup)

@@ -13,22 +13,35 @@ import (
 	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
 )
 
-// harness returns the conformance harness: every backend of one Run shares
-// one database and table made for the test, each with a session of its own
-// (as separate nodes would). On reqlite, which does not run update
-// functions atomically across connections, the backends' writes are
-// serialized through writeMu and SerializedWrites says so.
+// harness returns the conformance harness: every backend and store of one
+// Run shares one database and table made for the test, each with a Store
+// and a session of its own (as separate nodes would). On reqlite, which
+// does not run update functions atomically across connections, the
+// stores' writes are serialized through writeMu and SerializedWrites says
+// so.
 func harness(t *testing.T) basetest.Harness {
 	db := newDatabase(t)
 	admin := connect(t)
 	tb := r.DB(db).Table(table)
 	return basetest.Harness{
 		Open: func(t *testing.T, election string) (base.Backend, error) {
-			b, err := rethink.New(connect(t), election, rethink.Options{Database: db, Table: table})
+			s, err := rethink.NewStore(connect(t), rethink.Options{Database: db, Table: table})
 			if err != nil {
 				return nil, err
 			}
-			return wrapWrites(b), nil
+			b, err := base.Open(wrapWrites(s), election)
+			if err != nil {
+				_ = s.Close()
+				return nil, err
+			}
+			return b, nil
+		},
+		OpenStore: func(t *testing.T) (base.Store, error) {
+			s, err := rethink.NewStore(connect(t), rethink.Options{Database: db, Table: table})
+			if err != nil {
+				return nil, err
+			}
+			return wrapWrites(s), nil
 		},
 		PutOther: func(ctx context.Context, _, key string, doc map[string]any) error {
 			d := maps.Clone(doc)

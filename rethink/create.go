@@ -174,27 +174,27 @@ func drop(ctx context.Context, c catalog, log *slog.Logger, s step, db, table st
 // replica is not available (a real server does for about a second after a
 // restart) is waited for: Create retries with a short backoff until ctx
 // ends or tableReadyTimeout has passed.
-func (b *Backend) Create(ctx context.Context) error {
-	if err := b.check(ctx); err != nil {
+func (s *Store) Create(ctx context.Context) error {
+	if err := s.check(ctx); err != nil {
 		return err
 	}
 	start := time.Now()
 	pause := retryMin
 	for {
-		err := b.create(ctx)
+		err := s.create(ctx)
 		if err == nil || !unavailable(err) || time.Since(start)+pause > tableReadyTimeout {
 			return err
 		}
-		b.log.Debug("rethink: table not ready, retrying", "database", b.db, "table", b.table, "err", err)
+		s.log.Debug("rethink: table not ready, retrying", "database", s.db, "table", s.table, "err", err)
 		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return b.wrap(ctx, "create", err)
-		case <-b.closeCtx.Done():
+			return s.wrap(ctx, "create", err)
+		case <-s.closeCtx.Done():
 			t.Stop()
-			return b.wrap(ctx, "create", err)
+			return s.wrap(ctx, "create", err)
 		}
 		pause = min(2*pause, retryMax)
 	}
@@ -204,17 +204,17 @@ func (b *Backend) Create(ctx context.Context) error {
 // catalog once more: a creator whose create call was still in flight may
 // have added a duplicate meanwhile, and the listing resolves it now rather
 // than at the next Create. It stops when two listings agree.
-func (b *Backend) create(ctx context.Context) error {
+func (s *Store) create(ctx context.Context) error {
 	prev := ""
 	for round := 0; ; round++ {
-		if err := b.check(ctx); err != nil {
+		if err := s.check(ctx); err != nil {
 			return err
 		}
-		row, err := converge(ctx, &serverCatalog{b: b}, b.log, b.db, b.table, !b.noCreate)
+		row, err := converge(ctx, &serverCatalog{s: s}, s.log, s.db, s.table, !s.noCreate)
 		byName := errors.Is(err, errNoSystemTables)
 		switch {
 		case byName:
-			if err := b.createByName(ctx); err != nil {
+			if err := s.createByName(ctx); err != nil {
 				return err
 			}
 		case err != nil:
@@ -222,13 +222,13 @@ func (b *Backend) create(ctx context.Context) error {
 		default:
 			if row.PrimaryKey != fieldID {
 				return fmt.Errorf("rethink: %w: table %s.%s has the primary key %q; leaderfeed needs %q",
-					base.ErrInvalidConfig, b.db, b.table, row.PrimaryKey, fieldID)
+					base.ErrInvalidConfig, s.db, s.table, row.PrimaryKey, fieldID)
 			}
 			if prev == "" {
-				b.checkDurability(row)
+				s.checkDurability(row)
 			}
 		}
-		if err := b.waitReady(ctx); err != nil {
+		if err := s.waitReady(ctx); err != nil {
 			return err
 		}
 		if byName || row.ID == prev || round >= settleRounds {
@@ -240,10 +240,10 @@ func (b *Backend) create(ctx context.Context) error {
 
 // waitReady waits until the table is ready for writes. reqlite lacks
 // table.wait(); its tables are always ready.
-func (b *Backend) waitReady(ctx context.Context) error {
+func (s *Store) waitReady(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, tableReadyTimeout)
 	defer cancel()
-	_, err := b.run(wctx, "create: waiting for the table", b.term().Wait(r.WaitOpts{WaitFor: "ready_for_writes"}))
+	_, err := s.run(wctx, "create: waiting for the table", s.term().Wait(r.WaitOpts{WaitFor: "ready_for_writes"}))
 	if err != nil && !notImplemented(err) {
 		return err
 	}
@@ -252,21 +252,21 @@ func (b *Backend) waitReady(ctx context.Context) error {
 
 // checkDurability warns about a table configuration that may lose
 // acknowledged writes.
-func (b *Backend) checkDurability(row tableRow) {
+func (s *Store) checkDurability(row tableRow) {
 	if row.Durability == "soft" {
 		// The election record's writes ask for durability "hard", which
 		// overrides the table's setting, so the election is safe; the
 		// application's own documents in the table are not.
-		b.log.Warn("rethink: table durability is soft; election writes use hard durability, other writes may be lost on a crash",
-			"table", b.db+"."+b.table, "durability", row.Durability)
+		s.log.Warn("rethink: table durability is soft; election writes use hard durability, other writes may be lost on a crash",
+			"table", s.db+"."+s.table, "durability", row.Durability)
 	}
 	var acks string
 	if json.Unmarshal(row.WriteAcks, &acks) == nil && acks == "single" {
 		// A write acknowledged by one replica can be lost when another
 		// replica becomes primary: a deposed leader's claim could vanish.
 		// Harmless with one replica per shard.
-		b.log.Warn("rethink: table acknowledges writes on a single replica; with several replicas an acknowledged election write can be lost on failover",
-			"table", b.db+"."+b.table, "write_acks", acks)
+		s.log.Warn("rethink: table acknowledges writes on a single replica; with several replicas an acknowledged election write can be lost on failover",
+			"table", s.db+"."+s.table, "write_acks", acks)
 	}
 }
 
@@ -274,46 +274,46 @@ func (b *Backend) checkDurability(row tableRow) {
 // its databases (reqlite, or a user who may not read them): check and
 // create by name, then check the primary key with table.info(). It cannot
 // see or resolve duplicates, and cannot read the durability settings.
-func (b *Backend) createByName(ctx context.Context) error {
-	if err := b.ensure(ctx, "database", b.db, r.DBList().Contains(b.db), r.DBCreate(b.db)); err != nil {
+func (s *Store) createByName(ctx context.Context) error {
+	if err := s.ensure(ctx, "database", s.db, r.DBList().Contains(s.db), r.DBCreate(s.db)); err != nil {
 		return err
 	}
-	db := r.DB(b.db)
-	if err := b.ensure(ctx, "table", b.db+"."+b.table, db.TableList().Contains(b.table), db.TableCreate(b.table)); err != nil {
+	db := r.DB(s.db)
+	if err := s.ensure(ctx, "table", s.db+"."+s.table, db.TableList().Contains(s.table), db.TableCreate(s.table)); err != nil {
 		return err
 	}
-	raw, err := b.run(ctx, "create: reading the table info", b.term().Info().Field("primary_key"))
+	raw, err := s.run(ctx, "create: reading the table info", s.term().Info().Field("primary_key"))
 	if err != nil {
 		return err
 	}
 	var pk string
 	if err := json.Unmarshal(raw, &pk); err != nil || pk != fieldID {
 		return fmt.Errorf("rethink: %w: table %s.%s has the primary key %s; leaderfeed needs %q",
-			base.ErrInvalidConfig, b.db, b.table, raw, fieldID)
+			base.ErrInvalidConfig, s.db, s.table, raw, fieldID)
 	}
 	return nil
 }
 
 // ensure checks with exists whether a database or table exists and creates
 // it with create if allowed. A concurrent creator winning the race is fine.
-func (b *Backend) ensure(ctx context.Context, what, name string, exists, create r.Term) error {
-	raw, err := b.run(ctx, "create: looking for "+what+" "+name, exists)
+func (s *Store) ensure(ctx context.Context, what, name string, exists, create r.Term) error {
+	raw, err := s.run(ctx, "create: looking for "+what+" "+name, exists)
 	if err != nil {
 		return err
 	}
 	if string(raw) == "true" {
 		return nil
 	}
-	if b.noCreate {
+	if s.noCreate {
 		return fmt.Errorf("rethink: %w: %s %s does not exist and Options.NoCreate is set", base.ErrInvalidConfig, what, name)
 	}
-	return b.runCreate(ctx, what, name, create)
+	return s.runCreate(ctx, what, name, create)
 }
 
 // runCreate runs a dbCreate or tableCreate; "already exists" (a concurrent
 // creator was first) is no error.
-func (b *Backend) runCreate(ctx context.Context, what, name string, create r.Term) error {
-	if _, err := b.run(ctx, "create: creating "+what+" "+name, create); err != nil {
+func (s *Store) runCreate(ctx context.Context, what, name string, create r.Term) error {
+	if _, err := s.run(ctx, "create: creating "+what+" "+name, create); err != nil {
 		if strings.Contains(err.Error(), "already exists") && ctx.Err() == nil {
 			return nil
 		}
@@ -348,19 +348,19 @@ func ambiguous(err error) bool {
 	return strings.Contains(err.Error(), "is ambiguous")
 }
 
-// serverCatalog is the catalog of the server b talks to.
-type serverCatalog struct{ b *Backend }
+// serverCatalog is the catalog of the server s talks to.
+type serverCatalog struct{ s *Store }
 
 var systemDB = r.DB("rethinkdb")
 
 func (c *serverCatalog) list(ctx context.Context) ([]dbRow, []tableRow, error) {
-	b := c.b
-	raw, err := b.run(ctx, "create: reading rethinkdb.db_config",
-		systemDB.Table("db_config").Filter(func(row r.Term) r.Term { return row.Field("name").Eq(b.db) }).CoerceTo("array"))
+	s := c.s
+	raw, err := s.run(ctx, "create: reading rethinkdb.db_config",
+		systemDB.Table("db_config").Filter(func(row r.Term) r.Term { return row.Field("name").Eq(s.db) }).CoerceTo("array"))
 	if err != nil {
 		if permissionDenied(err) {
-			b.log.Warn("rethink: cannot read the system tables; duplicate databases and tables cannot be resolved and durability is not checked",
-				"database", b.db, "table", b.table, "err", err)
+			s.log.Warn("rethink: cannot read the system tables; duplicate databases and tables cannot be resolved and durability is not checked",
+				"database", s.db, "table", s.table, "err", err)
 			return nil, nil, errNoSystemTables
 		}
 		return nil, nil, err
@@ -372,13 +372,13 @@ func (c *serverCatalog) list(ctx context.Context) ([]dbRow, []tableRow, error) {
 	if len(dbs) == 0 {
 		// Either the database is missing, or the system tables do not
 		// list it (reqlite's are always empty). Ask by name.
-		raw, err := b.run(ctx, "create: looking for database "+b.db, r.DBList().Contains(b.db))
+		raw, err := s.run(ctx, "create: looking for database "+s.db, r.DBList().Contains(s.db))
 		if err != nil {
 			return nil, nil, err
 		}
 		if string(raw) == "true" {
-			b.log.Debug("rethink: the system tables do not list the database (reqlite?); duplicate and durability checks skipped",
-				"database", b.db, "table", b.table)
+			s.log.Debug("rethink: the system tables do not list the database (reqlite?); duplicate and durability checks skipped",
+				"database", s.db, "table", s.table)
 			return nil, nil, errNoSystemTables
 		}
 		return nil, nil, nil
@@ -387,7 +387,7 @@ func (c *serverCatalog) list(ctx context.Context) ([]dbRow, []tableRow, error) {
 	for i, d := range dbs {
 		ids[i] = d.ID
 	}
-	raw, err = b.run(ctx, "create: reading rethinkdb.table_config",
+	raw, err = s.run(ctx, "create: reading rethinkdb.table_config",
 		systemDB.Table("table_config", r.TableOpts{IdentifierFormat: "uuid"}).
 			Filter(func(row r.Term) r.Term { return r.Expr(ids).Contains(row.Field("db")) }).
 			Pluck("id", "name", "db", "primary_key", "durability", "write_acks").
@@ -403,11 +403,11 @@ func (c *serverCatalog) list(ctx context.Context) ([]dbRow, []tableRow, error) {
 }
 
 func (c *serverCatalog) createDB(ctx context.Context) error {
-	return c.b.runCreate(ctx, "database", c.b.db, r.DBCreate(c.b.db))
+	return c.s.runCreate(ctx, "database", c.s.db, r.DBCreate(c.s.db))
 }
 
 func (c *serverCatalog) createTable(ctx context.Context) error {
-	return c.b.runCreate(ctx, "table", c.b.db+"."+c.b.table, r.DB(c.b.db).TableCreate(c.b.table))
+	return c.s.runCreate(ctx, "table", c.s.db+"."+c.s.table, r.DB(c.s.db).TableCreate(c.s.table))
 }
 
 func (c *serverCatalog) dropDB(ctx context.Context, id string) (dropOutcome, error) {
@@ -421,7 +421,7 @@ func (c *serverCatalog) dropTable(ctx context.Context, id string) (dropOutcome, 
 // dropRow deletes the row id of a system table, which drops the database
 // or table it describes.
 func (c *serverCatalog) dropRow(ctx context.Context, sys, id string) (dropOutcome, error) {
-	raw, err := c.b.run(ctx, "create: dropping "+sys+" row "+id, systemDB.Table(sys).Get(id).Delete())
+	raw, err := c.s.run(ctx, "create: dropping "+sys+" row "+id, systemDB.Table(sys).Get(id).Delete())
 	var res deleteResult
 	if err == nil {
 		if uerr := json.Unmarshal(raw, &res); uerr != nil {

@@ -1,13 +1,17 @@
 // Package rethink is a leaderfeed backend for RethinkDB, over the driver
 // gopkg.in/rethinkdb/rethinkdb-go.v6.
 //
-// The caller passes the *r.Session it owns; the backend never closes it. The
-// election record is one document of a table, keyed by the election's name
-// in the primary key "id"; the same table may hold documents of the
-// caller's own, whose changes the feed reports as base.OtherChanged, as in
-// the original JavaScript leaderfeed. Several elections may share a table;
-// the documents of the other elections are not reported as changes. An
-// election document looks like
+// A Store (NewStore) is one table: the records of any number of elections,
+// each one document keyed by the election's name in the primary key "id",
+// and one changefeed on the table for all of them. It implements
+// base.Store and base.BatchStore; a process with many elections shares one
+// Store through base.NewElections, which demultiplexes the feed to the
+// elections and batches their renewals. New(session, election, opts) is
+// the Backend of a lone election (base.Open on a Store of its own). The
+// caller passes the *r.Session it owns; no Store ever closes it. The same
+// table may hold documents of the caller's own, whose changes the feed
+// reports as base.OtherChanged, as in the original JavaScript leaderfeed.
+// An election document looks like
 //
 //	{"id": "jobs", "leaderfeed": 1, "leader": "node-a", "term": 7,
 //	 "revision": 42, "timestamp": r.now(), "value": r.binary(...) or null,
@@ -22,8 +26,16 @@
 // The field "leaderfeed" marks it as ours (format version 1). A document
 // with the election's id that lacks the mark, misses a field or holds a
 // field of the wrong type is foreign or malformed: Get reports it with an
-// error matching base.ErrMalformedRecord, the feed sends base.Ignored and
-// goes on, and Heartbeat never overwrites it.
+// error matching base.ErrMalformedRecord, and Heartbeat never overwrites
+// it. The feed tells election documents from the application's by the
+// mark: a change in which the old or the new document has the field
+// "leaderfeed" (any value) and a string id is a change of that election's
+// record (RecordChanged, or Ignored with Notification.Election set when
+// the new document is malformed or lost its mark, or RecordDeleted); any
+// other change is the application's (OtherChanged). A foreign document
+// without the mark that is written where no election document was is
+// therefore reported as the application's; Get and Heartbeat still refuse
+// it as malformed.
 //
 // # Guarantees
 //
@@ -35,10 +47,24 @@
 //     the write's identity, not the revision alone, so that a revision
 //     handed out twice after a lost write is told apart. The timestamp is
 //     r.Now(), the server's clock.
-//   - The feed is a changefeed on the whole table, read in the order the
-//     server sends it (commit order per document). A feed that breaks, or
-//     in which the server reports skipped changes, ends with one
-//     base.Failed notification; the caller reopens it and re-reads.
+//   - HeartbeatBatch writes many elections' records with at most three
+//     queries: one getAll(ids...).update(func) for the writes on existing
+//     records, whose function looks each document's expected write up in
+//     a literal object keyed by id and applies the same condition as
+//     Heartbeat (atomic per document); one insert([...], conflict
+//     "error") for the first claims; and one getAll of the refused ones'
+//     current documents. Each result is what Heartbeat gives for that
+//     write alone (the stored record, a *base.ConflictError with the
+//     current record, or ErrMalformedRecord); the batch is not a
+//     transaction, and a malformed record or a conflict of one election
+//     never affects the others.
+//   - The feed is one changefeed on the whole table for every election,
+//     read in the order the server sends it (commit order per document)
+//     and sent on as it comes, without a queue and without coalescing
+//     (base.Elections does both). RethinkDB sends whole documents, so no
+//     record is too large for a notification. A feed that breaks, or in
+//     which the server reports skipped changes, ends with one base.Failed
+//     notification; the caller reopens it and re-reads.
 //   - Every method honours its context; an error caused by a done context
 //     matches ctx.Err() under errors.Is.
 //   - The driver retries a query on a broken connection. If a compare-and-
@@ -61,7 +87,7 @@
 // Warn on Options.Logger. It never drops a duplicate database that holds
 // tables other than the election table: it fails with an error matching
 // base.ErrInvalidConfig instead. A deployment left with duplicates heals on
-// the next Create. Backend.Create explains why what a dropped duplicate
+// the next Create. Store.Create explains why what a dropped duplicate
 // held does not matter for safety. Reading the system tables needs the
 // admin user; without it Create warns and works by name only.
 //
@@ -79,7 +105,7 @@
 // MaxTableNameLen bytes; the database "rethinkdb" (the system database) is
 // refused. Election names and node ids follow package heartbeat (at most 127
 // bytes, which is also RethinkDB's primary key limit). Term and Revision are
-// stored as JSON numbers, exact up to 2^53. A table that the backend did
+// stored as JSON numbers, exact up to 2^53. A table that the store did
 // not create must have the primary key "id".
 //
 // # Driver issues
@@ -106,12 +132,23 @@
 // on every run together with the convergence loop against a fake catalog
 // that races like the real server.
 //
+// The Store (one changefeed for all elections, HeartbeatBatch) has run on
+// reqlite only so far; its queries use nothing a RethinkDB 2.4 lacks
+// (getAll, update with a function, r.expr of an object, getField, branch,
+// error, insert of an array with conflict "error", returnChanges).
+//
 // In CI the tests run against reqlite, a RethinkDB 2.0-protocol server in
 // JavaScript (or a real server named by LEADERFEED_RETHINK_ADDR). reqlite
 // does not execute update functions atomically across connections, so the
-// reqlite-backed tests serialize the backend's writes: a passing run on
+// reqlite-backed tests serialize the stores' writes: a passing run on
 // reqlite is no proof of atomicity, only of the protocol and the logic
-// around it. It runs one query at a time, so it never makes duplicates;
+// around it. reqlite also shares one query's r.now() value, as one
+// JavaScript object, among all the documents the query writes, and a later
+// update merges a new time into that object in place: after a batch, a
+// write of one election moves the stored timestamp of the other elections
+// of that batch, which a real RethinkDB never does (it stores values). The
+// tests that read records after batches compare them without the
+// timestamp on reqlite. It runs one query at a time, so it never makes duplicates;
 // its system tables are empty and it lacks table.wait(), status() and
 // config(), so there Create works by name and cannot check durability.
 package rethink

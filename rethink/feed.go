@@ -10,9 +10,6 @@ import (
 	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
 )
 
-// feedBuffer is the capacity of a subscription's channel.
-const feedBuffer = 64
-
 // feedItem is one message of a table changefeed, as the server sends it.
 type feedItem struct {
 	OldVal json.RawMessage `json:"old_val"`
@@ -21,39 +18,47 @@ type feedItem struct {
 	Error  json.RawMessage `json:"error"`
 }
 
-// Subscribe opens a changefeed on the table. The election document becomes
-// RecordChanged (or RecordDeleted, or Ignored when it is malformed); every
-// other document becomes OtherChanged, its operation told by old_val and
-// new_val (insert: old_val null; delete: new_val null), not by a "type"
-// field, which older servers and reqlite do not send. Documents of other
-// elections in the same table (marked with the field "leaderfeed") are left
-// out. The changefeed is established on the server when Subscribe returns.
+// Subscribe opens one changefeed on the table, for every election in it.
+// A document is an election document when it has the field "leaderfeed"
+// (the mark) and a string id, the election's name; a change in which the
+// old or the new document is one is a change of that election's record:
+// RecordChanged when the new document is a well-formed election document,
+// Ignored (Election set, Err matching base.ErrMalformedRecord) when it is
+// malformed or lost its mark, RecordDeleted (Election set) when it was
+// deleted. Every other document is the application's and becomes
+// OtherChanged, its operation told by old_val and new_val (insert: old_val
+// null; delete: new_val null), not by a "type" field, which older servers
+// and reqlite do not send. The changefeed is established on the server
+// when Subscribe returns.
 //
-// The channel closes when ctx is done or the backend is closed, or after
-// one Failed notification when the changefeed breaks or the server reports
+// Notifications are sent as the server sends them (commit order per
+// document), blocking until read: nothing is queued or coalesced here.
+// RethinkDB sends whole documents, so no record is too large for it. The
+// channel closes when ctx is done or the store is closed, or after one
+// Failed notification when the changefeed breaks or the server reports
 // that it skipped changes.
-func (b *Backend) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
-	if err := b.check(ctx); err != nil {
+func (s *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(b.closeCtx, cancel)
-	what := fmt.Sprintf("changefeed on %s.%s", b.db, b.table)
-	cur, err := b.term().Changes(r.ChangesOpts{IncludeStates: true}).Run(b.session, r.RunOpts{Context: sctx})
+	stop := context.AfterFunc(s.closeCtx, cancel)
+	what := fmt.Sprintf("changefeed on %s.%s", s.db, s.table)
+	cur, err := s.term().Changes(r.ChangesOpts{IncludeStates: true}).Run(s.session, r.RunOpts{Context: sctx})
 	if err != nil {
 		stop()
 		cancel()
-		return nil, b.wrap(ctx, what, err)
+		return nil, s.wrap(ctx, what, err)
 	}
-	ch := make(chan base.Notification, feedBuffer)
-	b.subs.Add(1)
+	ch := make(chan base.Notification)
+	s.subs.Add(1)
 	go func() {
-		defer b.subs.Done()
+		defer s.subs.Done()
 		defer close(ch)
 		defer cancel()
 		defer stop()
 		defer cur.Close()
-		err := b.pump(sctx, cur, ch)
+		err := s.pump(sctx, cur, ch)
 		if sctx.Err() != nil {
 			// Cancelled by the caller or by Close: end without Failed.
 			return
@@ -67,7 +72,7 @@ func (b *Backend) Subscribe(ctx context.Context) (<-chan base.Notification, erro
 }
 
 // pump reads the changefeed until it ends and returns why.
-func (b *Backend) pump(ctx context.Context, cur *r.Cursor, ch chan<- base.Notification) error {
+func (s *Store) pump(ctx context.Context, cur *r.Cursor, ch chan<- base.Notification) error {
 	for {
 		raw, ok := cur.NextResponse()
 		if !ok {
@@ -76,7 +81,7 @@ func (b *Backend) pump(ctx context.Context, cur *r.Cursor, ch chan<- base.Notifi
 			}
 			return errors.New("the server ended the changefeed")
 		}
-		n, ok, err := b.notification(raw)
+		n, ok, err := s.notification(raw)
 		if err != nil {
 			return err
 		}
@@ -93,7 +98,7 @@ func (b *Backend) pump(ctx context.Context, cur *r.Cursor, ch chan<- base.Notifi
 
 // notification turns one changefeed message into a notification; ok is
 // false for messages that carry none (states). An error ends the feed.
-func (b *Backend) notification(raw json.RawMessage) (n base.Notification, ok bool, err error) {
+func (s *Store) notification(raw json.RawMessage) (n base.Notification, ok bool, err error) {
 	var it feedItem
 	if err := json.Unmarshal(raw, &it); err != nil {
 		return n, false, fmt.Errorf("cannot decode a changefeed message %.200s: %w", raw, err)
@@ -116,26 +121,20 @@ func (b *Backend) notification(raw json.RawMessage) (n base.Notification, ok boo
 	if err := json.Unmarshal(doc, &keyed); err != nil || isNull(keyed.ID) {
 		return n, false, fmt.Errorf("changefeed message without a document id: %.200s", raw)
 	}
-	var id string
-	if json.Unmarshal(keyed.ID, &id) == nil && id == b.election {
+	var election string
+	if json.Unmarshal(keyed.ID, &election) == nil && (isElectionDoc(it.NewVal) || isElectionDoc(it.OldVal)) {
 		switch {
 		case isNull(it.NewVal):
-			return base.Notification{Type: base.RecordDeleted}, true, nil
+			return base.Notification{Type: base.RecordDeleted, Election: election}, true, nil
 		default:
-			rec, err := decodeRecord(b.election, it.NewVal)
+			rec, err := decodeRecord(election, it.NewVal)
 			if err != nil {
-				return base.Notification{Type: base.Ignored, Err: err}, true, nil
+				return base.Notification{Type: base.Ignored, Election: election, Err: err}, true, nil
 			}
 			return base.Notification{Type: base.RecordChanged, Record: rec}, true, nil
 		}
 	}
-	if isElectionDoc(doc) {
-		// Another election's document in the same table: not the caller's
-		// data, and with many elections in one table reporting them would
-		// multiply the traffic.
-		return n, false, nil
-	}
-	c := base.Change{Table: b.table, Key: keyed.ID, Op: base.Update}
+	c := base.Change{Table: s.table, Key: keyed.ID, Op: base.Update}
 	if !isNull(it.OldVal) {
 		c.Old = it.OldVal
 	} else {
@@ -149,15 +148,18 @@ func (b *Backend) notification(raw json.RawMessage) (n base.Notification, ok boo
 	return base.Notification{Type: base.OtherChanged, Change: c}, true, nil
 }
 
-// isElectionDoc reports whether doc carries the mark of an election
-// document (of any election).
+// isElectionDoc reports whether doc carries the mark field of an election
+// document, of any value: a document of another format version, or with a
+// malformed mark, is an election's malformed record, not the
+// application's.
 func isElectionDoc(doc json.RawMessage) bool {
-	var m struct {
-		Mark json.RawMessage `json:"leaderfeed"`
+	if isNull(doc) {
+		return false
 	}
+	var m map[string]json.RawMessage
 	if json.Unmarshal(doc, &m) != nil {
 		return false
 	}
-	var n json.Number
-	return unmarshalNumber(m.Mark, &n) == nil && n.String() == "1"
+	mark, ok := m[fieldMark]
+	return ok && !isNull(mark)
 }

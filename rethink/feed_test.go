@@ -29,14 +29,15 @@ func TestFeedServerRestart(t *testing.T) {
 			addr = p.addr
 		}
 		calls++
-		b, err := rethink.New(connectTo(t, addr), election, rethink.Options{Database: db, Table: table})
+		s, err := rethink.NewStore(connectTo(t, addr), rethink.Options{Database: db, Table: table})
 		if err != nil {
 			return nil, err
 		}
+		var st base.Store = wrapWrites(s)
 		if addr == p.addr {
-			return &oneAtATime{Backend: wrapWrites(b)}, nil
+			st = &oneAtATime{Store: st}
 		}
-		return wrapWrites(b), nil
+		return base.Open(st, election)
 	}
 	c := basetest.NewCluster(t, openNode, timing, 2, 0)
 	tm := c.Timing
@@ -77,43 +78,43 @@ func TestFeedServerRestart(t *testing.T) {
 	})
 }
 
-// oneAtATime makes the calls of a backend one at a time. It works around a
+// oneAtATime makes the calls of a store one at a time. It works around a
 // data race in rethinkdb-go v6.2.1 (the latest): Pool.conn reads a
 // connection slot without the pool's lock while a concurrent query that
 // found the connection broken replaces it under the lock. Only queries
 // that overlap a reconnect race, so only the node whose connection breaks
 // needs this; see "Driver issues" in the package documentation.
 type oneAtATime struct {
-	base.Backend
+	base.Store
 	mu sync.Mutex
 }
 
 func (o *oneAtATime) Start(ctx context.Context) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.Backend.Start(ctx)
+	return o.Store.Start(ctx)
 }
 
 func (o *oneAtATime) Create(ctx context.Context) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.Backend.Create(ctx)
+	return o.Store.Create(ctx)
 }
 
-func (o *oneAtATime) Get(ctx context.Context) (heartbeat.Record, error) {
+func (o *oneAtATime) Get(ctx context.Context, election string) (heartbeat.Record, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.Backend.Get(ctx)
+	return o.Store.Get(ctx, election)
 }
 
 func (o *oneAtATime) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.Backend.Heartbeat(ctx, expected, next)
+	return o.Store.Heartbeat(ctx, expected, next)
 }
 
 func (o *oneAtATime) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.Backend.Subscribe(ctx)
+	return o.Store.Subscribe(ctx)
 }

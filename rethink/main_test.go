@@ -100,50 +100,83 @@ func newDatabase(t testing.TB) string {
 	return db
 }
 
-// writeMu serializes the writes of every backend the tests open when the
+// writeMu serializes the writes of every store the tests open when the
 // server is reqlite, which does not run update functions atomically across
 // connections. Against a real RethinkDB the writes are not serialized.
 var writeMu sync.Mutex
 
-// serialized wraps a backend so that its compare-and-set writes hold
-// writeMu. Create is not serialized: racing creators must succeed anyway.
-type serialized struct{ base.Backend }
+// serialized wraps a store so that its compare-and-set writes, single and
+// batched, hold writeMu. Create is not serialized: racing creators must
+// succeed anyway.
+type serialized struct{ *rethink.Store }
 
 func (s serialized) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	writeMu.Lock()
 	defer writeMu.Unlock()
-	return s.Backend.Heartbeat(ctx, expected, next)
+	return s.Store.Heartbeat(ctx, expected, next)
 }
 
-// wrapWrites returns b, wrapped in serialized on reqlite.
-func wrapWrites(b base.Backend) base.Backend {
+func (s serialized) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base.WriteResult, error) {
+	writeMu.Lock()
+	defer writeMu.Unlock()
+	return s.Store.HeartbeatBatch(ctx, writes)
+}
+
+// wrapWrites returns s, wrapped in serialized on reqlite.
+func wrapWrites(s *rethink.Store) base.BatchStore {
 	if server.reqlite {
-		return serialized{b}
+		return serialized{s}
 	}
-	return b
+	return s
 }
 
-// open returns a started and created backend of election in db.table with
-// a session of its own, closed at cleanup; writes serialized on reqlite.
-func open(t testing.TB, s *r.Session, db, table, election string) base.Backend {
+// newStore returns a Store on db.table over session s (a new session if
+// nil), writes serialized on reqlite, not started, closed at cleanup.
+func newStore(t testing.TB, s *r.Session, db, table string) base.BatchStore {
 	t.Helper()
 	if s == nil {
 		s = connect(t)
 	}
-	b, err := rethink.New(s, election, rethink.Options{Database: db, Table: table})
+	st, err := rethink.NewStore(s, rethink.Options{Database: db, Table: table})
 	if err != nil {
-		t.Fatalf("New: %v", err)
+		t.Fatalf("NewStore: %v", err)
 	}
-	t.Cleanup(func() { _ = b.Close() })
-	w := wrapWrites(b)
+	t.Cleanup(func() { _ = st.Close() })
+	return wrapWrites(st)
+}
+
+// openStore returns a started and created store (newStore).
+func openStore(t testing.TB, s *r.Session, db, table string) base.BatchStore {
+	t.Helper()
+	st := newStore(t, s, db, table)
 	ctx := testCtx(t)
-	if err := w.Start(ctx); err != nil {
+	if err := st.Start(ctx); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	if err := w.Create(ctx); err != nil {
+	if err := st.Create(ctx); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	return w
+	return st
+}
+
+// open returns a started and created backend of election in db.table, on
+// a store of its own (base.Open) over session s (a new session if nil),
+// closed at cleanup; writes serialized on reqlite.
+func open(t testing.TB, s *r.Session, db, table, election string) base.Backend {
+	t.Helper()
+	b, err := base.Open(newStore(t, s, db, table), election)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	ctx := testCtx(t)
+	if err := b.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := b.Create(ctx); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return b
 }
 
 // testCtx is a context bounded well below the test timeout.

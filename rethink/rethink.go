@@ -41,8 +41,7 @@ const conflictMarker = "leaderfeed: revision conflict"
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
-// Options configure a Backend. The zero value means the documented
-// defaults.
+// Options configure a Store. The zero value means the documented defaults.
 type Options struct {
 	// Database is the RethinkDB database. Default DefaultDatabase.
 	Database string
@@ -54,10 +53,10 @@ type Options struct {
 	// instead of creating them: it then fails with an error matching
 	// base.ErrInvalidConfig if either is missing. Without it (the default),
 	// Create creates what is missing. Either way Create resolves duplicate
-	// databases or tables of the configured names (see Backend.Create).
+	// databases or tables of the configured names (see Store.Create).
 	NoCreate bool
 
-	// Logger receives what the backend has to report besides errors, with
+	// Logger receives what the store has to report besides errors, with
 	// fixed messages and attributes: duplicate databases or tables dropped
 	// (Warn), a table configured to acknowledge writes it may lose (Warn),
 	// system tables it may not read (Warn), retries while the table is not
@@ -65,12 +64,16 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Backend is a base.Backend over one election in one RethinkDB table. It is
-// safe for concurrent use as package base describes; see the package
-// documentation for its guarantees.
-type Backend struct {
+// Store is the base.Store (and base.BatchStore) of one RethinkDB table:
+// the election documents of any number of elections, keyed by name in the
+// primary key "id", the caller's own documents, and one changefeed on the
+// table for all of them. It is safe for concurrent use as package base
+// describes; see the package documentation for its guarantees.
+//
+// A process with many elections shares one Store through base.Elections;
+// New gives the Backend of a lone election.
+type Store struct {
 	session  *r.Session
-	election string
 	db       string
 	table    string
 	noCreate bool
@@ -82,17 +85,14 @@ type Backend struct {
 	subs      sync.WaitGroup
 }
 
-var _ base.Backend = (*Backend)(nil)
+var _ base.BatchStore = (*Store)(nil)
 
-// New returns a Backend for election over session, which the caller owns
-// and which the Backend never closes. It checks the names and options
-// without touching the server; errors match base.ErrInvalidConfig.
-func New(session *r.Session, election string, opts Options) (*Backend, error) {
+// NewStore returns a Store over session, which the caller owns and which
+// the Store never closes. It checks the names and options without touching
+// the server; errors match base.ErrInvalidConfig.
+func NewStore(session *r.Session, opts Options) (*Store, error) {
 	if session == nil {
 		return nil, fmt.Errorf("rethink: %w: session is nil", base.ErrInvalidConfig)
-	}
-	if err := heartbeat.ValidateName("election name", election); err != nil {
-		return nil, fmt.Errorf("rethink: %w: %w", base.ErrInvalidConfig, err)
 	}
 	if opts.Database == "" {
 		opts.Database = DefaultDatabase
@@ -114,16 +114,35 @@ func New(session *r.Session, election string, opts Options) (*Backend, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Backend{
+	return &Store{
 		session:   session,
-		election:  election,
 		db:        opts.Database,
 		table:     opts.Table,
 		noCreate:  opts.NoCreate,
-		log:       log.With("election", election),
+		log:       log,
 		closeCtx:  ctx,
 		closeFunc: cancel,
 	}, nil
+}
+
+// New returns the Backend of one election over session (base.Open on a
+// Store of its own): for a process with one election, whose Feed owns it.
+// Closing the Backend closes the Store, never the session. It checks the
+// names and options without touching the server; errors match
+// base.ErrInvalidConfig.
+func New(session *r.Session, election string, opts Options) (base.Backend, error) {
+	if err := heartbeat.ValidateName("election name", election); err != nil {
+		return nil, fmt.Errorf("rethink: %w: %w", base.ErrInvalidConfig, err)
+	}
+	s, err := NewStore(session, opts)
+	if err != nil {
+		return nil, err
+	}
+	b, err := base.Open(s, election)
+	if err != nil {
+		return nil, fmt.Errorf("rethink: %w", err)
+	}
+	return b, nil
 }
 
 func checkName(what, name string) error {
@@ -136,24 +155,21 @@ func checkName(what, name string) error {
 	return nil
 }
 
-// Election returns the name of the election, the id of its document.
-func (b *Backend) Election() string { return b.election }
+// Database returns the database the store uses.
+func (s *Store) Database() string { return s.db }
 
-// Database returns the database the backend uses.
-func (b *Backend) Database() string { return b.db }
+// Table returns the table the store uses.
+func (s *Store) Table() string { return s.table }
 
-// Table returns the table the backend uses.
-func (b *Backend) Table() string { return b.table }
+func (s *Store) term() r.Term { return r.DB(s.db).Table(s.table) }
 
-func (b *Backend) term() r.Term { return r.DB(b.db).Table(b.table) }
-
-// check returns an error when the backend is closed or ctx is done.
-func (b *Backend) check(ctx context.Context) error {
-	if b.closed.Load() {
-		return fmt.Errorf("rethink: election %q: %w", b.election, base.ErrClosed)
+// check returns an error when the store is closed or ctx is done.
+func (s *Store) check(ctx context.Context) error {
+	if s.closed.Load() {
+		return fmt.Errorf("rethink: %s.%s: %w", s.db, s.table, base.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("rethink: election %q: %w", b.election, err)
+		return fmt.Errorf("rethink: %s.%s: %w", s.db, s.table, err)
 	}
 	return nil
 }
@@ -164,11 +180,11 @@ func (b *Backend) check(ctx context.Context) error {
 // restart) is transient, and the Feed retries every call as usual; an
 // ambiguous name means duplicate databases or tables, which Create
 // resolves.
-func (b *Backend) wrap(ctx context.Context, what string, err error) error {
+func (s *Store) wrap(ctx context.Context, what string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("rethink: %s: %w", what, cerr)
 	}
-	if b.closed.Load() {
+	if s.closed.Load() {
 		return fmt.Errorf("rethink: %s: %w (%v)", what, base.ErrClosed, err)
 	}
 	switch {
@@ -182,13 +198,13 @@ func (b *Backend) wrap(ctx context.Context, what string, err error) error {
 
 // run runs q with ctx and returns the first raw response, as the server sent
 // it (pseudo-types unconverted).
-func (b *Backend) run(ctx context.Context, what string, q r.Term) (json.RawMessage, error) {
-	if err := b.check(ctx); err != nil {
+func (s *Store) run(ctx context.Context, what string, q r.Term) (json.RawMessage, error) {
+	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	cur, err := q.Run(b.session, r.RunOpts{Context: ctx})
+	cur, err := q.Run(s.session, r.RunOpts{Context: ctx})
 	if err != nil {
-		return nil, b.wrap(ctx, what, err)
+		return nil, s.wrap(ctx, what, err)
 	}
 	defer cur.Close()
 	raw, ok := cur.NextResponse()
@@ -197,14 +213,14 @@ func (b *Backend) run(ctx context.Context, what string, q r.Term) (json.RawMessa
 		if err == nil {
 			err = errors.New("empty response")
 		}
-		return nil, b.wrap(ctx, what, err)
+		return nil, s.wrap(ctx, what, err)
 	}
 	return raw, nil
 }
 
 // Start checks that the session reaches a server that answers queries.
-func (b *Backend) Start(ctx context.Context) error {
-	raw, err := b.run(ctx, "start: checking the server", r.Expr(1))
+func (s *Store) Start(ctx context.Context) error {
+	raw, err := s.run(ctx, "start: checking the server", r.Expr(1))
 	if err != nil {
 		return err
 	}
@@ -214,16 +230,33 @@ func (b *Backend) Start(ctx context.Context) error {
 	return nil
 }
 
-// Get returns the current record of the election.
-func (b *Backend) Get(ctx context.Context) (heartbeat.Record, error) {
-	raw, err := b.run(ctx, "get "+b.election, b.term().Get(b.election))
+// checkElection checks that election can key a document: a valid name
+// (package heartbeat), which also keeps within RethinkDB's primary key
+// limit of 127 bytes.
+func checkElection(election string) error {
+	if err := heartbeat.ValidateName("election name", election); err != nil {
+		return fmt.Errorf("rethink: %w: %w", base.ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// Get returns the current record of election.
+func (s *Store) Get(ctx context.Context, election string) (heartbeat.Record, error) {
+	if err := checkElection(election); err != nil {
+		return heartbeat.Record{}, err
+	}
+	raw, err := s.run(ctx, "get "+election, s.term().Get(election))
 	if err != nil {
 		return heartbeat.Record{}, err
 	}
 	if isNull(raw) {
-		return heartbeat.Record{}, fmt.Errorf("rethink: election %q in %s.%s: %w", b.election, b.db, b.table, base.ErrNotFound)
+		return heartbeat.Record{}, s.notFound(election)
 	}
-	return decodeRecord(b.election, raw)
+	return decodeRecord(election, raw)
+}
+
+func (s *Store) notFound(election string) error {
+	return fmt.Errorf("rethink: election %q in %s.%s: %w", election, s.db, s.table, base.ErrNotFound)
 }
 
 type writeResult struct {
@@ -237,45 +270,59 @@ type writeResult struct {
 	} `json:"changes"`
 }
 
-// Heartbeat is the compare-and-set write: an insert with conflict "error"
-// when expected.Revision is 0, else one atomic single-document update whose
-// function checks that the stored document is a well-formed election
-// document holding the write expected names (the same revision, leader and
-// term) and raises an error otherwise. The timestamp is the server's
-// r.Now(); the lease is stored in whole microseconds, rounded up. A refused
-// write is followed by a Get to return a *base.ConflictError with the
-// current record, or an error matching base.ErrMalformedRecord when the
-// stored document is foreign or malformed (it is never overwritten).
-func (b *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
-	if err := b.check(ctx); err != nil {
-		return heartbeat.Record{}, err
-	}
-	if next.Election != "" && next.Election != b.election {
-		return heartbeat.Record{}, fmt.Errorf("rethink: heartbeat: %w: record of election %q given to the backend of %q",
-			heartbeat.ErrInvalidRecord, next.Election, b.election)
-	}
-	next.Election = b.election
+// checkWrite validates a compare-and-set before any I/O: next names its
+// election and passes heartbeat.Record.Validate, and the numbers are exact
+// in a JSON number. Errors match base.ErrInvalidConfig and
+// heartbeat.ErrInvalidRecord.
+func checkWrite(expected, next heartbeat.Record) error {
 	if err := next.Validate(); err != nil {
-		return heartbeat.Record{}, fmt.Errorf("rethink: heartbeat: %w", err)
+		return fmt.Errorf("rethink: heartbeat: %w: %w", base.ErrInvalidConfig, err)
 	}
 	if next.Term > maxExact || expected.Revision >= maxExact || expected.Term > maxExact {
-		return heartbeat.Record{}, fmt.Errorf("rethink: heartbeat: %w: term or revision beyond 2^53", heartbeat.ErrInvalidRecord)
+		return fmt.Errorf("rethink: heartbeat of %q: %w: %w: term or revision beyond 2^53", next.Election, base.ErrInvalidConfig, heartbeat.ErrInvalidRecord)
 	}
-	doc := encodeRecord(b.election, expected.Revision+1, next)
-	var q r.Term
-	if expected.Revision == 0 {
-		q = b.term().Insert(doc, r.InsertOpts{Conflict: "error", ReturnChanges: true, Durability: durability})
-	} else {
-		delete(doc, fieldID)
-		q = b.term().Get(b.election).Update(func(row r.Term) any {
-			return r.Branch(casCondition(row, expected), doc, r.Error(conflictMarker))
-		}, r.UpdateOpts{ReturnChanges: true, Durability: durability})
-	}
-	what := fmt.Sprintf("heartbeat of %q on revision %d", b.election, expected.Revision)
+	return nil
+}
+
+// describe names a write in errors.
+func describe(expected, next heartbeat.Record) string {
+	what := fmt.Sprintf("heartbeat of %q on revision %d", next.Election, expected.Revision)
 	if expected.Revision != 0 {
 		what += fmt.Sprintf(" (leader %q, term %d)", expected.Leader, expected.Term)
 	}
-	raw, err := b.run(ctx, what, q)
+	return what
+}
+
+// Heartbeat is the compare-and-set write of the record next.Election: an
+// insert with conflict "error" when expected.Revision is 0, else one atomic
+// single-document update whose function checks that the stored document
+// is a well-formed election document holding the write expected names (the
+// same revision, leader and term) and raises an error otherwise. The
+// timestamp is the server's r.Now(); the lease is stored in whole
+// microseconds, rounded up. A refused write is followed by a Get to return
+// a *base.ConflictError with the current record, or an error matching
+// base.ErrMalformedRecord when the stored document is foreign or malformed
+// (it is never overwritten).
+func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return heartbeat.Record{}, err
+	}
+	if err := checkWrite(expected, next); err != nil {
+		return heartbeat.Record{}, err
+	}
+	election := next.Election
+	doc := encodeRecord(election, expected.Revision+1, next)
+	var q r.Term
+	if expected.Revision == 0 {
+		q = s.term().Insert(doc, r.InsertOpts{Conflict: "error", ReturnChanges: true, Durability: durability})
+	} else {
+		delete(doc, fieldID)
+		q = s.term().Get(election).Update(func(row r.Term) any {
+			return r.Branch(casCondition(row, r.Expr(expected.Revision), r.Expr(expected.Leader), r.Expr(expected.Term)), doc, r.Error(conflictMarker))
+		}, r.UpdateOpts{ReturnChanges: true, Durability: durability})
+	}
+	what := describe(expected, next)
+	raw, err := s.run(ctx, what, q)
 	if err != nil {
 		return heartbeat.Record{}, err
 	}
@@ -284,7 +331,7 @@ func (b *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record
 		return heartbeat.Record{}, fmt.Errorf("rethink: %s: cannot decode the write result %.200s: %w", what, raw, err)
 	}
 	if wr.Errors == 0 && wr.Inserted+wr.Replaced == 1 && len(wr.Changes) == 1 {
-		rec, err := decodeRecord(b.election, wr.Changes[0].NewVal)
+		rec, err := decodeRecord(election, wr.Changes[0].NewVal)
 		if err != nil {
 			return heartbeat.Record{}, fmt.Errorf("rethink: %s: the stored record: %w", what, err)
 		}
@@ -296,10 +343,17 @@ func (b *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record
 	// Refused: a duplicate primary key (insert), no document (skipped), or
 	// the update function raised conflictMarker. Read what is there to tell
 	// a conflict from a malformed document.
-	cur, err := b.Get(ctx)
+	cur, err := s.Get(ctx, election)
+	return refused(what, wr.FirstError, expected, next, cur, err)
+}
+
+// refused returns the outcome of a write the server refused, given what a
+// read found after it: cur, or err (ErrNotFound, ErrMalformedRecord, or a
+// failure of the read).
+func refused(what, firstError string, expected, next, cur heartbeat.Record, err error) (heartbeat.Record, error) {
 	switch {
 	case errors.Is(err, base.ErrNotFound):
-		return heartbeat.Record{}, fmt.Errorf("rethink: %s: %w", what, base.NewConflict(heartbeat.Record{Election: b.election}))
+		return heartbeat.Record{}, fmt.Errorf("rethink: %s: %w", what, base.NewConflict(heartbeat.Record{Election: next.Election}))
 	case errors.Is(err, base.ErrMalformedRecord):
 		return heartbeat.Record{}, fmt.Errorf("rethink: %s: refused to overwrite a foreign or malformed document: %w", what, err)
 	case err != nil:
@@ -311,47 +365,47 @@ func (b *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record
 	case expected.Revision == 0 || !cur.SameWrite(expected):
 		return heartbeat.Record{}, fmt.Errorf("rethink: %s: %w", what, base.NewConflict(cur))
 	}
-	return heartbeat.Record{}, fmt.Errorf("rethink: %s: the server refused the write (%s) though that write is stored: %v", what, wr.FirstError, cur)
+	return heartbeat.Record{}, fmt.Errorf("rethink: %s: the server refused the write (%s) though that write is stored: %v", what, firstError, cur)
 }
 
 // casCondition is true when the stored document row is a well-formed
-// election document holding the write expected names: the same revision,
-// leader and term (heartbeat.Record.SameWrite), compared by the server
-// inside the update function, so the compare-and-set stays one atomic
-// operation. It is at least as strict as decodeRecord, so that a
+// election document holding the write named by revision, leader and term
+// (heartbeat.Record.SameWrite), compared by the server inside the update
+// function, so the compare-and-set stays one atomic operation per
+// document. It is at least as strict as decodeRecord, so that a
 // compare-and-set never overwrites a foreign or malformed document. The one
 // check it cannot make exactly is the length of the leader id, counted here
 // in characters instead of bytes.
-func casCondition(row r.Term, expected heartbeat.Record) r.Term {
-	leader := row.Field(fieldLeader).Default(nil)
-	term := row.Field(fieldTerm).Default(nil)
+func casCondition(row, revision, leader, term r.Term) r.Term {
+	storedLeader := row.Field(fieldLeader).Default(nil)
+	storedTerm := row.Field(fieldTerm).Default(nil)
 	value := row.Field(fieldValue).Default(nil)
 	lease := row.Field(fieldLease).Default(nil)
 	return r.And(
 		row.Field(fieldMark).Default(nil).Eq(formatVersion),
-		row.Field(fieldRevision).Default(nil).Eq(expected.Revision),
+		row.Field(fieldRevision).Default(nil).Eq(revision),
 		row.Field(fieldTimestamp).Default(nil).TypeOf().Eq("PTYPE<TIME>"),
-		leader.TypeOf().Eq("STRING"),
-		leader.Eq(expected.Leader),
-		leader.Match(`^[^\x00-\x1f\x7f]{0,127}$`).Ne(nil),
-		term.TypeOf().Eq("NUMBER"),
-		term.Eq(expected.Term),
-		term.Ge(0), term.Le(maxExact), term.Floor().Eq(term),
+		storedLeader.TypeOf().Eq("STRING"),
+		storedLeader.Eq(leader),
+		storedLeader.Match(`^[^\x00-\x1f\x7f]{0,127}$`).Ne(nil),
+		storedTerm.TypeOf().Eq("NUMBER"),
+		storedTerm.Eq(term),
+		storedTerm.Ge(0), storedTerm.Le(maxExact), storedTerm.Floor().Eq(storedTerm),
 		r.Or(value.TypeOf().Eq("NULL"),
-			r.And(value.TypeOf().Eq("PTYPE<BINARY>"), value.Count().Le(heartbeat.MaxValueLen), leader.Ne(""))),
+			r.And(value.TypeOf().Eq("PTYPE<BINARY>"), value.Count().Le(heartbeat.MaxValueLen), storedLeader.Ne(""))),
 		// Missing or null: written before the field existed.
 		r.Or(lease.TypeOf().Eq("NULL"),
 			r.And(lease.TypeOf().Eq("NUMBER"), lease.Ge(0), lease.Le(maxLeaseMicros), lease.Floor().Eq(lease))),
 	)
 }
 
-// Close marks the backend closed, ends its open subscriptions and waits for
+// Close marks the store closed, ends its open subscriptions and waits for
 // their goroutines. It never closes the session. It is idempotent.
-func (b *Backend) Close() error {
-	if b.closed.Swap(true) {
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
 		return nil
 	}
-	b.closeFunc()
-	b.subs.Wait()
+	s.closeFunc()
+	s.subs.Wait()
 	return nil
 }

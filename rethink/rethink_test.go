@@ -71,13 +71,40 @@ func TestNewInvalid(t *testing.T) {
 			}
 		})
 	}
-	b, err := rethink.New(&r.Session{}, "e", rethink.Options{Database: "My-db_1", Table: "T-2"})
-	if err != nil || b.Database() != "My-db_1" || b.Table() != "T-2" {
+	st, err := rethink.NewStore(&r.Session{}, rethink.Options{Database: "My-db_1", Table: "T-2"})
+	if err != nil || st.Database() != "My-db_1" || st.Table() != "T-2" {
 		t.Fatalf("valid names refused: %v", err)
 	}
-	b, _ = rethink.New(&r.Session{}, "e", rethink.Options{})
-	if b.Database() != rethink.DefaultDatabase || b.Table() != rethink.DefaultTable {
-		t.Fatalf("defaults: got %s.%s", b.Database(), b.Table())
+	st, _ = rethink.NewStore(&r.Session{}, rethink.Options{})
+	if st.Database() != rethink.DefaultDatabase || st.Table() != rethink.DefaultTable {
+		t.Fatalf("defaults: got %s.%s", st.Database(), st.Table())
+	}
+	if st, err := rethink.NewStore(nil, rethink.Options{}); st != nil || !errors.Is(err, base.ErrInvalidConfig) {
+		t.Fatalf("NewStore with a nil session: got (%v, %v), want ErrInvalidConfig", st, err)
+	}
+}
+
+// TestStoreInvalidElection: the Store checks the election names it is
+// given before any I/O (no server needed), for every verb.
+func TestStoreInvalidElection(t *testing.T) {
+	st, err := rethink.NewStore(&r.Session{}, rethink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, name := range []string{"", strings.Repeat("e", heartbeat.MaxNameLen+1), "a\nb", "\xff"} {
+		if _, err := st.Get(ctx, name); !errors.Is(err, base.ErrInvalidConfig) {
+			t.Errorf("Get(%q): got %v, want ErrInvalidConfig", name, err)
+		}
+		next := rec("a", 1, "")
+		next.Election = name
+		if _, err := st.Heartbeat(ctx, none, next); !errors.Is(err, base.ErrInvalidConfig) {
+			t.Errorf("Heartbeat of %q: got %v, want ErrInvalidConfig", name, err)
+		}
+		res, err := st.HeartbeatBatch(ctx, []base.Write{{Next: next}})
+		if err != nil || len(res) != 1 || !errors.Is(res[0].Err, base.ErrInvalidConfig) {
+			t.Errorf("HeartbeatBatch of %q: got %v, %v, want one result with ErrInvalidConfig", name, res, err)
+		}
 	}
 }
 
@@ -85,8 +112,8 @@ func TestCreateMissing(t *testing.T) {
 	s := connect(t)
 	ctx := testCtx(t)
 	missing := unique(t, "nodb")
-	noCreate := func(db, tb string) *rethink.Backend {
-		b, err := rethink.New(s, "e", rethink.Options{Database: db, Table: tb, NoCreate: true})
+	noCreate := func(db, tb string) *rethink.Store {
+		b, err := rethink.NewStore(s, rethink.Options{Database: db, Table: tb, NoCreate: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +148,7 @@ func TestCreateMissing(t *testing.T) {
 	if _, err := r.DB(db).TableCreate("otherpk", r.TableCreateOpts{PrimaryKey: "name"}).RunWrite(s); err != nil {
 		t.Fatal(err)
 	}
-	b3, _ := rethink.New(s, "e", rethink.Options{Database: db, Table: "otherpk"})
+	b3, _ := rethink.NewStore(s, rethink.Options{Database: db, Table: "otherpk"})
 	defer b3.Close()
 	if err := b3.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) {
 		t.Fatalf("Create on a table with primary key \"name\": got %v, want ErrInvalidConfig", err)
@@ -144,7 +171,7 @@ func TestCreateConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, creators)
 	for i := range errs {
-		b, err := rethink.New(connect(t), "e", rethink.Options{Database: db, Table: table})
+		b, err := rethink.NewStore(connect(t), rethink.Options{Database: db, Table: table})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -311,10 +338,13 @@ func next(t *testing.T, ch <-chan base.Notification) base.Notification {
 	return base.Notification{}
 }
 
+// TestFeedOrder: the store's changefeed delivers every write of every
+// election, in commit order per election, and coalesces nothing (base does
+// that).
 func TestFeedOrder(t *testing.T) {
 	db := newDatabase(t)
 	w := open(t, nil, db, table, "order")
-	obs := open(t, nil, db, table, "order")
+	obs := openStore(t, nil, db, table)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
 	ch, err := obs.Subscribe(ctx)
@@ -349,7 +379,7 @@ func TestFeedOrder(t *testing.T) {
 
 func TestChangeEvents(t *testing.T) {
 	db := newDatabase(t)
-	b := open(t, nil, db, table, "changes")
+	b := openStore(t, nil, db, table)
 	s := connect(t)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
@@ -357,10 +387,15 @@ func TestChangeEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Another election in the same table is not the caller's data.
+	// An election document is an election's record, never the
+	// application's data.
 	other := open(t, nil, db, table, "another-election")
-	if _, err := other.Heartbeat(ctx, none, rec("x", 1, "")); err != nil {
+	r1, err := other.Heartbeat(ctx, none, rec("x", 1, ""))
+	if err != nil {
 		t.Fatal(err)
+	}
+	if n := next(t, ch); n.Type != base.RecordChanged || !n.Record.Equal(r1) {
+		t.Fatalf("election write: got %v %v, want RecordChanged %v", n.Type, n.Record, r1)
 	}
 	tb := r.DB(db).Table(table)
 	steps := []r.Term{
@@ -457,9 +492,22 @@ func TestMalformed(t *testing.T) {
 			ctx, cancel := context.WithCancel(testCtx(t))
 			defer cancel()
 			b := open(t, nil, db, table, "bad")
-			ch, err := b.Subscribe(ctx)
+			st := openStore(t, nil, db, table)
+			ch, err := st.Subscribe(ctx)
 			if err != nil {
 				t.Fatal(err)
+			}
+			foreign := doc["leaderfeed"] == nil
+			if foreign {
+				// Without the mark, the document is the application's
+				// (OtherChanged), until it replaces an election
+				// document: then the election's record is malformed.
+				if err := insertMarked(ctx, tb, s); err != nil {
+					t.Fatal(err)
+				}
+				if n := next(t, ch); n.Type != base.RecordChanged {
+					t.Fatalf("feed: got %v (%v), want RecordChanged", n.Type, n.Err)
+				}
 			}
 			if _, err := tb.Insert(doc, r.InsertOpts{Conflict: "replace"}).RunWrite(s); err != nil {
 				t.Fatal(err)
@@ -467,8 +515,8 @@ func TestMalformed(t *testing.T) {
 			if _, err := b.Get(ctx); !errors.Is(err, base.ErrMalformedRecord) {
 				t.Fatalf("Get: got %v, want ErrMalformedRecord", err)
 			}
-			if n := next(t, ch); n.Type != base.Ignored || !errors.Is(n.Err, base.ErrMalformedRecord) {
-				t.Fatalf("feed: got %v (%v), want Ignored with ErrMalformedRecord", n.Type, n.Err)
+			if n := next(t, ch); n.Type != base.Ignored || n.Election != "bad" || !errors.Is(n.Err, base.ErrMalformedRecord) {
+				t.Fatalf("feed: got %v %q (%v), want Ignored of \"bad\" with ErrMalformedRecord", n.Type, n.Election, n.Err)
 			}
 			// A claim on it is refused with the reason, not a conflict,
 			// even on its own revision: a ConflictError never carries a
@@ -483,8 +531,11 @@ func TestMalformed(t *testing.T) {
 			if _, err := tb.Get("bad").Delete().RunWrite(s); err != nil {
 				t.Fatal(err)
 			}
-			if n := next(t, ch); n.Type != base.RecordDeleted {
-				t.Fatalf("after delete: got %v (%v), want RecordDeleted", n.Type, n.Err)
+			switch n := next(t, ch); {
+			case foreign && (n.Type != base.OtherChanged || n.Change.Op != base.Delete):
+				t.Fatalf("after delete of a foreign document: got %v %v (%v), want OtherChanged delete", n.Type, n.Change.Op, n.Err)
+			case !foreign && (n.Type != base.RecordDeleted || n.Election != "bad"):
+				t.Fatalf("after delete: got %v %q (%v), want RecordDeleted of \"bad\"", n.Type, n.Election, n.Err)
 			}
 			got, err := b.Heartbeat(ctx, none, rec("me", 1, ""))
 			if err != nil {
@@ -498,6 +549,13 @@ func TestMalformed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// insertMarked inserts a well-formed election document "bad".
+func insertMarked(ctx context.Context, tb r.Term, s *r.Session) error {
+	doc := map[string]any{"id": "bad", "leaderfeed": 1, "leader": "x", "term": 1, "revision": 1, "timestamp": r.Now(), "value": nil}
+	_, err := tb.Insert(doc, r.InsertOpts{Conflict: "replace"}).RunWrite(s, r.RunOpts{Context: ctx})
+	return err
 }
 
 func TestCancelledContext(t *testing.T) {
@@ -544,7 +602,11 @@ func TestCancelledContext(t *testing.T) {
 func TestClose(t *testing.T) {
 	db := newDatabase(t)
 	s := connect(t)
-	b, err := rethink.New(s, "close", rethink.Options{Database: db, Table: table})
+	st, err := rethink.NewStore(s, rethink.Options{Database: db, Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := base.Open(st, "close")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -573,6 +635,19 @@ func TestClose(t *testing.T) {
 	for name, err := range checks {
 		if !errors.Is(err, base.ErrClosed) {
 			t.Errorf("%s after Close: got %v, want ErrClosed", name, err)
+		}
+	}
+	// Closing the Backend of base.Open closed its Store.
+	stChecks := map[string]error{}
+	stChecks["Start"] = st.Start(ctx)
+	stChecks["Create"] = st.Create(ctx)
+	_, stChecks["Get"] = st.Get(ctx, "close")
+	_, stChecks["Heartbeat"] = st.Heartbeat(ctx, none, heartbeat.Record{Election: "close", Leader: "a", Term: 1})
+	_, stChecks["HeartbeatBatch"] = st.HeartbeatBatch(ctx, []base.Write{{Next: heartbeat.Record{Election: "close", Leader: "a", Term: 1}}})
+	_, stChecks["Subscribe"] = st.Subscribe(ctx)
+	for name, err := range stChecks {
+		if !errors.Is(err, base.ErrClosed) {
+			t.Errorf("Store.%s after Close: got %v, want ErrClosed", name, err)
 		}
 	}
 	// The caller's session is still open.
@@ -677,7 +752,7 @@ func TestCreateSoftDurability(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := &messages{}
-	b, err := rethink.New(s, "soft", rethink.Options{Database: db, Table: table, NoCreate: true, Logger: slog.New(log)})
+	b, err := rethink.NewStore(s, rethink.Options{Database: db, Table: table, NoCreate: true, Logger: slog.New(log)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -695,7 +770,9 @@ func TestCreateSoftDurability(t *testing.T) {
 	}
 	// The election's own writes work (with hard durability).
 	w := wrapWrites(b)
-	if _, err := w.Heartbeat(testCtx(t), none, rec("a", 1, "")); err != nil {
+	next := rec("a", 1, "")
+	next.Election = "soft"
+	if _, err := w.Heartbeat(testCtx(t), none, next); err != nil {
 		t.Fatal(err)
 	}
 }

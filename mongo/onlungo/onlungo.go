@@ -14,6 +14,11 @@
 //	defer engine.Close()
 //	b, err := onlungo.New(client.Database("app"), "scheduler", mongo.Options{})
 //
+// or, for many elections on one change stream,
+//
+//	store, err := onlungo.NewStore(client.Database("app"), mongo.Options{})
+//	els, err := base.NewElections(store, base.ElectionsOptions{})
+//
 // The backend's logic is the same code that runs on the official driver v2;
 // only this adapter differs. Where lungo differs from a real server, the
 // adapter keeps to what both do: it watches with an empty pipeline (lungo
@@ -35,17 +40,18 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/mongo"
 	"github.com/leaderfeed/leaderfeed/mongo/internal/driver"
 )
 
-// New returns a backend for the election named election, kept in the
-// collection Options.Collection of db, a database of lungo's in-process
-// engine (lungo.Open). The caller owns the engine and closes it; the
-// backend never does. lungo's adapter of the real driver
+// NewStore returns the store of the collection Options.Collection of db, a
+// database of lungo's in-process engine (lungo.Open): a base.Store and
+// base.BatchStore for any number of elections. The caller owns the engine
+// and closes it; the store never does. lungo's adapter of the real driver
 // (*lungo.MongoDatabase) is refused: use package mongo with a driver-v2
 // client for a real server.
-func New(db lungo.IDatabase, election string, opts mongo.Options) (*mongo.Backend, error) {
+func NewStore(db lungo.IDatabase, opts mongo.Options) (*mongo.Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("mongo: %w: nil database", base.ErrInvalidConfig)
 	}
@@ -57,11 +63,29 @@ func New(db lungo.IDatabase, election string, opts mongo.Options) (*mongo.Backen
 	if name == "" {
 		name = mongo.DefaultCollection
 	}
-	b, err := driver.NewBackend(Collection(db, name), election, opts)
+	s, err := driver.NewStore(Collection(db, name), opts)
 	if err != nil {
 		return nil, err
 	}
-	return b.(*mongo.Backend), nil
+	return s.(*mongo.Store), nil
+}
+
+// New returns the backend of the one election named election on lungo:
+// base.Open on a NewStore of its own, which closing the backend closes.
+func New(db lungo.IDatabase, election string, opts mongo.Options) (base.Backend, error) {
+	if err := heartbeat.ValidateName("election name", election); err != nil {
+		return nil, fmt.Errorf("mongo: %w: %w", base.ErrInvalidConfig, err)
+	}
+	s, err := NewStore(db, opts)
+	if err != nil {
+		return nil, err
+	}
+	b, err := base.Open(s, election)
+	if err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("mongo: %w", err)
+	}
+	return b, nil
 }
 
 // collection is the driver.Collection of lungo.
@@ -116,6 +140,65 @@ func (c *collection) FindOneAndUpdate(ctx context.Context, filter, update bson.D
 	opts := v1options.FindOneAndUpdate().SetReturnDocument(v1options.After).SetUpsert(upsert)
 	raw, err := c.coll.FindOneAndUpdate(ctx, f, u, opts).Raw()
 	return bson.Raw(raw), classify(err)
+}
+
+func (c *collection) Find(ctx context.Context, filter bson.D) ([]bson.Raw, error) {
+	f, err := v1(filter)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := c.coll.Find(ctx, f)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
+	var docs []bson.Raw
+	for cur.Next(ctx) {
+		var doc v1bson.Raw
+		if err := cur.Decode(&doc); err != nil {
+			return nil, err
+		}
+		docs = append(docs, bson.Raw(append([]byte(nil), doc...)))
+	}
+	return docs, classify(cur.Err())
+}
+
+// UpdateBatch runs one unordered bulk write, then one find: lungo's engine
+// is in-process and serializes its transactions, so the find reads the
+// bulk write's effects.
+func (c *collection) UpdateBatch(ctx context.Context, ops []driver.UpdateOp, ids []string) (driver.BatchResult, error) {
+	models := make([]v1mongo.WriteModel, len(ops))
+	for i, op := range ops {
+		f, err := v1(op.Filter)
+		if err != nil {
+			return driver.BatchResult{}, err
+		}
+		u, err := v1(op.Update)
+		if err != nil {
+			return driver.BatchResult{}, err
+		}
+		models[i] = v1mongo.NewUpdateOneModel().SetFilter(f).SetUpdate(u).SetUpsert(op.Upsert)
+	}
+	res := driver.BatchResult{Errs: make([]error, len(ops))}
+	_, err := c.coll.BulkWrite(ctx, models, v1options.BulkWrite().SetOrdered(false))
+	var wes v1mongo.WriteErrors
+	switch {
+	case err == nil:
+	case errors.As(err, &wes):
+		for _, we := range wes {
+			if we.Index < 0 || we.Index >= len(ops) {
+				return driver.BatchResult{}, fmt.Errorf("bulk write: error of op %d in a batch of %d: %w", we.Index, len(ops), err)
+			}
+			res.Errs[we.Index] = classify(we)
+		}
+	default:
+		return driver.BatchResult{}, classify(err)
+	}
+	res.Docs, err = c.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	if err != nil {
+		return driver.BatchResult{}, err
+	}
+	return res, nil
 }
 
 func (c *collection) Watch(ctx context.Context, resumeAfter bson.Raw) (driver.Stream, error) {

@@ -102,23 +102,36 @@ func TestNew(t *testing.T) {
 	}
 	defer engine.Close()
 	b, err := New(client.Database("app"), "e", mongo.Options{})
-	if err != nil || b.Collection() != mongo.DefaultCollection || b.Election() != "e" {
+	if err != nil || b.Election() != "e" {
 		t.Fatalf("New = %v, %v", b, err)
 	}
 	if err := b.Start(context.Background()); err != nil {
 		t.Fatalf("Start on lungo: %v", err)
 	}
 	_ = b.Close()
-	for name, f := range map[string]func() (*mongo.Backend, error){
-		"nil database":    func() (*mongo.Backend, error) { return New(nil, "e", mongo.Options{}) },
-		"the real driver": func() (*mongo.Backend, error) { return New(&lungo.MongoDatabase{}, "e", mongo.Options{}) },
-		"bad collection name": func() (*mongo.Backend, error) {
+	st, err := NewStore(client.Database("app"), mongo.Options{})
+	if err != nil || st.Collection() != mongo.DefaultCollection {
+		t.Fatalf("NewStore = %v, %v", st, err)
+	}
+	_ = st.Close()
+	for name, f := range map[string]func() (base.Backend, error){
+		"nil database":    func() (base.Backend, error) { return New(nil, "e", mongo.Options{}) },
+		"the real driver": func() (base.Backend, error) { return New(&lungo.MongoDatabase{}, "e", mongo.Options{}) },
+		"bad collection name": func() (base.Backend, error) {
 			return New(client.Database("app"), "e", mongo.Options{Collection: "a$"})
 		},
-		"bad election name": func() (*mongo.Backend, error) { return New(client.Database("app"), "", mongo.Options{}) },
+		"bad election name": func() (base.Backend, error) { return New(client.Database("app"), "", mongo.Options{}) },
 	} {
 		if b, err := f(); b != nil || !errors.Is(err, base.ErrInvalidConfig) {
 			t.Errorf("%s: %v, %v; want ErrInvalidConfig", name, b, err)
+		}
+	}
+	for name, f := range map[string]func() (*mongo.Store, error){
+		"nil database":    func() (*mongo.Store, error) { return NewStore(nil, mongo.Options{}) },
+		"the real driver": func() (*mongo.Store, error) { return NewStore(&lungo.MongoDatabase{}, mongo.Options{}) },
+	} {
+		if st, err := f(); st != nil || !errors.Is(err, base.ErrInvalidConfig) {
+			t.Errorf("NewStore, %s: %v, %v; want ErrInvalidConfig", name, st, err)
 		}
 	}
 }

@@ -73,10 +73,36 @@ type Collection interface {
 	// when the upsert's insert lost to an existing document.
 	FindOneAndUpdate(ctx context.Context, filter, update bson.D, upsert bool) (bson.Raw, error)
 
+	// Find returns the documents matching filter, read as FindOne reads.
+	Find(ctx context.Context, filter bson.D) ([]bson.Raw, error)
+
+	// UpdateBatch applies ops in one unordered bulk write (UpdateOne
+	// operations, with majority write concern where the store has one),
+	// then reads the documents whose _id is in ids with one find, which
+	// sees the bulk write's effects (one causally consistent session on a
+	// server). An error means the outcome of every op is unknown.
+	UpdateBatch(ctx context.Context, ops []UpdateOp, ids []string) (BatchResult, error)
+
 	// Watch opens a change stream on the collection with fullDocument:
 	// updateLookup and an empty pipeline, after resumeAfter when it is not
 	// nil. ErrHistoryLost when the token can no longer be resumed from.
 	Watch(ctx context.Context, resumeAfter bson.Raw) (Stream, error)
+}
+
+// UpdateOp is one UpdateOne operation of UpdateBatch.
+type UpdateOp struct {
+	Filter, Update bson.D
+	Upsert         bool
+}
+
+// BatchResult is what UpdateBatch did and read.
+type BatchResult struct {
+	// Errs holds the write error of each op (nil: none), in the order of
+	// the ops; an upsert whose insert lost to an existing document is
+	// wrapped with ErrDuplicateKey.
+	Errs []error
+	// Docs are the documents read back after the writes, in any order.
+	Docs []bson.Raw
 }
 
 // Stream is an open change stream. Next and ResumeToken are called from
@@ -96,7 +122,7 @@ type Stream interface {
 	Close(ctx context.Context) error
 }
 
-// NewBackend is set by package mongo: it returns a *mongo.Backend for the
-// election on c, with opts a mongo.Options. It lets package mongo/onlungo
-// make backends on lungo without package mongo exporting this interface.
-var NewBackend func(c Collection, election string, opts any) (any, error)
+// NewStore is set by package mongo: it returns a *mongo.Store on c, with
+// opts a mongo.Options. It lets package mongo/onlungo make stores on lungo
+// without package mongo exporting this interface.
+var NewStore func(c Collection, opts any) (any, error)

@@ -29,7 +29,7 @@ var none heartbeat.Record
 
 // mustBeat writes with a compare-and-set on the write expected that must
 // succeed.
-func mustBeat(t *testing.T, b *mongo.Backend, expected, next heartbeat.Record) heartbeat.Record {
+func mustBeat(t *testing.T, b *node, expected, next heartbeat.Record) heartbeat.Record {
 	t.Helper()
 	got, err := b.Heartbeat(testCtx(t), expected, next)
 	if err != nil {
@@ -40,7 +40,7 @@ func mustBeat(t *testing.T, b *mongo.Backend, expected, next heartbeat.Record) h
 
 // mustConflict writes with a compare-and-set that must fail with a conflict
 // and returns the record it carries.
-func mustConflict(t *testing.T, b *mongo.Backend, expected, next heartbeat.Record) heartbeat.Record {
+func mustConflict(t *testing.T, b *node, expected, next heartbeat.Record) heartbeat.Record {
 	t.Helper()
 	_, err := b.Heartbeat(testCtx(t), expected, next)
 	var ce *base.ConflictError
@@ -105,7 +105,7 @@ func testHeartbeatCompareAndSet(t *testing.T, newServer NewServer) {
 
 	// Invalid records are refused before any write.
 	for name, next := range map[string]heartbeat.Record{
-		"other election":     {Election: "x", Leader: "a"},
+		"bad election name":  {Election: "x\x01", Leader: "a"},
 		"value too large":    rec("a", 5, big+"v"),
 		"vacant with value":  rec("", 5, "v"),
 		"control char in id": rec("a\n", 5, ""),
@@ -127,7 +127,7 @@ func testConcurrentClaimsOneWinner(t *testing.T, newServer NewServer) {
 	s := newServer(t)
 	el := electionName(t)
 	const n = 20
-	backends := make([]*mongo.Backend, n)
+	backends := make([]*node, n)
 	for i := range backends {
 		backends[i] = s.started(t, el)
 	}
@@ -210,7 +210,7 @@ func testStartStandalone(t *testing.T, newServer NewServer) {
 	if b.Election() == "" || b.Collection() != s.Coll {
 		t.Fatalf("Election/Collection = %q/%q", b.Election(), b.Collection())
 	}
-	f := s.faults(b)
+	f := s.faults(b.Store)
 	f.mu.Lock()
 	f.hello, _ = bson.Marshal(bson.D{{Key: "isWritablePrimary", Value: true}, {Key: "maxWireVersion", Value: 21}})
 	f.mu.Unlock()
@@ -278,6 +278,12 @@ func testCloseIdempotent(t *testing.T, newServer NewServer) {
 	}
 }
 
+// A document under an election's _id that breaks the record rules is
+// malformed: Get reports it, the feed reports it as Ignored with the
+// election and goes on, and no compare-and-set overwrites it. A document
+// with the mark is an election's whatever its _id; one without it is, once
+// the store knows the _id as an election's (a Get, a Heartbeat, or the mark
+// seen before), and otherwise the caller's own (OtherChanged).
 func testMalformedRecord(t *testing.T, newServer NewServer) {
 	s := newServer(t)
 	el := electionName(t)
@@ -286,12 +292,15 @@ func testMalformedRecord(t *testing.T, newServer NewServer) {
 	ch := subscribe(t, b)
 
 	docs := []bson.M{
-		{"leader": 5},  // a foreign document
-		{"foo": "bar"}, // no leaderfeed fields
 		{"leaderfeed": 1, "leader": "a", "term": 1}, // marked, fields missing
+		{"leaderfeed": 1, "leader": 5},
 		{"leaderfeed": 1, "leader": "a", "term": 1, "revision": -1, "ts": time.Now(), "value": []byte{}},
 		{"leaderfeed": 1, "leader": "a\x01", "term": 1, "revision": 1, "ts": time.Now(), "value": []byte{}},
 		{"leaderfeed": 2, "leader": "a", "term": 1, "revision": 1, "ts": time.Now(), "value": []byte{}},
+		// Without the mark: the store knows el from the Get and
+		// Heartbeat of the first rounds.
+		{"leader": 5},  // a foreign document
+		{"foo": "bar"}, // no leaderfeed fields
 	}
 	for i, doc := range docs {
 		if err := s.Put(ctx, el, doc); err != nil {
@@ -301,8 +310,8 @@ func testMalformedRecord(t *testing.T, newServer NewServer) {
 			t.Fatalf("doc %d %v: Get = %v, want ErrMalformedRecord", i, doc, err)
 		}
 		n := next(t, ch)
-		if n.Type != base.Ignored || !errors.Is(n.Err, base.ErrMalformedRecord) {
-			t.Fatalf("doc %d: notification %v %v, want Ignored with ErrMalformedRecord", i, n.Type, n.Err)
+		if n.Type != base.Ignored || !errors.Is(n.Err, base.ErrMalformedRecord) || n.Election != el {
+			t.Fatalf("doc %d: notification %v %v of %q, want Ignored with ErrMalformedRecord of %q", i, n.Type, n.Err, n.Election, el)
 		}
 		// No compare-and-set overwrites it.
 		_, err := b.Heartbeat(ctx, none, rec("a", 1, ""))
@@ -310,7 +319,8 @@ func testMalformedRecord(t *testing.T, newServer NewServer) {
 			t.Fatalf("doc %d: claim over a malformed record = %v", i, err)
 		}
 	}
-	// The feed goes on.
+	// The feed goes on; a document without the mark under another _id is
+	// the caller's.
 	if err := s.Put(ctx, "other", bson.M{"x": 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +331,7 @@ func testMalformedRecord(t *testing.T, newServer NewServer) {
 	if err := s.Delete(ctx, el); err != nil {
 		t.Fatal(err)
 	}
-	if n := next(t, ch); n.Type != base.RecordDeleted {
+	if n := next(t, ch); n.Type != base.RecordDeleted || n.Election != el {
 		t.Fatalf("after deleting: %+v", n)
 	}
 	r := mustBeat(t, b, none, rec("a", 1, ""))

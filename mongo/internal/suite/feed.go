@@ -20,8 +20,8 @@ import (
 // gated holds the next Subscribe until the test opens the gate, so that
 // writes land while no stream is open.
 type gated struct {
-	*mongo.Backend
-	s    *Server
+	base.Backend
+	st   *mongo.Store
 	mu   sync.Mutex
 	gate chan struct{} // nil: no gate
 }
@@ -108,7 +108,8 @@ func testFeedStreamResumedWithoutLoss(t *testing.T, newServer NewServer) {
 	s := newServer(t)
 	el := electionName(t)
 	writer := s.started(t, el)
-	g := &gated{Backend: s.backend(t, el, mongo.Options{}), s: s}
+	gb, gst := s.feedBackend(t, el, mongo.Options{})
+	g := &gated{Backend: gb, st: gst}
 	_, events := startFeed(t, g, "observer", true)
 	waitEvent(t, events, "subscribe started", isType(base.EventSubscribeStarted))
 
@@ -122,7 +123,7 @@ func testFeedStreamResumedWithoutLoss(t *testing.T, newServer NewServer) {
 
 	gate := make(chan struct{})
 	g.close(gate)
-	s.killStreams(g.Backend)
+	s.killStreams(g.st)
 	waitEvent(t, events, "subscribe error", isType(base.EventSubscribeError))
 	// Written while the stream is down.
 	var keys []string
@@ -166,7 +167,7 @@ func testFeedMalformedRecordIgnored(t *testing.T, newServer NewServer) {
 			if err := s.Put(ctx, el, doc); err != nil {
 				t.Fatal(err)
 			}
-			b := s.backend(t, el, mongo.Options{})
+			b, _ := s.feedBackend(t, el, mongo.Options{})
 			f, events := startFeed(t, b, "node", false)
 			// The Ignored may come from the Feed's first read, before its
 			// stream is open: wait for both.
@@ -210,7 +211,7 @@ func testFeedMalformedRecordIgnored(t *testing.T, newServer NewServer) {
 // document.
 func testFeedHugeDocument(t *testing.T, newServer NewServer) {
 	s := newServer(t)
-	b := s.backend(t, electionName(t), mongo.Options{})
+	b, _ := s.feedBackend(t, electionName(t), mongo.Options{})
 	_, events := startFeed(t, b, "node", true)
 	waitEvent(t, events, "subscribe started", isType(base.EventSubscribeStarted))
 	blob := strings.Repeat("y", 1<<20)
@@ -229,8 +230,10 @@ func testFeedHugeDocument(t *testing.T, newServer NewServer) {
 func testFeedTwoNodes(t *testing.T, newServer NewServer) {
 	s := newServer(t)
 	el := electionName(t)
-	fa, ea := startFeed(t, s.backend(t, el, mongo.Options{}), "a", false)
-	fb, eb := startFeed(t, s.backend(t, el, mongo.Options{}), "b", false)
+	ba, _ := s.feedBackend(t, el, mongo.Options{})
+	bb, _ := s.feedBackend(t, el, mongo.Options{})
+	fa, ea := startFeed(t, ba, "a", false)
+	fb, eb := startFeed(t, bb, "b", false)
 	leader := func(e base.Event) bool { return e.Type == base.EventNewLeader && e.Leader != "" }
 	la := waitEvent(t, ea, "a leader seen by a", leader)
 	lb := waitEvent(t, eb, "a leader seen by b", leader)

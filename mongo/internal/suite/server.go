@@ -1,6 +1,6 @@
-// Package suite holds the MongoDB backend's tests that need a store: the
-// compare-and-set, the change stream, resuming, faults and the conformance
-// suite. They run on lungo in package mongo/onlungo (every run, CI
+// Package suite holds the MongoDB store's tests that need a server: the
+// compare-and-set, batches, the change stream, resuming, faults and the
+// conformance suite. They run on lungo in package mongo/onlungo (every run, CI
 // included) and on a real server through the driver-v2 adapter in package
 // mongo when LEADERFEED_MONGO_URL is set.
 package suite
@@ -17,6 +17,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/mongo"
 	"github.com/leaderfeed/leaderfeed/mongo/internal/driver"
 )
@@ -41,7 +43,7 @@ type Server struct {
 	Drop   func(ctx context.Context) error
 
 	mu      sync.Mutex
-	faulted map[*mongo.Backend]*faulty
+	faulted map[*mongo.Store]*faulty
 }
 
 // NewServer returns the store for one test.
@@ -68,7 +70,9 @@ func Run(t *testing.T, newServer NewServer) {
 		{"EventTooLarge", testEventTooLarge},
 		{"HugeDocumentDelivered", testHugeDocumentDelivered},
 		{"DropCollection", testDropCollection},
-		{"TwoBackendsSeeEachOther", testTwoBackendsSeeEachOther},
+		{"TwoStoresSeeEachOther", testTwoStoresSeeEachOther},
+		{"OneStreamManyElections", testOneStreamManyElections},
+		{"HeartbeatBatch", testHeartbeatBatch},
 		{"FeedStreamResumedWithoutLoss", testFeedStreamResumedWithoutLoss},
 		{"FeedMalformedRecordIgnored", testFeedMalformedRecordIgnored},
 		{"FeedHugeDocument", testFeedHugeDocument},
@@ -79,47 +83,129 @@ func Run(t *testing.T, newServer NewServer) {
 	}
 }
 
-// backend opens a backend on s for election, with the test's collection,
-// closed when the test ends.
-func (s *Server) backend(t *testing.T, election string, opts mongo.Options) *mongo.Backend {
-	t.Helper()
-	b, err := s.newBackend(election, opts)
-	if err != nil {
-		t.Fatalf("new backend: %v", err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	return b
+// node is one election on a Store of its own, as the store tests drive
+// it: the Store's verbs bound to the election, and its changefeed filtered
+// to the election's records and the other documents.
+type node struct {
+	*mongo.Store
+	election string
 }
 
-// newBackend opens a backend on the fault-injecting wrapper of the
-// collection opts.Collection (default: the test's).
-func (s *Server) newBackend(election string, opts mongo.Options) (*mongo.Backend, error) {
+func (n *node) Election() string { return n.election }
+
+func (n *node) Get(ctx context.Context) (heartbeat.Record, error) {
+	return n.Store.Get(ctx, n.election)
+}
+
+func (n *node) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
+	if next.Election == "" {
+		next.Election = n.election
+	}
+	return n.Store.Heartbeat(ctx, expected, next)
+}
+
+// Subscribe returns the Store's changefeed without the notifications of
+// other elections. The channel closes when the Store's does.
+func (n *node) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+	in, err := n.Store.Subscribe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan base.Notification)
+	go func() {
+		defer close(out)
+		for m := range in {
+			if m.Type == base.RecordChanged && m.Record.Election != n.election ||
+				(m.Type == base.RecordDeleted || m.Type == base.Ignored) && m.Election != n.election {
+				continue
+			}
+			select {
+			case out <- m:
+			case <-ctx.Done():
+				for range in {
+				}
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// store opens a Store on s (opts.Collection defaults to the test's),
+// closed when the test ends.
+func (s *Server) store(t *testing.T, opts mongo.Options) *mongo.Store {
+	t.Helper()
+	st, err := s.newStore(opts)
+	if err != nil {
+		t.Fatalf("new store: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// backend opens a Store of its own for election, closed when the test
+// ends.
+func (s *Server) backend(t *testing.T, election string, opts mongo.Options) *node {
+	t.Helper()
+	return &node{Store: s.store(t, opts), election: election}
+}
+
+// feedBackend returns the base.Backend of election on a Store of its own
+// (base.Open), and the Store, for the fault injection.
+func (s *Server) feedBackend(t *testing.T, election string, opts mongo.Options) (base.Backend, *mongo.Store) {
+	t.Helper()
+	st := s.store(t, opts)
+	b, err := base.Open(st, election)
+	if err != nil {
+		t.Fatalf("base.Open: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b, st
+}
+
+// newBackend opens the base.Backend of election on a Store of its own.
+func (s *Server) newBackend(election string, opts mongo.Options) (base.Backend, error) {
+	st, err := s.newStore(opts)
+	if err != nil {
+		return nil, err
+	}
+	b, err := base.Open(st, election)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// newStore opens a Store on the fault-injecting wrapper of the collection
+// opts.Collection (default: the test's).
+func (s *Server) newStore(opts mongo.Options) (*mongo.Store, error) {
 	if opts.Collection == "" {
 		opts.Collection = s.Coll
 	}
 	f := &faulty{Collection: s.Open(opts.Collection)}
-	v, err := driver.NewBackend(f, election, opts)
+	v, err := driver.NewStore(f, opts)
 	if err != nil {
 		return nil, err
 	}
-	b := v.(*mongo.Backend)
+	st := v.(*mongo.Store)
 	s.mu.Lock()
 	if s.faulted == nil {
-		s.faulted = map[*mongo.Backend]*faulty{}
+		s.faulted = map[*mongo.Store]*faulty{}
 	}
-	s.faulted[b] = f
+	s.faulted[st] = f
 	s.mu.Unlock()
-	return b, nil
+	return st, nil
 }
 
-func (s *Server) faults(b *mongo.Backend) *faulty {
+func (s *Server) faults(st *mongo.Store) *faulty {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.faulted[b]
+	return s.faulted[st]
 }
 
-// started opens, starts and creates a backend.
-func (s *Server) started(t *testing.T, election string) *mongo.Backend {
+// started opens, starts and creates a Store for election.
+func (s *Server) started(t *testing.T, election string) *node {
 	t.Helper()
 	b := s.backend(t, election, mongo.Options{})
 	ctx := testCtx(t)

@@ -2,10 +2,12 @@ package suite
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,11 +21,13 @@ import (
 	"github.com/leaderfeed/leaderfeed/mongo/internal/driver"
 )
 
-// killStreams ends the change streams under b's open subscriptions, as a
+// killStreams ends the change streams under st's open subscriptions, as a
 // server or network failure would. The subscriptions send Failed.
-func (s *Server) killStreams(b *mongo.Backend) { s.faults(b).kill(errKilled) }
+func (s *Server) killStreams(st *mongo.Store) { s.faults(st).kill(errKilled) }
 
-func subscribe(t *testing.T, b *mongo.Backend) <-chan base.Notification {
+func subscribe(t *testing.T, b interface {
+	Subscribe(context.Context) (<-chan base.Notification, error)
+}) <-chan base.Notification {
 	t.Helper()
 	ch, err := b.Subscribe(testCtx(t))
 	if err != nil {
@@ -157,7 +161,7 @@ func testResumeAfterStreamClosed(t *testing.T, newServer NewServer) {
 	r := mustBeat(t, b, none, rec("a", 1, ""))
 	wantRecord(t, ch, r)
 
-	s.killStreams(b)
+	s.killStreams(b.Store)
 	n := next(t, ch)
 	if n.Type != base.Failed || n.Err == nil || !strings.HasPrefix(n.Err.Error(), "mongo: ") {
 		t.Fatalf("after the stream closed: %v %v, want Failed", n.Type, n.Err)
@@ -197,7 +201,7 @@ func testResumeTokenLost(t *testing.T, newServer NewServer) {
 	ch := subscribe(t, b)
 	r := mustBeat(t, b, none, rec("a", 1, ""))
 	wantRecord(t, ch, r)
-	s.killStreams(b)
+	s.killStreams(b.Store)
 	for range ch {
 	}
 	r = mustBeat(t, b, r, rec("b", 2, "v"))
@@ -207,7 +211,7 @@ func testResumeTokenLost(t *testing.T, newServer NewServer) {
 	if !s.Real {
 		tok, _ = bson.Marshal(bson.M{"ts": bson.Timestamp{T: 1, I: 1}})
 	}
-	f := s.faults(b)
+	f := s.faults(b.Store)
 	f.mu.Lock()
 	f.token = tok
 	f.mu.Unlock()
@@ -246,19 +250,19 @@ func (l *lockedBuffer) String() string {
 func testResumeWithoutToken(t *testing.T, newServer NewServer) {
 	s := newServer(t)
 	b := s.started(t, electionName(t))
-	f := s.faults(b)
+	f := s.faults(b.Store)
 	f.mu.Lock()
 	f.hideTokens = true
 	f.mu.Unlock()
 	ch := subscribe(t, b)
-	s.killStreams(b)
+	s.killStreams(b.Store)
 	for range ch {
 	}
 	r := mustBeat(t, b, none, rec("a", 1, ""))
 	ch = subscribe(t, b)
 	wantRecord(t, ch, r)
 	// And an election without a record is reported as deleted.
-	s.killStreams(b)
+	s.killStreams(b.Store)
 	for range ch {
 	}
 	if err := s.Delete(testCtx(t), b.Election()); err != nil {
@@ -282,7 +286,7 @@ func testEventTooLarge(t *testing.T, newServer NewServer) {
 	ch := subscribe(t, b)
 	r := mustBeat(t, b, none, rec("a", 1, ""))
 	wantRecord(t, ch, r)
-	s.faults(b).kill(fmt.Errorf("%w: injected by the test", driver.ErrEventTooLarge))
+	s.faults(b.Store).kill(fmt.Errorf("%w: injected by the test", driver.ErrEventTooLarge))
 	n := next(t, ch)
 	if n.Type != base.Failed || !errors.Is(n.Err, driver.ErrEventTooLarge) {
 		t.Fatalf("after a too large event: %v %v, want Failed", n.Type, n.Err)
@@ -340,7 +344,7 @@ func testDropCollection(t *testing.T, newServer NewServer) {
 	wantRecord(t, ch, r)
 }
 
-func testTwoBackendsSeeEachOther(t *testing.T, newServer NewServer) {
+func testTwoStoresSeeEachOther(t *testing.T, newServer NewServer) {
 	s := newServer(t)
 	el := electionName(t)
 	a, c := s.started(t, el), s.started(t, el)
@@ -348,13 +352,59 @@ func testTwoBackendsSeeEachOther(t *testing.T, newServer NewServer) {
 	r := mustBeat(t, a, none, rec("a", 1, "addr"))
 	wantRecord(t, ch, r)
 	if got, err := c.Get(testCtx(t)); err != nil || !got.Equal(r) {
-		t.Fatalf("other backend reads %v, %v", got, err)
+		t.Fatalf("other store reads %v, %v", got, err)
 	}
-	// Another election in the same collection is just another document.
-	other := s.started(t, el+"-other")
-	r2 := mustBeat(t, other, none, rec("z", 1, ""))
-	c2 := wantChange(t, ch, base.Insert, fmt.Sprintf("%q", other.Election()))
-	if !strings.Contains(string(c2.New), `"leaderfeed":1`) || r2.Revision != 1 {
-		t.Fatalf("other election's document: %s", c2.New)
+}
+
+// One Store's one change stream carries the records of every election,
+// each with its election, in commit order per election, and the documents
+// of the caller's as OtherChanged; a deleted record is RecordDeleted with
+// its election, known from the mark or from a Get, also when it was
+// written before the stream opened.
+func testOneStreamManyElections(t *testing.T, newServer NewServer) {
+	s := newServer(t)
+	ctx := testCtx(t)
+	writer := s.started(t, "writer")
+	old := electionName(t) + "-old"
+	rOld := mustBeat(t, writer, none, heartbeat.Record{Election: old, Leader: "a", Term: 1})
+
+	st := s.store(t, mongo.Options{})
+	ch := subscribe(t, st)
+	els := []string{electionName(t), electionName(t), electionName(t)}
+	last := map[string]heartbeat.Record{}
+	for round := range 3 {
+		for _, el := range els {
+			last[el] = mustBeat(t, writer, last[el], heartbeat.Record{Election: el, Leader: "a", Term: 1, Value: []byte(fmt.Sprint(round))})
+		}
+	}
+	if err := s.Put(ctx, "user", bson.M{"n": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]uint64{}
+	for {
+		n := next(t, ch)
+		if n.Type == base.RecordChanged {
+			got[n.Record.Election] = append(got[n.Record.Election], n.Record.Revision)
+			continue
+		}
+		if n.Type != base.OtherChanged || string(n.Change.Key) != `"user"` {
+			t.Fatalf("got %v %+v, want the records, then the user document", n.Type, n)
+		}
+		break
+	}
+	for _, el := range els {
+		if s.Real {
+			if revs := got[el]; len(revs) == 0 || revs[len(revs)-1] != last[el].Revision || !slices.IsSorted(revs) {
+				t.Errorf("election %s: revisions %v, want increasing to %d", el, revs, last[el].Revision)
+			}
+		} else if fmt.Sprint(got[el]) != "[1 2 3]" {
+			t.Errorf("election %s: revisions %v, want [1 2 3]", el, got[el])
+		}
+	}
+	if n := next(t, ch); n.Type != base.RecordDeleted || n.Election != old {
+		t.Fatalf("after deleting the record of %s (revision %d) written before the stream opened: %v %q", old, rOld.Revision, n.Type, n.Election)
 	}
 }

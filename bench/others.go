@@ -84,12 +84,12 @@ func rethinkSystem(ctx context.Context, addr string) (*lfSystem, func(), error) 
 		return nil, nil, err
 	}
 	opts := rethink.Options{Database: benchName, Table: benchName}
-	b, err := rethink.New(shared, "bench-setup", opts)
+	st, err := rethink.NewStore(shared, opts)
 	if err == nil {
-		if err = b.Start(ctx); err == nil {
-			err = b.Create(ctx)
+		if err = st.Start(ctx); err == nil {
+			err = st.Create(ctx)
 		}
-		_ = b.Close()
+		_ = st.Close()
 	}
 	if err != nil {
 		_ = shared.Close()

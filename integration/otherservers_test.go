@@ -171,7 +171,7 @@ func (s rethinkServer) prepare(ctx context.Context, election string) error {
 		return err
 	}
 	defer session.Close()
-	b, err := rethink.New(session, election, rethink.Options{Database: itDatabase})
+	b, err := rethink.NewStore(session, rethink.Options{Database: itDatabase})
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ import (
 const wait = 5 * time.Second
 
 // open returns a started, created backend, closed at cleanup.
-func open(t *testing.T, pool *pgxpool.Pool, election string, opts Options) *Backend {
+func open(t *testing.T, pool *pgxpool.Pool, election string, opts Options) base.Backend {
 	t.Helper()
 	b, err := New(pool, election, opts)
 	if err != nil {
@@ -37,7 +37,9 @@ func open(t *testing.T, pool *pgxpool.Pool, election string, opts Options) *Back
 	return b
 }
 
-func sub(t *testing.T, b *Backend) <-chan base.Notification {
+func sub(t *testing.T, b interface {
+	Subscribe(context.Context) (<-chan base.Notification, error)
+}) <-chan base.Notification {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ch, err := b.Subscribe(ctx)
@@ -70,7 +72,7 @@ func recv(t *testing.T, ch <-chan base.Notification) base.Notification {
 
 // hb writes leader, term and value on the write expected (the zero Record:
 // none) and fails the test if that is refused.
-func hb(t *testing.T, b *Backend, expected heartbeat.Record, leader string, term uint64, value []byte) heartbeat.Record {
+func hb(t *testing.T, b base.Backend, expected heartbeat.Record, leader string, term uint64, value []byte) heartbeat.Record {
 	t.Helper()
 	r, err := b.Heartbeat(ctxT(t), expected, heartbeat.Record{Leader: leader, Term: term, Value: value})
 	if err != nil {
@@ -207,7 +209,7 @@ func TestConcurrentClaimsHaveOneWinner(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const n = 20
 			election := uniqueName(t)
-			bs := make([]*Backend, n)
+			bs := make([]base.Backend, n)
 			for i := range bs {
 				bs[i] = open(t, pool, election, opts)
 			}
@@ -256,27 +258,44 @@ func TestConcurrentClaimsHaveOneWinner(t *testing.T) {
 	}
 }
 
+// TestNotificationsInOrder checks the Store's feed: every revision of
+// every election, in commit order, and writes of other clients.
 func TestNotificationsInOrder(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
 	opts := Options{Table: uniqueName(t)}
-	b := open(t, pool, "e", opts)
-	other := open(t, pool, "other", opts)
-	ch := sub(t, b)
+	s := openStore(t, pool, opts)
+	ch := sub(t, s)
 
 	var last, lastOther heartbeat.Record
 	for i := range 50 {
-		last = hb(t, b, last, "a", uint64(i/10+1), []byte{byte(i)})
+		var err error
+		last, err = s.Heartbeat(ctxT(t), last, heartbeat.Record{Election: "e", Leader: "a", Term: uint64(i/10 + 1), Value: []byte{byte(i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if i%10 == 0 {
-			lastOther = hb(t, other, lastOther, "x", 1, nil) // never delivered to b's feed
+			lastOther, err = s.Heartbeat(ctxT(t), lastOther, heartbeat.Record{Election: "other", Leader: "x", Term: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	for rev := uint64(1); rev <= last.Revision; rev++ {
+	var rev, revOther uint64
+	for rev < last.Revision || revOther < lastOther.Revision {
 		n := recv(t, ch)
-		if n.Type != base.RecordChanged || n.Record.Revision != rev || n.Record.Election != "e" {
-			t.Fatalf("notification %d: %v %+v, want revision %d of e", rev, n.Type, n.Record, rev)
+		if n.Type != base.RecordChanged {
+			t.Fatalf("%v, want a record", n.Type)
 		}
-		if rev == last.Revision && !n.Record.Equal(last) {
+		p := &rev
+		if n.Record.Election == "other" {
+			p = &revOther
+		}
+		if n.Record.Revision != *p+1 {
+			t.Fatalf("revision %d of %s after %d", n.Record.Revision, n.Record.Election, *p)
+		}
+		*p = n.Record.Revision
+		if n.Record.Election == "e" && rev == last.Revision && !n.Record.Equal(last) {
 			t.Fatalf("last notification %+v, want the stored %+v", n.Record, last)
 		}
 	}
@@ -288,8 +307,8 @@ func TestNotificationsInOrder(t *testing.T) {
 		t.Fatalf("foreign write arrived as %v %+v", n.Type, n.Record)
 	}
 	mustExec(t, pool, "DELETE FROM "+table+" WHERE election = 'e'")
-	if n := recv(t, ch); n.Type != base.RecordDeleted {
-		t.Fatalf("delete arrived as %v", n.Type)
+	if n := recv(t, ch); n.Type != base.RecordDeleted || n.Election != "e" {
+		t.Fatalf("delete arrived as %v of %q", n.Type, n.Election)
 	}
 }
 
@@ -410,45 +429,390 @@ func TestMalformedRows(t *testing.T) {
 	}
 }
 
+// openStore returns a started, created Store, closed at cleanup.
+func openStore(t *testing.T, pool *pgxpool.Pool, opts Options) *Store {
+	t.Helper()
+	s, err := NewStore(pool, opts)
+	if err != nil {
+		t.Fatalf("NewStore: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Start(ctxT(t)); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := s.Create(ctxT(t)); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return s
+}
+
+// listeners counts the server processes among pids that are LISTEN
+// connections of leaderfeed.
+func listeners(t *testing.T, pool *pgxpool.Pool, pids ...uint32) int {
+	t.Helper()
+	ids := make([]int32, len(pids))
+	for i, p := range pids {
+		ids[i] = int32(p)
+	}
+	var n int
+	if err := pool.QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1) AND application_name = 'leaderfeed listener'", ids).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func TestListenerKilled(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
-	opts := Options{Table: uniqueName(t)}
-	b1 := open(t, pool, "e1", opts)
-	b2 := open(t, pool, "e2", opts)
-	ch1, ch2 := sub(t, b1), sub(t, b2)
-	if b1.listener != b2.listener {
-		t.Fatal("two backends on one pool have two listeners")
+	s := openStore(t, pool, Options{Table: uniqueName(t)})
+	ch := sub(t, s)
+	pids := s.listenerPIDs()
+	if len(pids) != 1 || pids[0] == 0 {
+		t.Fatalf("listener pids after one Subscribe: %v, want one", pids)
 	}
-	pid := b1.listener.connPID()
-	if pid == 0 {
-		t.Fatal("listener not connected after Subscribe")
-	}
-	var n int
-	if err := pool.QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND application_name = 'leaderfeed listener'", pid).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("listener pid %d in pg_stat_activity: %d, %v", pid, n, err)
+	pid := pids[0]
+	if n := listeners(t, pool, pid); n != 1 {
+		t.Fatalf("listener pid %d in pg_stat_activity: %d", pid, n)
 	}
 	mustExec(t, pool, "SELECT pg_terminate_backend($1)", int(pid))
-	for i, ch := range []<-chan base.Notification{ch1, ch2} {
-		if n := recv(t, ch); n.Type != base.Failed || n.Err == nil {
-			t.Fatalf("subscription %d: %v, want Failed", i, n.Type)
-		}
-		select {
-		case _, ok := <-ch:
-			if ok {
-				t.Fatalf("subscription %d: notification after Failed", i)
-			}
-		case <-time.After(wait):
-			t.Fatalf("subscription %d: not closed after Failed", i)
-		}
+	if n := recv(t, ch); n.Type != base.Failed || n.Err == nil {
+		t.Fatalf("after the kill: %v, want Failed", n.Type)
 	}
-	ch := sub(t, b1)
-	if p := b1.listener.connPID(); p == 0 || p == pid {
-		t.Fatalf("listener pid after reconnecting: %d (was %d)", p, pid)
+	select {
+	case _, ok := <-ch:
+		if ok {
+			t.Fatal("notification after Failed")
+		}
+	case <-time.After(wait):
+		t.Fatal("not closed after Failed")
 	}
-	r := hb(t, b1, heartbeat.Record{}, "a", 1, nil)
+	if p := s.listenerPIDs(); len(p) != 0 {
+		t.Fatalf("listener pids after the failure: %v, want none", p)
+	}
+	ch = sub(t, s)
+	if p := s.listenerPIDs(); len(p) != 1 || p[0] == pid {
+		t.Fatalf("listener pids after subscribing again: %v (was %d)", p, pid)
+	}
+	r, err := s.Heartbeat(ctxT(t), heartbeat.Record{}, heartbeat.Record{Election: "e", Leader: "a", Term: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if n := recv(t, ch); n.Type != base.RecordChanged || !n.Record.Equal(r) {
 		t.Fatalf("after reconnecting: %v %+v", n.Type, n.Record)
+	}
+}
+
+// TestStoreFeed checks the Store's raw changefeed: every election of the
+// table, deletions and malformed rows named by election, the connection
+// closed when the subscription's context ends or the Store closes.
+func TestStoreFeed(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	opts := Options{Table: uniqueName(t)}
+	table := pgx.Identifier{"public", opts.Table}.Sanitize()
+	s := openStore(t, pool, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := s.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, err := s.Heartbeat(ctxT(t), heartbeat.Record{}, heartbeat.Record{Election: "e1", Leader: "a", Term: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := s.Heartbeat(ctxT(t), heartbeat.Record{}, heartbeat.Record{Election: "e2", Leader: "b", Term: 1, Value: bytes.Repeat([]byte("v"), 100)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, pool, "INSERT INTO "+table+" (election, leader, term, revision) VALUES ('bad', 'a', -1, 1)")
+	mustExec(t, pool, "INSERT INTO "+table+" (election, leader, term, revision, value) VALUES ('big', 'a', 1, 1, $1)", bytes.Repeat([]byte("v"), 20000))
+	mustExec(t, pool, "DELETE FROM "+table+" WHERE election = 'e1'")
+	for i, want := range []func(n base.Notification) bool{
+		func(n base.Notification) bool { return n.Type == base.RecordChanged && n.Record.Equal(r1) },
+		func(n base.Notification) bool { return n.Type == base.RecordChanged && n.Record.Equal(r2) },
+		func(n base.Notification) bool {
+			return n.Type == base.Ignored && n.Election == "bad" && errors.Is(n.Err, base.ErrMalformedRecord)
+		},
+		func(n base.Notification) bool {
+			return n.Type == base.Ignored && n.Election == "big" && errors.Is(n.Err, base.ErrMalformedRecord)
+		},
+		func(n base.Notification) bool { return n.Type == base.RecordDeleted && n.Election == "e1" },
+	} {
+		if n := recv(t, ch); !want(n) {
+			t.Fatalf("notification %d: %v %+v (election %q, %v)", i, n.Type, n.Record, n.Election, n.Err)
+		}
+	}
+
+	// Two subscriptions, two connections; the one whose context ends
+	// closes its channel without Failed, and its connection.
+	ch2 := sub(t, s)
+	pids := s.listenerPIDs()
+	if len(pids) != 2 {
+		t.Fatalf("listener pids with two subscriptions: %v", pids)
+	}
+	cancel()
+	for n := range ch {
+		if n.Type == base.Failed {
+			t.Fatalf("Failed after the context ended: %v", n.Err)
+		}
+	}
+	if p := s.listenerPIDs(); len(p) != 1 {
+		t.Fatalf("listener pids after one subscription ended: %v", p)
+	}
+
+	// Close ends the other one with ErrClosed and closes its connection.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := recv(t, ch2); n.Type != base.Failed || !errors.Is(n.Err, base.ErrClosed) {
+		t.Fatalf("after Close: %v (%v), want Failed matching ErrClosed", n.Type, n.Err)
+	}
+	deadline := time.Now().Add(wait)
+	for listeners(t, pool, pids...) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("LISTEN connections %v still open after Close", pids)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := s.Subscribe(ctxT(t)); !errors.Is(err, base.ErrClosed) {
+		t.Fatalf("Subscribe after Close: %v", err)
+	}
+	if _, err := s.HeartbeatBatch(ctxT(t), []base.Write{{Next: heartbeat.Record{Election: "e", Leader: "a", Term: 1}}}); !errors.Is(err, base.ErrClosed) {
+		t.Fatalf("HeartbeatBatch after Close: %v", err)
+	}
+}
+
+// TestHeartbeatBatch checks that each write of a batch gets what a single
+// Heartbeat gives: a create, a renewal, a claim, a stale write, a write
+// over a malformed row, a write on a missing record, an invalid write.
+func TestHeartbeatBatch(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	opts := Options{Table: uniqueName(t)}
+	table := pgx.Identifier{"public", opts.Table}.Sanitize()
+	s := openStore(t, pool, opts)
+	ctx := ctxT(t)
+	single := func(expected heartbeat.Record, next heartbeat.Record) heartbeat.Record {
+		t.Helper()
+		r, err := s.Heartbeat(ctx, expected, next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	renewed := single(heartbeat.Record{}, heartbeat.Record{Election: "renewed", Leader: "a", Term: 1})
+	claimed := single(heartbeat.Record{}, heartbeat.Record{Election: "claimed", Leader: "a", Term: 1})
+	claimed = single(claimed, heartbeat.Record{Election: "claimed", Term: 1})
+	stale1 := single(heartbeat.Record{}, heartbeat.Record{Election: "stale", Leader: "a", Term: 1})
+	stale2 := single(stale1, heartbeat.Record{Election: "stale", Leader: "b", Term: 2})
+	exists := single(heartbeat.Record{}, heartbeat.Record{Election: "exists", Leader: "x", Term: 3})
+	mustExec(t, pool, "INSERT INTO "+table+" (election, leader, term, revision) VALUES ('bad', $1, 1, 1)", "evil\x01")
+	mustExec(t, pool, "INSERT INTO "+table+" (election, leader, term, revision) VALUES ('bad2', 'a', -1, 1)")
+
+	writes := []base.Write{
+		{Expected: renewed, Next: heartbeat.Record{Election: "renewed", Leader: "a", Term: 1, Value: []byte("v"), Lease: time.Second}},
+		{Next: heartbeat.Record{Election: "created", Leader: "c", Term: 1, Lease: 1500 * time.Microsecond}},
+		{Expected: claimed, Next: heartbeat.Record{Election: "claimed", Leader: "b", Term: 2}},
+		{Expected: stale1, Next: heartbeat.Record{Election: "stale", Leader: "a", Term: 1}},
+		{Expected: heartbeat.Record{Revision: 1, Leader: "a", Term: 1}, Next: heartbeat.Record{Election: "bad", Leader: "a", Term: 2}},
+		{Next: heartbeat.Record{Election: "bad2", Leader: "a", Term: 2}},
+		{Expected: heartbeat.Record{Revision: 4, Leader: "a", Term: 1}, Next: heartbeat.Record{Election: "missing", Leader: "a", Term: 2}},
+		{Next: heartbeat.Record{Election: "exists", Leader: "y", Term: 4}},
+		{Next: heartbeat.Record{Election: "invalid", Leader: "a\n", Term: 1}},
+		{Next: heartbeat.Record{Election: "", Leader: "a", Term: 1}},
+	}
+	res, err := s.HeartbeatBatch(ctx, writes)
+	if err != nil {
+		t.Fatalf("HeartbeatBatch: %v", err)
+	}
+	if len(res) != len(writes) {
+		t.Fatalf("%d results for %d writes", len(res), len(writes))
+	}
+	ok := func(i int, rev uint64) {
+		t.Helper()
+		r, w := res[i], writes[i].Next
+		if r.Err != nil || r.Record.Election != w.Election || r.Record.Revision != rev || r.Record.Leader != w.Leader ||
+			r.Record.Term != w.Term || !bytes.Equal(r.Record.Value, w.Value) || r.Record.Lease != w.Lease || r.Record.Timestamp.IsZero() {
+			t.Errorf("write %d (%s): %+v, %v; want revision %d of %+v", i, w.Election, r.Record, r.Err, rev, w)
+		}
+		if got, err := s.Get(ctx, w.Election); err != nil || !got.Equal(r.Record) {
+			t.Errorf("Get(%s) = %+v, %v; the batch returned %+v", w.Election, got, err, r.Record)
+		}
+	}
+	conflict := func(i int, cur heartbeat.Record) {
+		t.Helper()
+		var ce *base.ConflictError
+		if r := res[i]; !errors.As(r.Err, &ce) || !ce.Current.Equal(cur) {
+			t.Errorf("write %d (%s): %+v, %v; want a conflict carrying %+v", i, writes[i].Next.Election, r.Record, r.Err, cur)
+		}
+	}
+	ok(0, renewed.Revision+1)
+	ok(1, 1)
+	ok(2, claimed.Revision+1)
+	conflict(3, stale2)
+	for _, i := range []int{4, 5} {
+		if r := res[i]; !errors.Is(r.Err, base.ErrMalformedRecord) {
+			t.Errorf("write %d over a malformed row: %+v, %v; want ErrMalformedRecord", i, r.Record, r.Err)
+		}
+	}
+	conflict(6, heartbeat.Record{Election: "missing"})
+	conflict(7, exists)
+	for _, i := range []int{8, 9} {
+		if r := res[i]; !errors.Is(r.Err, base.ErrInvalidConfig) || !errors.Is(r.Err, heartbeat.ErrInvalidRecord) {
+			t.Errorf("invalid write %d: %v, want ErrInvalidConfig and ErrInvalidRecord", i, r.Err)
+		}
+	}
+	// The same writes one at a time give the same outcomes.
+	for i, w := range writes[3:8] {
+		_, err := s.Heartbeat(ctx, w.Expected, w.Next)
+		if (err == nil) != (res[i+3].Err == nil) || errors.Is(err, base.ErrConflict) != errors.Is(res[i+3].Err, base.ErrConflict) ||
+			errors.Is(err, base.ErrMalformedRecord) != errors.Is(res[i+3].Err, base.ErrMalformedRecord) {
+			t.Errorf("write %d alone: %v; in the batch: %v", i+3, err, res[i+3].Err)
+		}
+	}
+	if r, err := s.HeartbeatBatch(ctx, nil); err != nil || len(r) != 0 {
+		t.Errorf("empty batch: %v, %v", r, err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.HeartbeatBatch(cctx, writes[:1]); !errors.Is(err, context.Canceled) {
+		t.Errorf("batch with a cancelled context: %v", err)
+	}
+}
+
+// TestBatchNotificationsInChunks checks that one batched statement sends
+// its records in a few notifications under the payload limit, not one per
+// row, and that the feed delivers every record of them.
+func TestBatchNotificationsInChunks(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	opts := Options{Table: uniqueName(t), ChannelPrefix: "lf_chunks"}
+	s := openStore(t, pool, opts)
+	ch := sub(t, s)
+	raw, err := pgx.ConnectConfig(ctxT(t), pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close(context.Background())
+	if _, err := raw.Exec(ctxT(t), "LISTEN lf_chunks"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 300
+	writes := make([]base.Write, n)
+	for i := range writes {
+		writes[i].Next = heartbeat.Record{Election: fmt.Sprintf("e%03d", i), Leader: "a", Term: 1, Value: bytes.Repeat([]byte("v"), i), Lease: time.Second}
+	}
+	for round := range 2 {
+		res, err := s.HeartbeatBatch(ctxT(t), writes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]heartbeat.Record{}
+		for i, r := range res {
+			if r.Err != nil {
+				t.Fatalf("round %d, write %d: %v", round, i, r.Err)
+			}
+			want[r.Record.Election] = r.Record
+			writes[i].Expected = r.Record
+		}
+		for len(want) > 0 {
+			nt := recv(t, ch)
+			if nt.Type != base.RecordChanged || !nt.Record.Equal(want[nt.Record.Election]) {
+				t.Fatalf("round %d: %v %+v, want one of the batch's records", round, nt.Type, nt.Record)
+			}
+			delete(want, nt.Record.Election)
+		}
+		var notes, records int
+		for records < n {
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			msg, err := raw.WaitForNotification(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("round %d: %d notifications with %d records, then %v", round, notes, records, err)
+			}
+			notes++
+			if len(msg.Payload) >= 8000 {
+				t.Fatalf("payload of %d bytes", len(msg.Payload))
+			}
+			var p payload
+			if err := json.Unmarshal([]byte(msg.Payload), &p); err != nil || p.Kind != "b" {
+				t.Fatalf("payload %.100s: %v", msg.Payload, err)
+			}
+			records += len(p.Rs)
+		}
+		// 300 records of about 80 to 480 bytes: about 12 chunks.
+		if notes > 20 {
+			t.Errorf("round %d: %d notifications for %d records, want a few chunks", round, notes, n)
+		}
+		t.Logf("round %d: %d records in %d notifications", round, records, notes)
+	}
+}
+
+// TestHeartbeatBatchOverlapping runs batches of many processes on one set
+// of elections at once, in different orders, as followers claiming the
+// vacancies of a dead leader do: no deadlock, and each record gets exactly
+// one winner per round.
+func TestHeartbeatBatchOverlapping(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	opts := Options{Table: uniqueName(t)}
+	const nodes, elections, rounds = 4, 50, 5
+	stores := make([]*Store, nodes)
+	for i := range stores {
+		stores[i] = openStore(t, pool, opts)
+	}
+	names := make([]string, elections)
+	for i := range names {
+		names[i] = fmt.Sprintf("e%03d", i)
+	}
+	cur := make([]heartbeat.Record, elections)
+	for r := range rounds {
+		var wg sync.WaitGroup
+		results := make([][]base.WriteResult, nodes)
+		for n, s := range stores {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				writes := make([]base.Write, elections)
+				for i := range writes {
+					j := i
+					if n%2 == 1 {
+						j = elections - 1 - i
+					}
+					writes[i] = base.Write{Expected: cur[j], Next: heartbeat.Record{Election: names[j], Leader: fmt.Sprintf("n%d", n), Term: uint64(r + 1)}}
+				}
+				res, err := s.HeartbeatBatch(ctxT(t), writes)
+				if err != nil {
+					t.Errorf("node %d, round %d: %v", n, r, err)
+					return
+				}
+				results[n] = res
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		for i, e := range names {
+			var winners int
+			for n := range stores {
+				j := i
+				if n%2 == 1 {
+					j = elections - 1 - i
+				}
+				res := results[n][j]
+				if res.Err == nil {
+					winners++
+					cur[i] = res.Record
+				} else if !errors.Is(res.Err, base.ErrConflict) {
+					t.Fatalf("round %d, %s, node %d: %v", r, e, n, res.Err)
+				}
+			}
+			if winners != 1 {
+				t.Fatalf("round %d, %s: %d winners", r, e, winners)
+			}
+		}
 	}
 }
 
@@ -662,6 +1026,37 @@ func TestCreate(t *testing.T) {
 		}
 	})
 
+	t.Run("a table with the row-level trigger of an older version is upgraded", func(t *testing.T) {
+		opts := Options{Table: uniqueName(t), ChannelPrefix: "lf_up"}
+		quoted := pgx.Identifier{"public", opts.Table}.Sanitize()
+		old := pgx.Identifier{"public", opts.Table + "_old_notify"}.Sanitize()
+		mustExec(t, pool, "CREATE TABLE "+quoted+` (election text PRIMARY KEY, leader text NOT NULL DEFAULT '',
+			term bigint NOT NULL DEFAULT 0, revision bigint NOT NULL, ts timestamptz NOT NULL DEFAULT clock_timestamp(),
+			value bytea NOT NULL DEFAULT ''::bytea, lease_us bigint NOT NULL DEFAULT 0)`)
+		mustExec(t, pool, "CREATE FUNCTION "+old+"() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM pg_notify(TG_NAME, 'old'); RETURN NULL; END$$")
+		mustExec(t, pool, "CREATE TRIGGER lf_up AFTER INSERT OR UPDATE OR DELETE ON "+quoted+" FOR EACH ROW EXECUTE FUNCTION "+old+"()")
+		checker, _ := NewStore(pool, Options{Table: opts.Table, ChannelPrefix: opts.ChannelPrefix, NoCreate: true})
+		defer checker.Close()
+		if err := checker.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) || !strings.Contains(err.Error(), "lf_up_ins") {
+			t.Fatalf("NoCreate on a table with the row-level trigger: %v, want ErrInvalidConfig naming lf_up_ins", err)
+		}
+		s := openStore(t, pool, opts)
+		if ok, err := triggerExists(ctx, pool, "public", opts.Table, "lf_up"); err != nil || ok {
+			t.Fatalf("row-level trigger after the upgrade: exists %v, %v", ok, err)
+		}
+		if err := checker.Create(ctx); err != nil {
+			t.Fatalf("NoCreate check after the upgrade: %v", err)
+		}
+		ch := sub(t, s)
+		r, err := s.Heartbeat(ctx, heartbeat.Record{}, heartbeat.Record{Election: "e", Leader: "a", Term: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := recv(t, ch); n.Type != base.RecordChanged || !n.Record.Equal(r) {
+			t.Fatalf("after the upgrade: %v %+v, want %+v", n.Type, n.Record, r)
+		}
+	})
+
 	t.Run("wrong table shape", func(t *testing.T) {
 		table := uniqueName(t)
 		mustExec(t, pool, "CREATE TABLE "+pgx.Identifier{"public", table}.Sanitize()+" (election text PRIMARY KEY, leader int)")
@@ -679,7 +1074,7 @@ func TestSlowReaderGetsLatest(t *testing.T) {
 	b := open(t, pool, "e", Options{Table: uniqueName(t)})
 	ch := sub(t, b)
 	var last heartbeat.Record
-	for i := range coalesceAt * 3 {
+	for i := range 192 {
 		last = hb(t, b, last, "a", uint64(i+1), nil)
 	}
 	var prev uint64

@@ -14,7 +14,7 @@ import (
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
-func benchBackend(b *testing.B, pool *pgxpool.Pool, table, election string) *Backend {
+func benchBackend(b *testing.B, pool *pgxpool.Pool, table, election string) base.Backend {
 	b.Helper()
 	be, err := New(pool, election, Options{Table: table})
 	if err != nil {
@@ -60,6 +60,37 @@ func BenchmarkHeartbeatElections(b *testing.B) {
 			rev = r
 		}
 	})
+}
+
+// BenchmarkHeartbeatBatch measures one batched renewal of 500 elections:
+// the round trip of HeartbeatBatch (b.N batches).
+func BenchmarkHeartbeatBatch(b *testing.B) {
+	pool := newPool(b)
+	s, err := NewStore(pool, Options{Table: uniqueName(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	if err := s.Create(ctx); err != nil {
+		b.Fatal(err)
+	}
+	writes := make([]base.Write, 500)
+	for i := range writes {
+		writes[i].Next = heartbeat.Record{Election: fmt.Sprintf("e%d", i), Leader: "a", Term: 1, Lease: time.Second}
+	}
+	for b.Loop() {
+		res, err := s.HeartbeatBatch(ctx, writes)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i, r := range res {
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+			writes[i].Expected = r.Record
+		}
+	}
 }
 
 // BenchmarkNotify measures from the start of a write to its notification

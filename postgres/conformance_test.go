@@ -32,12 +32,12 @@ func newHarness(t *testing.T) *harness {
 	h := &harness{pool: pool, table: uniqueName(t), watched: map[string]bool{}}
 	// Create the election table now, so that WriteMalformed can write to
 	// it before any backend ran Create.
-	b, err := New(pool, "setup", Options{Table: h.table})
+	s, err := NewStore(pool, Options{Table: h.table})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
-	if err := b.Create(ctxT(t)); err != nil {
+	defer s.Close()
+	if err := s.Create(ctxT(t)); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
 	return h
@@ -80,11 +80,21 @@ func (h *harness) Harness() basetest.Harness {
 			if err != nil {
 				return nil, err
 			}
-			b, err := New(h.pool, election, h.options(watch))
+			// Each node a Store of its own, as each process has.
+			s, err := NewStore(h.pool, h.options(watch))
 			if err != nil {
 				return nil, err
 			}
-			return b, nil
+			return base.Open(s, election)
+		},
+		// A Store on the table, watching no table of its own: the Store
+		// rules use election records only.
+		OpenStore: func(t *testing.T) (base.Store, error) {
+			s, err := NewStore(h.pool, Options{Table: h.table})
+			if err != nil {
+				return nil, err
+			}
+			return s, nil
 		},
 		PutOther: func(ctx context.Context, election, key string, doc map[string]any) error {
 			watch, err := h.watch(ctx, election)
@@ -133,12 +143,12 @@ func (h *harness) Harness() basetest.Harness {
 	}
 }
 
-// backendOrNil keeps a nil *Backend from becoming a non-nil base.Backend.
-func backendOrNil(b *Backend, err error) (base.Backend, error) {
-	if b == nil {
+// backendOrNil keeps a failed New from returning a backend.
+func backendOrNil(b base.Backend, err error) (base.Backend, error) {
+	if err != nil {
 		return nil, err
 	}
-	return b, err
+	return b, nil
 }
 
 func TestConformance(t *testing.T) {

@@ -6,23 +6,60 @@
 // "public"."leaderfeed"), and every node learns of changes to it through
 // LISTEN/NOTIFY.
 //
+// A Store (NewStore) is the table: any number of elections, keyed by name,
+// and the table's changefeed. A process with many elections makes one Store
+// and shares it with base.NewElections, which opens one changefeed for all
+// of them and renews their records together in batches; a process with one
+// election calls New, which is base.Open on a Store of its own:
+//
+//	store, err := postgres.NewStore(pool, postgres.Options{})
+//	els, err := base.NewElections(store, base.ElectionsOptions{})
+//	feed, err := els.Feed("tenant-42", nodeID, base.Options{})
+//
+//	backend, err := postgres.New(pool, "scheduler", postgres.Options{}) // one election
+//
 // # What is guaranteed
 //
-//   - Heartbeat is one atomic statement: an UPDATE ... WHERE revision = $n
-//     for a renewal or claim, an INSERT ... ON CONFLICT DO NOTHING for the
-//     first claim of an election. Of many concurrent claimants on one
-//     revision exactly one wins; the others get a *base.ConflictError that
-//     carries the record read right after the refused write. The timestamp
-//     is the server's clock_timestamp(); the term is stored as given.
-//   - Notifications are sent by an AFTER ROW trigger on the table, so writes
-//     from any client (psql included) reach every listener, in commit order.
-//   - Each process holds one dedicated LISTEN connection per *pgxpool.Pool,
-//     made from pool.Config().ConnConfig (not a slot of the pool), shared by
-//     every Backend and every subscription on that pool. When it drops,
-//     every subscription gets a Failed notification; the next Subscribe
-//     connects again (with backoff after failed attempts). Notifications sent
-//     while it was down are lost, which is why base.Feed re-reads the record
-//     after it resubscribes.
+//   - Heartbeat is one atomic statement: an UPDATE ... WHERE revision, leader
+//     and term are the expected write's, for a renewal or claim, an INSERT ...
+//     ON CONFLICT DO NOTHING for the first claim of an election. Of many
+//     concurrent claimants on one record exactly one wins; the others get a
+//     *base.ConflictError that carries the record read right after the
+//     refused write. The timestamp is the server's clock_timestamp(); the
+//     term is stored as given.
+//   - HeartbeatBatch (base.BatchStore) writes many elections' records in one
+//     round trip and one transaction: one UPDATE ... FROM unnest(...) for the
+//     writes on existing records (the rows are locked in the order of their
+//     keys first, so that processes whose batches overlap wait for each other
+//     instead of deadlocking) and one INSERT ... SELECT ... FROM unnest(...)
+//     ON CONFLICT DO NOTHING for first claims; then, only if some writes were
+//     refused, one SELECT ... WHERE election = ANY(...) of their current
+//     records. Each write gets exactly what a single Heartbeat would give:
+//     the stored record, a *base.ConflictError, or an error matching
+//     base.ErrMalformedRecord for a malformed stored record, which touches
+//     no other write of the batch.
+//   - Notifications are sent by AFTER ... FOR EACH STATEMENT triggers on the
+//     table (one per INSERT, UPDATE and DELETE, with transition tables), so
+//     writes from any client (psql included) reach every listener, in commit
+//     order, and one statement that writes many records (a batch) sends them
+//     in chunks of records, each notification under the 8,000-byte payload
+//     limit, not one notification per row. Create replaces the row-level
+//     trigger of older versions (named ChannelPrefix) with them; a process
+//     of an older version then no longer understands the election table's
+//     notifications, so upgrade every process before the first Create of
+//     the new version (or run SchemaSQL), or expect the old ones to learn
+//     of changes only by their own reads and refused writes.
+//   - Each Subscribe of a Store opens a dedicated LISTEN connection, made from
+//     pool.Config().ConnConfig (not a slot of the pool), and closes it when
+//     the subscription's context ends or the Store closes; base.Elections
+//     subscribes once per Store, so a process holds one LISTEN connection per
+//     Store however many elections it runs. The feed carries every election
+//     of the table and the watched table's changes, decoded, in commit
+//     order; it sends while its reader reads and queues nothing of its own.
+//     When the connection drops, the subscription ends with a Failed
+//     notification; notifications sent while no subscription listened are
+//     lost, which is why base.Feed re-reads the record after it
+//     resubscribes.
 //   - Malformed rows under the election's key (a leader id with control
 //     characters, a negative term, a value longer than heartbeat.MaxValueLen,
 //     NULLs) make Get fail with an error matching base.ErrMalformedRecord and
@@ -36,10 +73,11 @@
 // # The 8,000-byte NOTIFY limit
 //
 // PostgreSQL refuses NOTIFY payloads of 8,000 bytes or more. The triggers
-// measure each payload before sending it. An election record always fits
+// measure each payload before sending it, and the election table's triggers
+// fill each notification with as many records as fit. An election record always fits
 // (names are at most 127 bytes and values at most 2,048), so a row that does
-// not fit is malformed; it is announced by its key only and the listener
-// fetches it with Get, which reports it as malformed. A change to a row of the
+// not fit is malformed; it is announced by its key only and the Store's
+// feed fetches it with Get, which reports it as malformed. A change to a row of the
 // watched table that does not fit is announced with its primary key only and
 // arrives as a base.Change with Partial set and Old and New nil: fetch the
 // row by Key. If even the key does not fit, Key is nil as well.
@@ -65,10 +103,10 @@
 //     listener of that prefix in the database receives the notifications of
 //     every table that uses it and drops the ones it does not need. Give each
 //     table its own prefix to separate the traffic.
-//   - A subscriber that falls far behind gets the latest state of the
-//     election record rather than every intermediate revision, and a
-//     subscription whose reader falls more than 4,096 changes of the watched
-//     table behind fails.
+//   - A Feed that falls far behind gets the latest state of the election
+//     record rather than every intermediate revision (base.Elections
+//     coalesces), and one whose reader falls more than 4,096 changes of the
+//     watched table behind fails.
 //   - The LISTEN connection must reach the server directly or through a
 //     session-mode pooler; a transaction-mode pooler (PgBouncer's default)
 //     does not deliver notifications.

@@ -29,21 +29,19 @@ var feedTiming = heartbeat.Timing{
 	LeaseDuration:      300 * time.Millisecond,
 }
 
-// listenerOf returns the shared listener of pool, nil if it has none.
-func listenerOf(pool *pgxpool.Pool) *listener {
-	registry.Lock()
-	defer registry.Unlock()
-	return registry.m[pool]
-}
-
-// killListener terminates the server process of pool's LISTEN connection.
-func killListener(t *testing.T, pool *pgxpool.Pool) {
+// killListeners terminates the server processes of the LISTEN connections
+// of stores.
+func killListeners(t *testing.T, pool *pgxpool.Pool, stores ...*Store) {
 	t.Helper()
-	l := listenerOf(pool)
-	if l == nil || l.connPID() == 0 {
-		t.Fatal("pool has no connected listener")
+	for _, s := range stores {
+		pids := s.listenerPIDs()
+		if len(pids) == 0 {
+			t.Fatal("store has no LISTEN connection")
+		}
+		for _, pid := range pids {
+			mustExec(t, pool, "SELECT pg_terminate_backend($1)", int(pid))
+		}
 	}
-	mustExec(t, pool, "SELECT pg_terminate_backend($1)", int(l.connPID()))
 }
 
 func isType(tp base.EventType) func(base.Event) bool {
@@ -74,24 +72,24 @@ func marks(c *basetest.Cluster) []int {
 func TestFeedsRecoverFromListenerKill(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name        string
-		poolPerNode bool // each node a "process" of its own, with its own listener
-	}{{"one shared listener", false}, {"a listener per node", true}} {
+		name string
+		all  bool // kill every node's listener, not one follower's
+	}{{"every listener", true}, {"one listener", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			shared := newPool(t)
+			pool := newPool(t)
 			table := uniqueName(t)
-			pools := map[string]*pgxpool.Pool{}
-			var opened []*pgxpool.Pool
+			var stores []*Store
 			c := basetest.NewCluster(t, func(e string) (base.Backend, error) {
-				p := shared
-				if tc.poolPerNode {
-					p = newPool(t)
+				s, err := NewStore(pool, Options{Table: table})
+				if err != nil {
+					return nil, err
 				}
-				opened = append(opened, p)
-				return New(p, e, Options{Table: table})
+				stores = append(stores, s)
+				return base.Open(s, e)
 			}, feedTiming, 3, 1)
+			storeOf := map[string]*Store{}
 			for i, n := range c.Nodes {
-				pools[n.ID] = opened[i]
+				storeOf[n.ID] = stores[i]
 			}
 			waitFeedsOpen(t, c, make([]int, len(c.Nodes)))
 			l := c.WaitLeader(t, 2*time.Second)
@@ -99,10 +97,12 @@ func TestFeedsRecoverFromListenerKill(t *testing.T) {
 			for range 3 {
 				m := marks(c)
 				victims := c.Nodes
-				if tc.poolPerNode {
+				if !tc.all {
 					victims = []*basetest.Node{c.Nodes[len(c.Nodes)-1]}
 				}
-				killListener(t, pools[victims[0].ID])
+				for _, v := range victims {
+					killListeners(t, pool, storeOf[v.ID])
+				}
 				for i, n := range c.Nodes {
 					if !slices.Contains(victims, n) {
 						continue

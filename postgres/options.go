@@ -18,13 +18,15 @@ const (
 	// triggers and the prefix of the trigger functions.
 	DefaultChannelPrefix = "leaderfeed"
 	// MaxChannelPrefixLen is the longest ChannelPrefix: the trigger functions
-	// are named ChannelPrefix+"_notify_record" and ChannelPrefix+"_notify_change",
+	// are named ChannelPrefix+"_notify_rows" and ChannelPrefix+"_notify_change"
+	// (and ChannelPrefix+"_notify_record" in versions before the
+	// statement-level triggers),
 	// and PostgreSQL identifiers have at most 63 bytes.
 	MaxChannelPrefixLen = 63 - len("_notify_record")
 )
 
-// Options configures a Backend. The zero value of every field means its
-// documented default.
+// Options configures a Store (and the Backend of New). The zero value of
+// every field means its documented default.
 type Options struct {
 	// Schema is the schema of the election table and of the trigger
 	// functions. Default "public".
@@ -40,7 +42,9 @@ type Options struct {
 	// WatchSchema is the schema of WatchTable. Default: Schema.
 	WatchSchema string
 	// ChannelPrefix is the NOTIFY channel the triggers send on; it also
-	// names the triggers and prefixes the trigger functions. At most
+	// names the triggers (ChannelPrefix+"_ins", "_upd" and "_del" on the
+	// election table, ChannelPrefix on WatchTable) and prefixes the trigger
+	// functions. At most
 	// MaxChannelPrefixLen bytes. Default "leaderfeed".
 	ChannelPrefix string
 	// NoCreate stops Create from creating anything: it then only checks that
@@ -50,10 +54,8 @@ type Options struct {
 	// SchemaSQL first). Default false: Create creates what is missing, as in
 	// every backend.
 	NoCreate bool
-	// Logger receives the listener's connects and drops (Info, Warn) and
-	// dropped foreign notifications (Debug). The listener is shared by the
-	// backends of a pool and logs to the Logger of the first of them that
-	// subscribed. Default: discard.
+	// Logger receives the Store's LISTEN connects and drops (Info, Warn)
+	// and dropped notifications of other tables (Debug). Default: discard.
 	Logger *slog.Logger
 }
 

@@ -17,38 +17,76 @@ import (
 // Create across processes ("LFCreate").
 const createLockKey int64 = 0x4c46437265617465
 
-// recordFunctionBody is the trigger function of the election table. The
-// trigger is named after the channel, so TG_NAME is the channel. A key
-// longer than any valid election name cannot be an election of ours and is
-// not announced.
+// recordFunctionBody is the trigger function of the election table: three
+// statement-level triggers (INSERT, UPDATE, DELETE) with transition tables
+// call it, so that one statement that writes many records (a batch) sends
+// them in a few notifications, each a chunk of records under the 8,000-byte
+// payload limit: {"k":"b","s":schema,"t":table,"rs":[record, ...]}, a
+// record being {"op","e","l","n","r","ts","v","ls"}, or {"op","e","big"}
+// when it does not fit in a notification, or {"op":"D","e"} for a deleted
+// row. TG_ARGV[0] is the channel. A key longer than any valid election name
+// cannot be an election of ours and is not announced.
 const recordFunctionBody = `
 DECLARE
-  payload text;
+  op text := left(TG_OP, 1);
+  head text := '{"k":"b","s":' || to_json(TG_TABLE_SCHEMA::text)::text || ',"t":' || to_json(TG_TABLE_NAME::text)::text || ',"rs":[';
+  lim int;
+  buf text := '';
+  item text;
+  cur refcursor;
 BEGIN
-  IF TG_OP = 'DELETE' OR (TG_OP = 'UPDATE' AND OLD.election IS DISTINCT FROM NEW.election) THEN
-    IF octet_length(OLD.election) <= 1024 THEN
-      PERFORM pg_notify(TG_NAME, json_build_object('k', 'r', 's', TG_TABLE_SCHEMA, 't', TG_TABLE_NAME,
-        'op', 'D', 'e', OLD.election)::text);
+  lim := 7997 - octet_length(head);
+  IF TG_OP = 'DELETE' THEN
+    OPEN cur FOR SELECT json_build_object('op', 'D', 'e', o.election)::text
+      FROM lf_old AS o WHERE octet_length(o.election) <= 1024;
+  ELSIF TG_OP = 'INSERT' THEN
+    OPEN cur FOR SELECT CASE WHEN octet_length(x.j) > lim THEN json_build_object('op', op, 'e', x.election, 'big', true)::text ELSE x.j END
+      FROM (SELECT n.election, json_build_object('op', op, 'e', n.election, 'l', n.leader, 'n', n.term, 'r', n.revision,
+              'ts', CASE WHEN isfinite(n.ts) THEN (extract(epoch FROM n.ts) * 1000000)::bigint END,
+              'v', translate(encode(n.value, 'base64'), E'\n', ''), 'ls', n.lease_us)::text AS j
+            FROM lf_new AS n WHERE octet_length(n.election) <= 1024) AS x;
+  ELSE
+    OPEN cur FOR SELECT y.item FROM (
+        SELECT 0 AS g, json_build_object('op', 'D', 'e', o.election)::text AS item
+          FROM lf_old AS o
+         WHERE octet_length(o.election) <= 1024 AND NOT EXISTS (SELECT 1 FROM lf_new AS n WHERE n.election = o.election)
+        UNION ALL
+        SELECT 1, CASE WHEN octet_length(x.j) > lim THEN json_build_object('op', op, 'e', x.election, 'big', true)::text ELSE x.j END
+          FROM (SELECT n.election, json_build_object('op', op, 'e', n.election, 'l', n.leader, 'n', n.term, 'r', n.revision,
+                  'ts', CASE WHEN isfinite(n.ts) THEN (extract(epoch FROM n.ts) * 1000000)::bigint END,
+                  'v', translate(encode(n.value, 'base64'), E'\n', ''), 'ls', n.lease_us)::text AS j
+                FROM lf_new AS n WHERE octet_length(n.election) <= 1024) AS x
+      ) AS y ORDER BY y.g;
+  END IF;
+  LOOP
+    FETCH cur INTO item;
+    EXIT WHEN NOT FOUND;
+    IF buf <> '' AND octet_length(buf) + 1 + octet_length(item) > lim THEN
+      PERFORM pg_notify(TG_ARGV[0], head || buf || ']}');
+      buf := '';
     END IF;
-    IF TG_OP = 'DELETE' THEN
-      RETURN NULL;
+    IF buf = '' THEN
+      buf := item;
+    ELSE
+      buf := buf || ',' || item;
     END IF;
+  END LOOP;
+  CLOSE cur;
+  IF buf <> '' THEN
+    PERFORM pg_notify(TG_ARGV[0], head || buf || ']}');
   END IF;
-  IF octet_length(NEW.election) > 1024 THEN
-    RETURN NULL;
-  END IF;
-  payload := json_build_object('k', 'r', 's', TG_TABLE_SCHEMA, 't', TG_TABLE_NAME,
-    'op', left(TG_OP, 1), 'e', NEW.election, 'l', NEW.leader, 'n', NEW.term, 'r', NEW.revision,
-    'ts', CASE WHEN isfinite(NEW.ts) THEN (extract(epoch FROM NEW.ts) * 1000000)::bigint END,
-    'v', translate(encode(NEW.value, 'base64'), E'\n', ''), 'ls', NEW.lease_us)::text;
-  IF octet_length(payload) >= 8000 THEN
-    payload := json_build_object('k', 'r', 's', TG_TABLE_SCHEMA, 't', TG_TABLE_NAME,
-      'op', left(TG_OP, 1), 'e', NEW.election, 'big', true)::text;
-  END IF;
-  PERFORM pg_notify(TG_NAME, payload);
   RETURN NULL;
 END
 `
+
+// recordTriggers are the statement-level triggers of the election table:
+// the suffix of their name (after ChannelPrefix), the event and the
+// transition tables.
+var recordTriggers = []struct{ suffix, event, referencing string }{
+	{"_ins", "INSERT", "REFERENCING NEW TABLE AS lf_new"},
+	{"_upd", "UPDATE", "REFERENCING OLD TABLE AS lf_old NEW TABLE AS lf_new"},
+	{"_del", "DELETE", "REFERENCING OLD TABLE AS lf_old"},
+}
 
 // changeFunctionBody is the trigger function of a watched table: the row
 // before and after as JSON and its primary key, or the key alone when that
@@ -123,10 +161,11 @@ func (d ddl) addColumns() []string {
 	return out
 }
 
-// ddl holds the statements that make what a Backend needs. Every name in
+// ddl holds the statements that make what a Store needs. Every name in
 // them is a validated identifier, quoted with pgx.Identifier.Sanitize.
 type ddl struct {
 	schema, table, recordFunc, changeFunc, trigger string
+	channel                                        string // the channel as an SQL string literal
 	watch                                          string // "" when no watched table
 }
 
@@ -134,9 +173,10 @@ func newDDL(o Options) ddl {
 	d := ddl{
 		schema:     pgx.Identifier{o.Schema}.Sanitize(),
 		table:      pgx.Identifier{o.Schema, o.Table}.Sanitize(),
-		recordFunc: pgx.Identifier{o.Schema, o.ChannelPrefix + "_notify_record"}.Sanitize(),
+		recordFunc: pgx.Identifier{o.Schema, o.ChannelPrefix + recordFuncSuffix}.Sanitize(),
 		changeFunc: pgx.Identifier{o.Schema, o.ChannelPrefix + "_notify_change"}.Sanitize(),
 		trigger:    pgx.Identifier{o.ChannelPrefix}.Sanitize(),
+		channel:    "'" + o.ChannelPrefix + "'", // a plain identifier: nothing to escape
 	}
 	if o.WatchTable != "" {
 		d.watch = pgx.Identifier{o.WatchSchema, o.WatchTable}.Sanitize()
@@ -164,16 +204,46 @@ func createFunction(name, body string) string {
 	return "CREATE OR REPLACE FUNCTION " + name + "() RETURNS trigger LANGUAGE plpgsql AS $leaderfeed$" + body + "$leaderfeed$"
 }
 
+// recordFuncSuffix names the function of the election table's triggers
+// (ChannelPrefix+recordFuncSuffix). Versions before the statement-level
+// triggers used ChannelPrefix+"_notify_record" with a row-level trigger
+// named ChannelPrefix, which Create drops.
+const recordFuncSuffix = "_notify_rows"
+
+// createRecordTriggers returns the CREATE TRIGGER statements of the
+// election table.
+func (d ddl) createRecordTriggers(prefix string) []string {
+	out := make([]string, len(recordTriggers))
+	for i := range recordTriggers {
+		out[i] = d.createRecordTrigger(prefix, i)
+	}
+	return out
+}
+
+func (d ddl) createRecordTrigger(prefix string, i int) string {
+	rt := recordTriggers[i]
+	return "CREATE TRIGGER " + pgx.Identifier{prefix + rt.suffix}.Sanitize() + " AFTER " + rt.event + " ON " + d.table +
+		" " + rt.referencing + " FOR EACH STATEMENT EXECUTE FUNCTION " + d.recordFunc + "(" + d.channel + ")"
+}
+
+// dropRowTrigger drops the row-level trigger of older versions.
+func (d ddl) dropRowTrigger() string {
+	return "DROP TRIGGER IF EXISTS " + d.trigger + " ON " + d.table
+}
+
 func (d ddl) createTrigger(table, function string) string {
 	return "CREATE TRIGGER " + d.trigger + " AFTER INSERT OR UPDATE OR DELETE ON " + table +
 		" FOR EACH ROW EXECUTE FUNCTION " + function + "()"
 }
 
-// SchemaSQL returns the SQL script that creates what a Backend with opts
+// SchemaSQL returns the SQL script that creates what a Store with opts
 // needs (schema, election table, trigger functions, triggers), for a
-// database administrator to run when the application runs with NoCreate. It fails with
-// an error matching base.ErrInvalidConfig for the names New rejects. The
-// CREATE TRIGGER statements fail if the triggers exist already.
+// database administrator to run when the application runs with NoCreate.
+// It also drops the row-level trigger of versions before the
+// statement-level triggers (DROP TRIGGER IF EXISTS), so that it upgrades
+// such a table. It fails with an error matching base.ErrInvalidConfig for
+// the names NewStore rejects. The CREATE TRIGGER statements fail if the
+// triggers exist already.
 func SchemaSQL(opts Options) (string, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -181,10 +251,8 @@ func SchemaSQL(opts Options) (string, error) {
 	}
 	d := newDDL(o)
 	stmts := append([]string{d.createSchema(), d.createTable()}, d.addColumns()...)
-	stmts = append(stmts,
-		createFunction(d.recordFunc, recordFunctionBody),
-		d.createTrigger(d.table, d.recordFunc),
-	)
+	stmts = append(stmts, createFunction(d.recordFunc, recordFunctionBody), d.dropRowTrigger())
+	stmts = append(stmts, d.createRecordTriggers(o.ChannelPrefix)...)
 	if d.watch != "" {
 		stmts = append(stmts, createFunction(d.changeFunc, changeFunctionBody), d.createTrigger(d.watch, d.changeFunc))
 	}
@@ -200,9 +268,9 @@ type querier interface {
 
 // create makes what is missing, in one transaction that holds an advisory
 // lock, so that processes racing to create do not collide.
-func (b *Backend) create(ctx context.Context) error {
-	o, d := b.opts, b.ddl
-	tx, err := b.pool.Begin(ctx)
+func (s *Store) create(ctx context.Context) error {
+	o, d := s.opts, s.ddl
+	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return err
 	}
@@ -231,10 +299,10 @@ func (b *Backend) create(ctx context.Context) error {
 	if err := checkColumns(ctx, tx, o); err != nil {
 		return err
 	}
-	if err := ensureFunction(ctx, tx, o.Schema, o.ChannelPrefix+"_notify_record", d.recordFunc, recordFunctionBody); err != nil {
+	if err := ensureFunction(ctx, tx, o.Schema, o.ChannelPrefix+recordFuncSuffix, d.recordFunc, recordFunctionBody); err != nil {
 		return err
 	}
-	if err := b.ensureTrigger(ctx, tx, o.Schema, o.Table, d.table, d.recordFunc); err != nil {
+	if err := s.ensureRecordTriggers(ctx, tx); err != nil {
 		return err
 	}
 	if d.watch != "" {
@@ -247,7 +315,7 @@ func (b *Backend) create(ctx context.Context) error {
 		if err := ensureFunction(ctx, tx, o.Schema, o.ChannelPrefix+"_notify_change", d.changeFunc, changeFunctionBody); err != nil {
 			return err
 		}
-		if err := b.ensureTrigger(ctx, tx, o.WatchSchema, o.WatchTable, d.watch, d.changeFunc); err != nil {
+		if err := s.ensureTrigger(ctx, tx, o.WatchSchema, o.WatchTable, d.watch, d.changeFunc); err != nil {
 			return err
 		}
 	}
@@ -256,22 +324,29 @@ func (b *Backend) create(ctx context.Context) error {
 
 // check verifies, without changing anything, that the election table (with
 // the right columns) and the triggers exist.
-func (b *Backend) check(ctx context.Context) error {
-	o := b.opts
-	if err := tableExists(ctx, b.pool, o.Schema, o.Table, "election table"); err != nil {
+func (s *Store) check(ctx context.Context) error {
+	o := s.opts
+	if err := tableExists(ctx, s.pool, o.Schema, o.Table, "election table"); err != nil {
 		return err
 	}
-	if err := checkColumns(ctx, b.pool, o); err != nil {
+	if err := checkColumns(ctx, s.pool, o); err != nil {
 		return err
 	}
-	if err := triggerMissing(ctx, b.pool, o, o.Schema, o.Table); err != nil {
-		return err
-	}
-	if o.WatchTable != "" {
-		if err := tableExists(ctx, b.pool, o.WatchSchema, o.WatchTable, "watched table"); err != nil {
+	for _, rt := range recordTriggers {
+		ok, err := triggerExists(ctx, s.pool, o.Schema, o.Table, o.ChannelPrefix+rt.suffix)
+		if err != nil {
 			return err
 		}
-		if err := triggerMissing(ctx, b.pool, o, o.WatchSchema, o.WatchTable); err != nil {
+		if !ok {
+			return &missingError{"trigger " + pgx.Identifier{o.ChannelPrefix + rt.suffix}.Sanitize() + " on " + s.ddl.table +
+				" (a table made by a version before the statement-level triggers: Create upgrades it)"}
+		}
+	}
+	if o.WatchTable != "" {
+		if err := tableExists(ctx, s.pool, o.WatchSchema, o.WatchTable, "watched table"); err != nil {
+			return err
+		}
+		if err := triggerMissing(ctx, s.pool, o, o.WatchSchema, o.WatchTable); err != nil {
 			return err
 		}
 	}
@@ -378,11 +453,38 @@ func ensureFunction(ctx context.Context, tx pgx.Tx, schema, name, quoted, body s
 	return err
 }
 
-func (b *Backend) ensureTrigger(ctx context.Context, tx pgx.Tx, schema, table, quotedTable, function string) error {
-	ok, err := triggerExists(ctx, tx, schema, table, b.opts.ChannelPrefix)
+func (s *Store) ensureTrigger(ctx context.Context, tx pgx.Tx, schema, table, quotedTable, function string) error {
+	ok, err := triggerExists(ctx, tx, schema, table, s.opts.ChannelPrefix)
 	if err != nil || ok {
 		return err
 	}
-	_, err = tx.Exec(ctx, b.ddl.createTrigger(quotedTable, function))
+	_, err = tx.Exec(ctx, s.ddl.createTrigger(quotedTable, function))
 	return err
+}
+
+// ensureRecordTriggers drops the row-level trigger of older versions and
+// creates the statement-level triggers that are missing.
+func (s *Store) ensureRecordTriggers(ctx context.Context, tx pgx.Tx) error {
+	o := s.opts
+	old, err := triggerExists(ctx, tx, o.Schema, o.Table, o.ChannelPrefix)
+	if err != nil {
+		return err
+	}
+	if old {
+		if _, err := tx.Exec(ctx, s.ddl.dropRowTrigger()); err != nil {
+			return err
+		}
+	}
+	for i, rt := range recordTriggers {
+		ok, err := triggerExists(ctx, tx, o.Schema, o.Table, o.ChannelPrefix+rt.suffix)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			if _, err := tx.Exec(ctx, s.ddl.createRecordTrigger(o.ChannelPrefix, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -1,0 +1,529 @@
+package postgres
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+)
+
+// MinServerVersion is the oldest PostgreSQL server Start accepts, as
+// server_version_num (12.0).
+const MinServerVersion = 120000
+
+// Store is the base.Store (and base.BatchStore) of one PostgreSQL election
+// table: any number of elections, one row each, and the table's changefeed.
+// Make one with NewStore and share it among the elections of a process with
+// base.NewElections; New gives the Backend of a lone election. Its methods
+// other than Start, Create and Close are safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+	opts Options
+	ddl  ddl
+
+	getSQL, insertSQL, updateSQL             string
+	batchUpdateSQL, batchInsertSQL, batchGet string
+
+	ctx    context.Context // cancelled by Close: ends the subscriptions
+	cancel context.CancelFunc
+	closed atomic.Bool
+
+	mu    sync.Mutex // guards feeds; held while checking closed in Subscribe
+	feeds map[*feed]uint32
+	wg    sync.WaitGroup // one per subscription until its connection is closed
+}
+
+var _ base.BatchStore = (*Store)(nil)
+
+// columns of a record, in the order scanRecord reads them.
+const recordCols = "election, leader, term, revision, ts, value, lease_us"
+
+// NewStore returns a Store on the election table that opts name, in the
+// database that pool reaches. The pool stays the caller's: Close never
+// closes it. NewStore does no I/O; it fails with an error matching
+// base.ErrInvalidConfig when pool is nil or a name in opts is not a plain
+// identifier.
+func NewStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("postgres: pool is nil: %w", base.ErrInvalidConfig)
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Store{pool: pool, opts: o, ddl: newDDL(o), ctx: ctx, cancel: cancel, feeds: map[*feed]uint32{}}
+	t := s.ddl.table
+	s.getSQL = "SELECT " + recordCols + " FROM " + t + " WHERE election = $1"
+	s.insertSQL = "INSERT INTO " + t + " AS t (election, leader, term, value, lease_us, revision, ts)" +
+		" VALUES ($1, $2, $3, $4, $5, 1, clock_timestamp()) ON CONFLICT (election) DO NOTHING RETURNING " + recordCols
+	// The compare-and-set compares the write's identity (revision, leader,
+	// term), not the revision alone: see base.Backend.Heartbeat.
+	s.updateSQL = "UPDATE " + t + " SET leader = $2, term = $3, value = $4, lease_us = $5, revision = revision + 1," +
+		" ts = clock_timestamp() WHERE election = $1 AND revision = $6 AND leader = $7 AND term = $8 RETURNING " + recordCols
+	// The batched compare-and-set: the same comparison, one row of unnest
+	// per write. The rows are locked first, in the order of their keys, so
+	// that two processes updating overlapping sets of elections (two
+	// followers claiming the vacancies of a dead leader) queue behind each
+	// other instead of deadlocking.
+	s.batchUpdateSQL = "WITH v AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[]," +
+		" $5::bigint[], $6::bigint[], $7::text[], $8::bigint[])" +
+		" AS v(election, leader, term, value, lease_us, exp_rev, exp_leader, exp_term))," +
+		" l AS MATERIALIZED (SELECT x.election FROM " + t + " AS x WHERE x.election = ANY($1::text[])" +
+		" ORDER BY x.election FOR UPDATE)" +
+		" UPDATE " + t + " AS t SET leader = v.leader, term = v.term, value = v.value, lease_us = v.lease_us," +
+		" revision = t.revision + 1, ts = clock_timestamp()" +
+		" FROM v JOIN l ON l.election = v.election" +
+		" WHERE t.election = v.election AND t.revision = v.exp_rev AND t.leader = v.exp_leader AND t.term = v.exp_term" +
+		" RETURNING t.election, t.leader, t.term, t.revision, t.ts, t.value, t.lease_us"
+	s.batchInsertSQL = "INSERT INTO " + t + " AS t (election, leader, term, value, lease_us, revision, ts)" +
+		" SELECT v.election, v.leader, v.term, v.value, v.lease_us, 1, clock_timestamp()" +
+		" FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::bigint[]) AS v(election, leader, term, value, lease_us)" +
+		" ORDER BY v.election ON CONFLICT (election) DO NOTHING RETURNING " + recordCols
+	s.batchGet = "SELECT " + recordCols + " FROM " + t + " WHERE election = ANY($1::text[])"
+	return s, nil
+}
+
+// New returns the base.Backend of the election named election, for one
+// Feed: base.Open on a Store of its own (NewStore), which the Backend's
+// Close closes. Processes with many elections share one Store instead
+// (base.NewElections). New does no I/O; it fails with an error matching
+// base.ErrInvalidConfig when pool is nil, the election name breaks
+// heartbeat.ValidateName, or a name in opts is not a plain identifier.
+func New(pool *pgxpool.Pool, election string, opts Options) (base.Backend, error) {
+	if err := heartbeat.ValidateName("election name", election); err != nil {
+		return nil, fmt.Errorf("postgres: %w: %w", base.ErrInvalidConfig, err)
+	}
+	s, err := NewStore(pool, opts)
+	if err != nil {
+		return nil, err
+	}
+	b, err := base.Open(s, election)
+	if err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	return b, nil
+}
+
+// Start checks that the server answers and is PostgreSQL 12 or later (an
+// error matching base.ErrUnsupported if older).
+func (s *Store) Start(ctx context.Context) error {
+	if s.closed.Load() {
+		return fmt.Errorf("postgres: Start: %w", base.ErrClosed)
+	}
+	var version int
+	if err := s.pool.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		return wrapErr(ctx, "postgres: Start: cannot query the server", err)
+	}
+	if version < MinServerVersion {
+		return fmt.Errorf("postgres: server version %d is older than %d: %w", version, MinServerVersion, base.ErrUnsupported)
+	}
+	return nil
+}
+
+// Create makes the schema, the election table, the trigger functions and
+// the triggers (on the election table and on Options.WatchTable) when they
+// are missing, or with Options.NoCreate only checks that they exist.
+// It is idempotent and safe to run from many processes at once: it runs in
+// one transaction under an advisory lock. What it finds missing or of the
+// wrong shape fails with an error matching base.ErrInvalidConfig.
+func (s *Store) Create(ctx context.Context) error {
+	if s.closed.Load() {
+		return fmt.Errorf("postgres: Create: %w", base.ErrClosed)
+	}
+	var err error
+	if !s.opts.NoCreate {
+		err = s.create(ctx)
+	} else {
+		err = s.check(ctx)
+	}
+	if errors.As(err, new(*missingError)) && !errors.Is(err, base.ErrInvalidConfig) {
+		return fmt.Errorf("postgres: %v and Options.NoCreate is set (see SchemaSQL): %w", err, base.ErrInvalidConfig)
+	}
+	if err != nil {
+		return wrapErr(ctx, "postgres: Create", err)
+	}
+	return nil
+}
+
+// Get returns the record of election. It fails with an error matching
+// base.ErrNotFound when there is no row, and with one matching
+// base.ErrMalformedRecord when the row breaks the record rules.
+func (s *Store) Get(ctx context.Context, election string) (heartbeat.Record, error) {
+	if s.closed.Load() {
+		return heartbeat.Record{}, fmt.Errorf("postgres: Get: %w", base.ErrClosed)
+	}
+	if err := heartbeat.ValidateName("election name", election); err != nil {
+		return heartbeat.Record{}, fmt.Errorf("postgres: Get: %w: %w", base.ErrInvalidConfig, err)
+	}
+	return s.get(ctx, election)
+}
+
+func (s *Store) get(ctx context.Context, election string) (heartbeat.Record, error) {
+	r, err := scanRecord(s.pool.QueryRow(ctx, s.getSQL, election))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w", election, base.ErrNotFound)
+	}
+	if err != nil {
+		return heartbeat.Record{}, wrapErr(ctx, "postgres: Get", err)
+	}
+	return r, nil
+}
+
+// checkWrite checks a write before it is sent: next valid (its election
+// name included) and every number within a bigint.
+func checkWrite(expected, next heartbeat.Record) error {
+	if err := next.Validate(); err != nil {
+		return fmt.Errorf("postgres: Heartbeat: %w: %w", base.ErrInvalidConfig, err)
+	}
+	if next.Term > math.MaxInt64 || expected.Revision >= math.MaxInt64 || expected.Term > math.MaxInt64 {
+		return fmt.Errorf("postgres: Heartbeat: term %d or revision %d does not fit a bigint: %w: %w",
+			next.Term, expected.Revision, base.ErrInvalidConfig, heartbeat.ErrInvalidRecord)
+	}
+	return nil
+}
+
+func valueOf(r heartbeat.Record) []byte {
+	if r.Value == nil {
+		return []byte{}
+	}
+	return r.Value
+}
+
+// Heartbeat is the compare-and-set write of the record of next.Election,
+// one atomic statement: an INSERT ... ON CONFLICT DO NOTHING when
+// expected.Revision is 0, an UPDATE ... WHERE revision, leader and term are
+// expected's otherwise. The timestamp is the server's clock_timestamp().
+// When the statement writes nothing, Heartbeat reads the current record
+// and returns it in a *base.ConflictError; if that record is malformed it
+// returns an error matching base.ErrMalformedRecord instead, and the row is
+// left alone. A next that breaks heartbeat.Record.Validate (an invalid
+// election name included) fails with an error matching both
+// base.ErrInvalidConfig and heartbeat.ErrInvalidRecord.
+func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
+	if s.closed.Load() {
+		return heartbeat.Record{}, fmt.Errorf("postgres: Heartbeat: %w", base.ErrClosed)
+	}
+	if err := checkWrite(expected, next); err != nil {
+		return heartbeat.Record{}, err
+	}
+	var row pgx.Row
+	if expected.Revision == 0 {
+		row = s.pool.QueryRow(ctx, s.insertSQL, next.Election, next.Leader, int64(next.Term), valueOf(next), leaseMicros(next.Lease))
+	} else {
+		row = s.pool.QueryRow(ctx, s.updateSQL, next.Election, next.Leader, int64(next.Term), valueOf(next), leaseMicros(next.Lease),
+			int64(expected.Revision), expected.Leader, int64(expected.Term))
+	}
+	stored, err := scanRecord(row)
+	if err == nil {
+		return stored, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return heartbeat.Record{}, wrapErr(ctx, "postgres: Heartbeat", err)
+	}
+	cur, err := s.get(ctx, next.Election)
+	switch {
+	case err == nil:
+		return heartbeat.Record{}, base.NewConflict(cur)
+	case errors.Is(err, base.ErrNotFound):
+		return heartbeat.Record{}, base.NewConflict(heartbeat.Record{Election: next.Election})
+	}
+	return heartbeat.Record{}, refusedErr(expected, err)
+}
+
+// refusedErr is the error of a refused write whose current record could not
+// be read (err).
+func refusedErr(expected heartbeat.Record, err error) error {
+	if errors.Is(err, base.ErrMalformedRecord) {
+		return fmt.Errorf("postgres: Heartbeat on revision %d refused, and the stored record is malformed: %w",
+			expected.Revision, err)
+	}
+	return fmt.Errorf("postgres: Heartbeat on revision %d refused, and reading the current record failed: %w",
+		expected.Revision, err)
+}
+
+// HeartbeatBatch performs writes, each with exactly the semantics of
+// Heartbeat, in at most two round trips: one for the writes (one UPDATE
+// ... FROM unnest(...) for the writes on an existing record, one INSERT
+// ... SELECT ... FROM unnest(...) ON CONFLICT DO NOTHING for the first
+// writes of elections, sent together in one transaction), and, if some
+// writes were refused, one SELECT of their current records. A write that
+// breaks heartbeat.Record.Validate fails alone, and a malformed stored
+// record fails only its own write. An error with nil results means the
+// outcome of every write is unknown.
+func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base.WriteResult, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("postgres: HeartbeatBatch: %w", base.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: HeartbeatBatch: %w", err)
+	}
+	out := make([]base.WriteResult, len(writes))
+	index := make(map[string]int, len(writes)) // election -> write, of the writes sent
+	var upd struct {
+		elections, leaders, expLeaders   []string
+		terms, leases, expRevs, expTerms []int64
+		values                           [][]byte
+	}
+	var ins struct {
+		elections, leaders []string
+		terms, leases      []int64
+		values             [][]byte
+	}
+	for i, w := range writes {
+		if err := checkWrite(w.Expected, w.Next); err != nil {
+			out[i].Err = err
+			continue
+		}
+		e := w.Next.Election
+		if _, dup := index[e]; dup {
+			out[i].Err = fmt.Errorf("postgres: HeartbeatBatch: election %q written twice in one batch: %w", e, base.ErrInvalidConfig)
+			continue
+		}
+		index[e] = i
+		if w.Expected.Revision == 0 {
+			ins.elections = append(ins.elections, e)
+			ins.leaders = append(ins.leaders, w.Next.Leader)
+			ins.terms = append(ins.terms, int64(w.Next.Term))
+			ins.values = append(ins.values, valueOf(w.Next))
+			ins.leases = append(ins.leases, leaseMicros(w.Next.Lease))
+			continue
+		}
+		upd.elections = append(upd.elections, e)
+		upd.leaders = append(upd.leaders, w.Next.Leader)
+		upd.terms = append(upd.terms, int64(w.Next.Term))
+		upd.values = append(upd.values, valueOf(w.Next))
+		upd.leases = append(upd.leases, leaseMicros(w.Next.Lease))
+		upd.expRevs = append(upd.expRevs, int64(w.Expected.Revision))
+		upd.expLeaders = append(upd.expLeaders, w.Expected.Leader)
+		upd.expTerms = append(upd.expTerms, int64(w.Expected.Term))
+	}
+	if len(index) == 0 {
+		return out, nil
+	}
+
+	var batch pgx.Batch
+	if len(upd.elections) > 0 {
+		batch.Queue(s.batchUpdateSQL, upd.elections, upd.leaders, upd.terms, upd.values, upd.leases,
+			upd.expRevs, upd.expLeaders, upd.expTerms)
+	}
+	if len(ins.elections) > 0 {
+		batch.Queue(s.batchInsertSQL, ins.elections, ins.leaders, ins.terms, ins.values, ins.leases)
+	}
+	written := make(map[string]bool, len(index))
+	br := s.pool.SendBatch(ctx, &batch)
+	err := func() error {
+		for range batch.Len() {
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				e, r, err := scanRecordRow(rows)
+				if err != nil && !errors.Is(err, base.ErrMalformedRecord) {
+					rows.Close()
+					return err
+				}
+				i, ok := index[e]
+				if !ok {
+					rows.Close()
+					return fmt.Errorf("the server returned a row of election %q, which the batch did not write", e)
+				}
+				written[e] = true
+				out[i] = base.WriteResult{Record: r, Err: err}
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, wrapErr(ctx, "postgres: HeartbeatBatch", err)
+	}
+
+	// The refused writes get the current record of their election.
+	var refused []string
+	for e := range index {
+		if !written[e] {
+			refused = append(refused, e)
+		}
+	}
+	if len(refused) == 0 {
+		return out, nil
+	}
+	found := make(map[string]bool, len(refused))
+	rows, err := s.pool.Query(ctx, s.batchGet, refused)
+	if err == nil {
+		for rows.Next() {
+			e, cur, rerr := scanRecordRow(rows)
+			i, ok := index[e]
+			if !ok || written[e] {
+				continue
+			}
+			if rerr != nil && !errors.Is(rerr, base.ErrMalformedRecord) {
+				err = rerr
+				break
+			}
+			found[e] = true
+			if rerr != nil {
+				out[i].Err = refusedErr(writes[i].Expected, rerr)
+			} else {
+				out[i].Err = base.NewConflict(cur)
+			}
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	for _, e := range refused {
+		if found[e] {
+			continue
+		}
+		i := index[e]
+		if err != nil {
+			// Written or not: the statement that wrote nothing ran, so
+			// these writes were refused; only their current record is
+			// unknown, as for a single Heartbeat whose read failed.
+			out[i].Err = refusedErr(writes[i].Expected, wrapErr(ctx, "postgres: HeartbeatBatch", err))
+		} else {
+			out[i].Err = base.NewConflict(heartbeat.Record{Election: e})
+		}
+	}
+	return out, nil
+}
+
+// Close ends every open subscription of the store (each ends with a Failed
+// notification matching base.ErrClosed, sent while its reader's context
+// lasts) and waits until their LISTEN connections are closed. It never
+// closes the pool. It is idempotent; after it every method fails with an
+// error matching base.ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed.Swap(true) {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+// leaseMicros is a lease in whole microseconds, rounded up: a follower
+// must never wait less than the writer's lease.
+func leaseMicros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// scanRecord reads one row of recordCols.
+func scanRecord(row pgx.Row) (heartbeat.Record, error) {
+	_, r, err := scanRecordRow(row)
+	return r, err
+}
+
+// scanRecordRow reads one row of recordCols and returns its election as
+// well as the record, so that a malformed row still names its election.
+func scanRecordRow(row pgx.Row) (string, heartbeat.Record, error) {
+	var (
+		election         string
+		leader           *string
+		term, rev, lease *int64
+		ts               *time.Time
+		value            []byte
+	)
+	if err := row.Scan(&election, &leader, &term, &rev, &ts, &value, &lease); err != nil {
+		var scanErr pgx.ScanArgError
+		if errors.As(err, &scanErr) && election != "" {
+			return election, heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %w", election, base.ErrMalformedRecord, err)
+		}
+		return election, heartbeat.Record{}, err
+	}
+	var micros *int64
+	if ts != nil {
+		m := ts.UnixMicro()
+		micros = &m
+	}
+	r, err := decodeRecord(election, leader, term, rev, micros, value, lease)
+	return election, r, err
+}
+
+// decodeRecord checks the columns of an election row, from a query or from
+// a notification, and makes a Record of them.
+//
+// leaseMicros nil (a notification of a trigger from before the column
+// existed) reads as no lease. A vacant row's lease is ignored: a process of
+// an older version writes a vacancy without touching lease_us.
+func decodeRecord(election string, leader *string, term, rev, tsMicros *int64, value []byte, leaseMicros *int64) (heartbeat.Record, error) {
+	bad := func(format string, args ...any) (heartbeat.Record, error) {
+		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %s", election, base.ErrMalformedRecord, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case leader == nil:
+		return bad("leader is NULL")
+	case term == nil:
+		return bad("term is NULL")
+	case rev == nil:
+		return bad("revision is NULL")
+	case tsMicros == nil:
+		return bad("ts is NULL")
+	case *term < 0:
+		return bad("term %d is negative", *term)
+	case *rev <= 0:
+		return bad("revision %d is not positive", *rev)
+	case leaseMicros != nil && (*leaseMicros < 0 || *leaseMicros > heartbeat.MaxLease.Microseconds()):
+		return bad("lease_us %d is out of range [0, %d]", *leaseMicros, heartbeat.MaxLease.Microseconds())
+	}
+	r := heartbeat.Record{
+		Election:  election,
+		Leader:    *leader,
+		Term:      uint64(*term),
+		Revision:  uint64(*rev),
+		Timestamp: time.UnixMicro(*tsMicros).UTC(),
+	}
+	if len(value) > 0 {
+		r.Value = value
+	}
+	if leaseMicros != nil && r.Leader != "" {
+		r.Lease = time.Duration(*leaseMicros) * time.Microsecond
+	}
+	if err := r.Validate(); err != nil {
+		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %w", election, base.ErrMalformedRecord, err)
+	}
+	return r, nil
+}
+
+func decodeBase64(election string, s *string) ([]byte, error) {
+	if s == nil { // NULL, read as empty as Get does
+		return nil, nil
+	}
+	v, err := base64.StdEncoding.DecodeString(*s)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: election %q: %w: value: %w", election, base.ErrMalformedRecord, err)
+	}
+	return v, nil
+}
+
+// wrapErr prefixes err with what and makes sure it matches ctx.Err() when
+// ctx is done, whatever pgx made of the cancellation.
+func wrapErr(ctx context.Context, what string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%s: %w (%v)", what, cerr, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

@@ -152,9 +152,30 @@ func (e *Elections) Backend(election string) (Backend, error) {
 	return b, nil
 }
 
-// Feed returns a Feed for node nodeID in election: New on Backend(election).
+// Observer returns a Backend of election for an observe-only Feed
+// (Options.ObserveOnly): any number of them may be open on one Elections,
+// beside the one Backend that campaigns, and all share the one changefeed.
+// Its Heartbeat fails with an error matching ErrObserveOnly.
+func (e *Elections) Observer(election string) (Backend, error) {
+	if err := heartbeat.ValidateName("election name", election); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, fmt.Errorf("leaderfeed: election %q: %w", election, ErrClosed)
+	}
+	return &electionBackend{e: e, name: election, observer: true, subs: make(map[*feedSub]struct{})}, nil
+}
+
+// Feed returns a Feed for node nodeID in election: New on Backend(election),
+// or on Observer(election) when opts.ObserveOnly is set.
 func (e *Elections) Feed(election, nodeID string, opts Options) (*Feed, error) {
-	b, err := e.Backend(election)
+	open := e.Backend
+	if opts.ObserveOnly {
+		open = e.Observer
+	}
+	b, err := open(election)
 	if err != nil {
 		return nil, err
 	}
@@ -200,6 +221,7 @@ func (e *Elections) isClosed() bool {
 type electionBackend struct {
 	e        *Elections
 	name     string
+	observer bool         // made by Observer: writes nothing
 	interval atomic.Int64 // the Feed's heartbeat interval, from AlignRenewal
 
 	mu     sync.Mutex
@@ -256,6 +278,9 @@ func (b *electionBackend) Heartbeat(ctx context.Context, expected, next heartbea
 	if next.Election != b.name {
 		return heartbeat.Record{}, fmt.Errorf("%w: %w: the Backend of election %q was given a record of election %q",
 			ErrInvalidConfig, heartbeat.ErrInvalidRecord, b.name, next.Election)
+	}
+	if b.observer {
+		return heartbeat.Record{}, fmt.Errorf("leaderfeed: election %q: an Observer backend writes nothing: %w", b.name, ErrObserveOnly)
 	}
 	if b.e.batch == nil {
 		return b.e.store.Heartbeat(ctx, expected, next)

@@ -212,3 +212,57 @@ func TestElectionsHandOverBetweenProcesses(t *testing.T) {
 		}
 	})
 }
+
+// Observers of one election share an Elections (and its one changefeed)
+// with the node that campaigns, and write nothing.
+func TestElectionsObservers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		cc := &callCounter{BatchStore: store.Conn()}
+		els, err := base.NewElections(cc, base.ElectionsOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer els.Close()
+		leader, err := els.Feed("e", "leader", base.Options{Timing: timing})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var observers []*base.Feed
+		for i := range 10 {
+			f, err := els.Feed("e", fmt.Sprintf("observer-%d", i), base.Options{Timing: timing, ObserveOnly: true})
+			if err != nil {
+				t.Fatalf("observer %d: %v", i, err)
+			}
+			observers = append(observers, f)
+		}
+		for _, f := range append(observers, leader) {
+			if err := f.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for !leader.IsLeader() {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(timing.HeartbeatInterval)
+		synctest.Wait()
+		for i, f := range observers {
+			if r, ok := f.Leader(); !ok || r.Leader != "leader" {
+				t.Errorf("observer %d sees %v, want the leader", i, r)
+			}
+		}
+		if got := cc.subscribes.Load(); got != 1 {
+			t.Errorf("%d changefeeds for a leader and 10 observers, want 1", got)
+		}
+		ob, _ := els.Observer("e")
+		if _, err := ob.Heartbeat(context.Background(), heartbeat.Record{}, heartbeat.Record{Leader: "x", Term: 9}); !errors.Is(err, base.ErrObserveOnly) {
+			t.Errorf("Heartbeat of an Observer backend: %v, want ErrObserveOnly", err)
+		}
+		_ = ob.Close()
+		for _, f := range append(observers, leader) {
+			if err := f.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}

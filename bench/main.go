@@ -146,25 +146,42 @@ func postgresSystem(ctx context.Context, url string) (*lfSystem, string, func(),
 		shared.Close()
 		return nil, "", nil, err
 	}
+	// Observers in this process (the fan-out's followers) share one
+	// Elections, so one LISTEN connection, as a service would; nodes that
+	// stand for processes of their own get a pool and a Store each.
+	st, err := postgres.NewStore(shared, pgOptions)
+	if err != nil {
+		shared.Close()
+		return nil, "", nil, err
+	}
+	observers, err := base.NewElections(st, base.ElectionsOptions{})
+	if err != nil {
+		shared.Close()
+		return nil, "", nil, err
+	}
 	open := func(ctx context.Context, election string, own bool) (base.Backend, func(), error) {
-		pool, release := shared, func() {}
-		if own {
-			c := pcfg.Copy()
-			c.MaxConns = 4
-			p, err := pgxpool.NewWithConfig(ctx, c)
-			if err != nil {
-				return nil, nil, err
-			}
-			pool, release = p, p.Close
+		if !own {
+			b, err := observers.Observer(election)
+			return b, func() {}, err
+		}
+		c := pcfg.Copy()
+		c.MaxConns = 4
+		pool, err := pgxpool.NewWithConfig(ctx, c)
+		if err != nil {
+			return nil, nil, err
 		}
 		b, err := postgres.New(pool, election, pgOptions)
 		if err != nil {
-			release()
+			pool.Close()
 			return nil, nil, err
 		}
-		return b, release, nil
+		return b, pool.Close, nil
 	}
-	return &lfSystem{name: "leaderfeed/postgres", open: open}, version, shared.Close, nil
+	closeAll := func() {
+		_ = observers.Close()
+		shared.Close()
+	}
+	return &lfSystem{name: "leaderfeed/postgres", open: open}, version, closeAll, nil
 }
 
 // mainSystem is the one the targets are about: PostgreSQL if measured,

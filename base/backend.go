@@ -64,20 +64,22 @@ func (e *ConflictError) Error() string {
 // Is makes errors.Is(err, ErrConflict) true.
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
-// Backend is the store of one election: the record named by Election, kept
-// in a table (or collection) that may hold other records too, and the
-// changefeed on that table. A Feed owns its Backend: it calls Start, then
-// Create, then the other methods, and Close when it stops. A backend never
-// closes the database client it was given; the caller owns that.
+// Backend is a Feed's view of one election: the record named by Election,
+// kept in a table (or collection) that may hold other records too, and the
+// changefeed of that record. Backends implement Store, not Backend:
+// Elections (and Open, for a lone election) gives each election a Backend
+// on a Store, sharing the Store's changefeed and batching its writes.
+// Wrappers such as base/faulty implement Backend around another.
 //
-// Methods other than Start, Create and Close may be called concurrently.
-// Every method must honour ctx: when ctx is done it returns promptly with an
-// error that matches ctx.Err() under errors.Is. Backends do not retry; the
-// Feed decides what to retry and when.
+// A Feed owns its Backend: it calls Start, then Create, then the other
+// methods, and Close when it stops. Methods other than Start, Create and
+// Close may be called concurrently. Every method must honour ctx: when ctx
+// is done it returns promptly with an error that matches ctx.Err() under
+// errors.Is. Backends do not retry; the Feed decides what to retry and
+// when.
 //
 // docs/EXTENDING.md explains the contract in full, and base/basetest checks
-// it: a backend that passes basetest.Run keeps the guarantees of package
-// base.
+// it.
 type Backend interface {
 	// Election returns the name of the election, the key of its record.
 	Election() string

@@ -167,7 +167,7 @@ func (l *loop) noteResult(r callResult) {
 	isConflict := errors.As(r.err, &conflict)
 	answered := r.err == nil || isConflict || errors.Is(r.err, ErrNotFound) || errors.Is(r.err, ErrMalformedRecord)
 	failed := !answered && l.ctx.Err() == nil
-	leading := l.role == roleLeader && l.term == r.next.Term
+	leading := l.m.role == roleLeader && l.m.term == r.next.Term
 	l.f.mu.Lock()
 	h := &l.f.health
 	if answered {

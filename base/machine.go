@@ -1,0 +1,1127 @@
+package base
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+)
+
+// role is what a node does in the election now.
+type role int
+
+const (
+	roleObserver  role = iota + 1 // ObserveOnly: follows, never claims
+	roleFollower                  // waits for the election timeout
+	roleCandidate                 // a claim is in flight
+	roleLeader                    // holds a lease
+	roleStopping                  // Stop was called: finishing the last write
+)
+
+func (r role) String() string {
+	return [...]string{"?", "observer", "follower", "candidate", "leader", "stopping"}[r]
+}
+
+// ---- inputs ----
+
+// input is what the driver (loop) hands to machine.step: a store call's
+// result, a timer that fired, a notification of the feed, a request of
+// the API, Stop, or the answer to an effect that asked the driver a
+// question (leaseExtended, vacancyAborted).
+type input interface{ isInput() }
+
+// startInput starts the engine.
+type startInput struct{}
+
+// stopInput: Stop was called; ctx is Stop's context, which bounds the
+// vacancy write.
+type stopInput struct{ ctx context.Context }
+
+// exitInput: the engine ends now (Stop finished, or Stop's context ended).
+type exitInput struct{}
+
+// timerInput: the named timer fired.
+type timerInput struct{ t timerID }
+
+// leaseLostInput: the lease timer cancelled a leader context. expired says
+// whether the current leader context is over (its Err, read by the driver):
+// the signal may be of an earlier term or of a lease since extended.
+type leaseLostInput struct{ expired bool }
+
+// subscribedInput is the result of an openFeed effect. ok says Subscribe
+// gave a channel (err is nil and the channel is not nil).
+type subscribedInput struct {
+	err error
+	ok  bool
+}
+
+// notificationInput is one notification of the feed; ok false: the feed's
+// channel was closed.
+type notificationInput struct {
+	n  Notification
+	ok bool
+}
+
+// requestInput is a call of Resign, Proclaim or the status probe.
+type requestInput struct{ r request }
+
+// leaseExtendedInput answers an extendLease effect: ok says the lease
+// context took the new end (it had not ended nor been cancelled).
+type leaseExtendedInput struct {
+	r  callResult
+	ok bool
+}
+
+// vacancyAbortedInput answers a startCall of a vacancy whose context had
+// ended already: the call was not started.
+type vacancyAbortedInput struct{ err error }
+
+type callKind int
+
+const (
+	callRead callKind = iota + 1
+	callClaim
+	callRenew
+	callVacancy
+)
+
+// callResult is the outcome of one store call, an input of the machine.
+// closed and parentDone are read by the driver when it hands the result
+// over: whether the engine's context had ended (the Feed is going away),
+// and, for a vacancy, whether the vacancy's own context (Resign's or
+// Stop's) had.
+type callResult struct {
+	kind       callKind
+	expected   heartbeat.Record
+	next       heartbeat.Record
+	sentAt     time.Time
+	res        heartbeat.Record
+	err        error
+	parent     context.Context // the vacancy's context; nil for other calls
+	closed     bool
+	parentDone bool
+}
+
+func (startInput) isInput()          {}
+func (stopInput) isInput()           {}
+func (exitInput) isInput()           {}
+func (timerInput) isInput()          {}
+func (leaseLostInput) isInput()      {}
+func (subscribedInput) isInput()     {}
+func (notificationInput) isInput()   {}
+func (requestInput) isInput()        {}
+func (leaseExtendedInput) isInput()  {}
+func (vacancyAbortedInput) isInput() {}
+func (callResult) isInput()          {}
+
+// ---- effects ----
+
+// effect is what the machine asks the driver to do, in order. Effects are
+// plain data; the driver executes them one after the other as they come.
+// Two of them ask the driver a question whose answer is fed back at once as
+// the next input, before any other input: extendLease (leaseExtendedInput)
+// and startCall of a vacancy whose context has ended (vacancyAbortedInput).
+// Both are always the last effect of their step.
+type effect interface{ isEffect() }
+
+// timerID names one of the engine's timers.
+type timerID int
+
+const (
+	timerClaim  timerID = iota + 1 // a follower's election timeout: timerInput
+	timerRenew                     // the leader's next renewal: timerInput
+	timerReopen                    // reopen the failed changefeed: timerInput
+	timerPoll                      // read the record while the feed is down: timerInput
+	timerLease                     // the lease's end: see armLease; stopTimer only
+)
+
+func (t timerID) String() string {
+	return [...]string{"?", "claim", "renew", "reopen", "poll", "lease"}[t]
+}
+
+// startCall starts one store call off the engine's goroutine; its result
+// comes back as a callResult carrying kind, expected, next and sentAt. A
+// read is Backend.Get, the others Backend.Heartbeat(expected, next). The
+// call's context ends at deadline (when set), and with the engine's; a
+// vacancy's is derived from parent (Resign's or Stop's context) instead,
+// and is not started if parent has ended (vacancyAbortedInput).
+type startCall struct {
+	kind     callKind
+	expected heartbeat.Record
+	next     heartbeat.Record
+	sentAt   time.Time
+	deadline time.Time
+	parent   context.Context
+}
+
+// emit queues an event for the subscriptions (and logs it). A zero At is
+// stamped by the driver when it emits: with the instant it executed the
+// last cancelLeader, if notAfter is set (never later than notAfter), else
+// with the clock.
+type emit struct {
+	ev       Event
+	notAfter time.Time
+}
+
+// setTimer (re)arms a timer to fire at an absolute instant (at once if it
+// has passed). stopTimer stops it. align marks a renewal due at at that
+// the driver may send up to half a heartbeat interval earlier, so that the
+// renewals of many elections share batches (loop.renewAt); renewing early
+// is safe, as the lease runs from the renewal's own send time.
+type setTimer struct {
+	t     timerID
+	at    time.Time
+	align bool
+}
+
+type stopTimer struct{ t timerID }
+
+// cancelLeader cancels a leader context with a cause. stepDown makes it
+// the first effect of the end of a term.
+type cancelLeader struct {
+	ctx   *leaseContext
+	cause error
+}
+
+// armLease (re)arms the lease timer: at end it cancels ctx with
+// ErrLeaseExpired, on whatever goroutine, and then tells the engine
+// (leaseLostInput). stopTimer{timerLease} stops it.
+type armLease struct {
+	ctx *leaseContext
+	end time.Time
+}
+
+// extendLease moves the end of a leader context's lease to end, unless the
+// lease has ended or the context was cancelled (leaseContext.extend); the
+// driver answers with a leaseExtendedInput carrying r.
+type extendLease struct {
+	ctx *leaseContext
+	end time.Time
+	r   callResult
+}
+
+// publish hands the getters a new snapshot (and the lease's end);
+// recordAt, when set, is when a record was taken in (Health.LastRecord).
+type publish struct {
+	snap     snapshot
+	leaseEnd time.Time
+	recordAt time.Time
+}
+
+// reply answers a waiting caller (Resign, Proclaim, status).
+type reply struct {
+	to  chan<- error
+	err error
+}
+
+// logDebug logs a fixed message at Debug.
+type logDebug struct {
+	msg  string
+	args []any
+}
+
+// openFeed opens the changefeed off the engine's goroutine; the result
+// comes back as a subscribedInput. useFeed takes the channel it gave as the
+// engine's feed, discardFeed cancels it, closeFeed cancels the feed in use
+// (if any).
+type (
+	openFeed    struct{}
+	useFeed     struct{}
+	discardFeed struct{}
+	closeFeed   struct{}
+)
+
+func (startCall) isEffect()    {}
+func (emit) isEffect()         {}
+func (setTimer) isEffect()     {}
+func (stopTimer) isEffect()    {}
+func (cancelLeader) isEffect() {}
+func (armLease) isEffect()     {}
+func (extendLease) isEffect()  {}
+func (publish) isEffect()      {}
+func (reply) isEffect()        {}
+func (logDebug) isEffect()     {}
+func (openFeed) isEffect()     {}
+func (useFeed) isEffect()      {}
+func (discardFeed) isEffect()  {}
+func (closeFeed) isEffect()    {}
+
+// ---- the machine ----
+
+// machine is the election state of one Feed and its transitions: step
+// takes the state and one input to a new state and the effects that input
+// asks for. It does no I/O, starts no goroutine, touches no timer, channel
+// or mutex, and reads the time only from step's now; the driver (loop)
+// owns everything else. Its random draws come from Options.Rand.
+//
+// At most one write (claim, renewal or vacancy) is in flight at a time,
+// and at most one read.
+//
+// # Why there is never more than one leader
+//
+// A node leads on revision R from the SEND time s of the compare-and-set
+// (claim or renewal) that wrote R until s+LeaseDuration, on its own
+// monotonic clock, and only if the reply came back before that (the lease
+// context's Err checks the clock; every transition to leading checks it).
+// Any other node's successful compare-and-set must be on R or a later
+// revision, so it happens after R was committed, hence after s. A node
+// sends a claim on revision R only in these cases (claimDue):
+//
+//  1. It first observed R at least W ago, and has seen no newer revision
+//     since, where W is the larger of its own ElectionTimeoutMin and
+//     heartbeat.FollowerWait(R.Lease). R.Lease is the writer's own
+//     LeaseDuration, written into R by the same compare-and-set. The node
+//     observed R after R was committed, so after s; the claim is sent
+//     after s+W > s+R.Lease: the lease R granted has ended, whatever the
+//     writer's Timing. (W exceeds R.Lease by at least a tenth of W, the
+//     margin for clock rates and scheduling. For a record without a lease,
+//     written before records carried one, W is ElectionTimeoutMin and the
+//     Timing rule LeaseDuration < ElectionTimeoutMin is what holds, as long
+//     as all nodes share a Timing.) A deleted record counts with the lease
+//     of the last record seen before it.
+//  2. R is vacant. Vacancies are written only by the holder of R-1's term
+//     after it stepped down (stepDown cancels the leader context before the
+//     vacancy is sent), so R grants nobody a lease.
+//  3. R was written by this node itself (a record naming it with the term
+//     it last claimed), and it does not lead on R: a claim or renewal whose
+//     reply came after its lease, or was lost, or a lease that ran out
+//     while a renewal was in flight. The only lease R can have granted is
+//     this node's own, which it does not hold; it claims with a new term.
+//  4. The store never had a record (Revision 0): nobody ever led.
+//
+// A claim on an older revision than the store's fails the compare-and-set.
+// So when a claim succeeds, every earlier lease has ended: never two
+// leaders. Terms strictly increase because a claim writes a term above
+// every term the node has seen, and the compare-and-set orders the writes.
+//
+// The times this rests on are step's now, which the driver reads after the
+// input arrived: an observation's time (observedAt) is after the record
+// was committed, and a call's sentAt is before the driver sends it, so a
+// lease counted from sentAt ends no later than one counted from the send.
+type machine struct {
+	id       string
+	election string
+	t        heartbeat.Timing
+	rand     heartbeat.Rand
+	role     role
+
+	// What this node knows of the record.
+	rec        heartbeat.Record // newest record observed; Revision 0: none
+	seen       bool             // rec was read or notified at least once
+	missing    bool             // the store has no record (never had, or deleted)
+	deleted    bool             // ... because it was deleted after we saw it
+	observedAt time.Time        // when rec.Revision was first observed
+	recLease   time.Duration    // the Lease of rec, kept when the record is deleted
+	maxTerm    uint64           // the highest term ever observed
+	announced  struct {
+		leader string
+		term   uint64
+		value  []byte
+		ok     bool
+	}
+	claimTerm   uint64    // the term of this node's last claim; a record naming it with it is its own
+	vacancyTerm uint64    // a vacant record with this term was written by this node (0: none)
+	handedOver  bool      // Resign or Stop gave up the last term: its record is not claimed at once
+	claimSoon   bool      // claim the own record at once (a late claim)
+	claimSentAt time.Time // when this node's last claim was sent
+	value       []byte
+
+	// Leadership: set while leading.
+	term      uint64
+	myRev     uint64 // newest revision this node wrote in its term
+	leaseEnd  time.Time
+	leaderCtx *leaseContext
+	lastErr   error
+
+	writing    bool           // a claim, renewal or vacancy is in flight
+	reading    bool           // a read is in flight
+	readAgain  bool           // a read was asked for while one was in flight
+	readFailed bool           // the last read failed: poll until one succeeds
+	vacancy    *vacancyWrite  // the vacancy to write (pending or in flight)
+	proclaims  []chan<- error // Proclaim calls waiting for a renewal
+	renewNow   bool           // renew as soon as the write in flight returns
+	stopCtx    context.Context
+
+	// The changefeed.
+	feedUp    bool      // the feed is open
+	opening   bool      // Subscribe is in flight
+	subOpened time.Time // when the feed opened
+	backoff   time.Duration
+
+	// What the getters were last given.
+	snap        snapshot
+	snapLeaseTo time.Time
+
+	now time.Time // of the step under way
+	out []effect  // effects of the step under way
+}
+
+// vacancyWrite is a vacancy to write after stepping down, for Resign (reply
+// set) or Stop.
+type vacancyWrite struct {
+	ctx      context.Context
+	reply    chan<- error
+	term     uint64
+	attempts int
+	inFlight bool
+}
+
+func newMachine(id, election string, t heartbeat.Timing, opts Options) *machine {
+	r := roleFollower
+	if opts.ObserveOnly {
+		r = roleObserver
+	}
+	return &machine{id: id, election: election, t: t, rand: opts.Rand, role: r, value: opts.Value}
+}
+
+// step is the transition of the machine on input in at instant now: it
+// updates the state and returns the effects, in the order the driver must
+// execute them.
+func (m *machine) step(now time.Time, in input) []effect {
+	m.now, m.out = now, nil
+	switch in := in.(type) {
+	case startInput:
+		m.openFeed()
+		m.startRead()
+		m.setTimer(timerPoll, now.Add(m.t.HeartbeatInterval)) // until the feed is up
+	case stopInput:
+		m.onStop(in.ctx)
+	case exitInput:
+		m.exit()
+	case timerInput:
+		m.onTimer(in.t)
+	case leaseLostInput:
+		m.onLeaseLost(in.expired)
+	case subscribedInput:
+		m.onSubscribed(in)
+	case notificationInput:
+		m.onNotification(in.n, in.ok)
+	case requestInput:
+		m.onRequest(in.r)
+	case callResult:
+		m.onResult(in)
+	case leaseExtendedInput:
+		m.onLeaseExtended(in.r, in.ok)
+		m.afterWrite()
+	case vacancyAbortedInput:
+		m.writing = false
+		m.vacancy.inFlight = false
+		m.vacancy.attempts--
+		m.endVacancy(fmt.Errorf("leaderfeed: vacant record not written: %w", in.err))
+	}
+	out := m.out
+	m.out = nil
+	return out
+}
+
+// done reports whether the engine may end: Stop was called and the last
+// write is over.
+func (m *machine) done() bool {
+	return m.role == roleStopping && !m.writing && m.vacancy == nil
+}
+
+func (m *machine) do(e effect) { m.out = append(m.out, e) }
+
+func (m *machine) setTimer(t timerID, at time.Time) { m.do(setTimer{t: t, at: at}) }
+
+func (m *machine) stopTimer(t timerID) { m.do(stopTimer{t: t}) }
+
+func (m *machine) emit(e Event) { m.do(emit{ev: e}) }
+
+func (m *machine) publish() { m.do(publish{snap: m.snap, leaseEnd: m.snapLeaseTo}) }
+
+func (m *machine) call(kind callKind, expected, next heartbeat.Record, deadline time.Time, parent context.Context) {
+	m.do(startCall{kind: kind, expected: expected, next: next, sentAt: m.now, deadline: deadline, parent: parent})
+}
+
+// exit ends the engine: the leader context is cancelled (Stop's context
+// ended before the clean path finished), a waiting Resign is answered, the
+// timers and the feed are stopped.
+func (m *machine) exit() {
+	if m.role == roleLeader {
+		m.stepDown(ReasonStopped, nil)
+	}
+	if m.vacancy != nil && m.vacancy.reply != nil {
+		m.do(reply{to: m.vacancy.reply, err: ErrClosed})
+	}
+	for _, t := range []timerID{timerClaim, timerRenew, timerReopen, timerPoll} {
+		m.stopTimer(t)
+	}
+	m.do(closeFeed{})
+}
+
+func (m *machine) onTimer(t timerID) {
+	switch t {
+	case timerClaim:
+		m.onClaimTimer()
+	case timerRenew:
+		m.startRenew()
+	case timerReopen:
+		m.openFeed()
+	case timerPoll:
+		if !m.feedUp || (m.readFailed && (m.role == roleFollower || m.role == roleObserver)) {
+			m.startRead()
+			m.setTimer(timerPoll, m.now.Add(m.t.HeartbeatInterval))
+		}
+	}
+}
+
+func (m *machine) onResult(r callResult) {
+	switch r.kind {
+	case callRead:
+		m.reading = false
+		m.onRead(r)
+		if m.readAgain {
+			m.readAgain = false
+			m.startRead()
+		}
+		return
+	case callClaim:
+		m.writing = false
+		m.onClaim(r)
+	case callRenew:
+		m.writing = false
+		if m.onRenew(r) {
+			return // afterWrite once the lease's extension is known
+		}
+	case callVacancy:
+		m.writing = false
+		m.onVacancy(r)
+	}
+	m.afterWrite()
+}
+
+// afterWrite starts what waited for the write that just returned.
+func (m *machine) afterWrite() {
+	if m.writing {
+		return
+	}
+	switch {
+	case m.vacancy != nil:
+		m.startVacancy()
+	case m.role == roleLeader && m.renewNow:
+		// A renewal asked for while the write was in flight (Proclaim,
+		// or a renewal whose reply was lost). Proclaims waiting after a
+		// failed renewal wait for its retry (timerRenew): renewing again
+		// at once would spin as fast as the store fails.
+		m.renewNow = false
+		m.startRenew()
+	case m.role == roleFollower:
+		m.armClaim(false)
+	}
+}
+
+// ---- the changefeed ----
+
+// openFeed opens the changefeed. While it is down (also before it first
+// opens) the record is polled.
+func (m *machine) openFeed() {
+	if m.opening || m.feedUp {
+		return
+	}
+	m.opening = true
+	m.do(openFeed{})
+}
+
+func (m *machine) onSubscribed(r subscribedInput) {
+	m.opening = false
+	if r.err != nil {
+		m.feedDown(fmt.Errorf("leaderfeed: subscribe: %w", r.err))
+		return
+	}
+	if m.role == roleStopping {
+		m.do(discardFeed{})
+		return
+	}
+	m.feedUp, m.subOpened = r.ok, m.now
+	m.do(useFeed{})
+	m.stopTimer(timerPoll)
+	m.emit(Event{Type: EventSubscribeStarted})
+	// Changes committed while the feed was down are not in it: read.
+	m.startRead()
+}
+
+// feedDown records a failure of the feed, schedules its reopening with
+// backoff and starts polling.
+func (m *machine) feedDown(err error) {
+	m.do(closeFeed{})
+	m.feedUp = false
+	base := max(time.Millisecond, m.t.HeartbeatInterval/20)
+	if m.backoff == 0 || (!m.subOpened.IsZero() && m.now.Sub(m.subOpened) > m.t.ElectionTimeoutMin) {
+		m.backoff = base
+	} else {
+		m.backoff = min(2*m.backoff, m.t.ElectionTimeoutMax)
+	}
+	m.subOpened = time.Time{}
+	m.emit(Event{Type: EventSubscribeError, Err: err})
+	m.setTimer(timerReopen, m.now.Add(m.backoff+m.jitter(m.backoff/2)))
+	m.setTimer(timerPoll, m.now.Add(m.t.HeartbeatInterval))
+}
+
+func (m *machine) onNotification(n Notification, ok bool) {
+	if !ok {
+		m.feedDown(errors.New("leaderfeed: changefeed closed without an error"))
+		return
+	}
+	switch n.Type {
+	case RecordChanged:
+		m.observe(n.Record, false)
+	case RecordDeleted:
+		m.observeMissing(false)
+	case OtherChanged:
+		m.emit(Event{Type: EventChange, Change: n.Change})
+	case Ignored:
+		m.emit(Event{Type: EventIgnored, Err: n.Err})
+	case Failed:
+		err := n.Err
+		if err == nil {
+			err = errors.New("leaderfeed: changefeed failed")
+		}
+		m.feedDown(err)
+	default:
+		m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: backend sent a notification of unknown type %v", n.Type)})
+	}
+}
+
+// ---- observing the record ----
+
+// startRead reads the record. Leaders skip it: their renewals find out
+// everything a read would.
+func (m *machine) startRead() {
+	if m.role == roleLeader || m.role == roleStopping {
+		return
+	}
+	if m.reading {
+		// The read in flight may have been answered before what this
+		// read is for (a feed just opened): read once more after it.
+		m.readAgain = true
+		return
+	}
+	m.reading = true
+	m.call(callRead, heartbeat.Record{}, heartbeat.Record{}, m.now.Add(m.t.ElectionTimeoutMin), nil)
+}
+
+func (m *machine) onRead(r callResult) {
+	// A failed read is retried every heartbeat interval, also while the
+	// feed is up: the feed reports changes, not the record as it is, so a
+	// node whose read failed would otherwise wait for the next change,
+	// forever in an election nobody writes (vacant, or its leader gone).
+	m.readFailed = r.err != nil && !errors.Is(r.err, ErrNotFound) && !errors.Is(r.err, ErrMalformedRecord) && !r.closed
+	if m.role != roleFollower && m.role != roleObserver {
+		return // a leader's or candidate's writes know better
+	}
+	if m.readFailed {
+		m.setTimer(timerPoll, m.now.Add(m.t.HeartbeatInterval))
+	}
+	// A read sent before the last observation may be older than it: it is
+	// then taken only if its revision is newer.
+	fresh := !m.seen || !r.sentAt.Before(m.observedAt)
+	switch err := r.err; {
+	case err == nil:
+		m.observe(r.res, fresh)
+	case errors.Is(err, ErrNotFound):
+		if fresh {
+			m.observeMissing(true)
+		}
+	case errors.Is(err, ErrMalformedRecord):
+		m.emit(Event{Type: EventIgnored, Err: err})
+		m.armClaim(false)
+	case r.closed:
+	default:
+		m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: read record: %w", err)})
+		m.armClaim(false)
+	}
+}
+
+// own reports whether r is a record this node wrote in this process: it
+// names this node with the term of its last claim.
+func (m *machine) own(r heartbeat.Record) bool {
+	return r.Revision != 0 && m.claimTerm != 0 && r.Leader == m.id && r.Term == m.claimTerm
+}
+
+// observe takes in a record. The known write again and records from the
+// feed older than the one known are ignored; authoritative ones (a read, a
+// write's result, a conflict's current record) are taken whenever they are
+// another write, which also covers a record that was deleted and created
+// anew.
+func (m *machine) observe(r heartbeat.Record, authoritative bool) {
+	if r.Revision == 0 {
+		m.observeMissing(authoritative)
+		return
+	}
+	if m.seen && !m.missing {
+		// The same write again, or an older one from the feed. A record of
+		// the known revision but another leader or term is another write: a
+		// store that lost an acknowledged write hands a revision out twice.
+		if r.SameWrite(m.rec) || (!authoritative && r.Revision < m.rec.Revision) {
+			return
+		}
+	}
+	now := m.now
+	m.rec, m.seen, m.missing, m.deleted, m.observedAt = r.Clone(), true, false, false, now
+	m.recLease = r.Lease
+	m.maxTerm = max(m.maxTerm, r.Term)
+	m.snap.record, m.snap.seen = m.rec.Clone(), true
+	m.do(publish{snap: m.snap, leaseEnd: m.snapLeaseTo, recordAt: now})
+	m.do(logDebug{msg: "leaderfeed: record", args: []any{"leader", r.Leader, "term", r.Term, "revision", r.Revision}})
+	if m.role == roleLeader {
+		if r.Leader == m.id && r.Term == m.term {
+			// Our own write (possibly one whose reply we lost): only this
+			// node writes its id with this term.
+			m.myRev = max(m.myRev, r.Revision)
+			m.announce(r.Leader, r.Term, r.Value, now)
+			return
+		}
+		// Leadership ends before anything else is reported.
+		m.stepDown(ReasonDeposed, fmt.Errorf("leaderfeed: record names %q with term %d", r.Leader, r.Term))
+	}
+	if m.vacancy != nil && m.own(r) {
+		m.myRev = max(m.myRev, r.Revision)
+	}
+	if m.role == roleCandidate && r.Leader == m.id && r.Term == m.claimTerm {
+		// The feed brought this node's claim before the claim's reply:
+		// announce it when the reply is in (onClaim), after EventElected
+		// if it won, so that no reader sees this node as the new leader
+		// before its own elected event.
+		m.armClaim(true)
+		return
+	}
+	m.announce(r.Leader, r.Term, r.Value, now)
+	m.armClaim(true)
+}
+
+// observeMissing takes in that the store has no record.
+func (m *machine) observeMissing(authoritative bool) {
+	if m.missing && m.seen {
+		return
+	}
+	_ = authoritative
+	wasSeen := m.seen && !m.missing
+	now := m.now
+	m.rec = heartbeat.Record{Election: m.election}
+	m.seen, m.missing, m.deleted, m.observedAt = true, true, wasSeen, now
+	m.snap.record, m.snap.seen = m.rec.Clone(), true
+	m.publish()
+	if m.role == roleLeader {
+		m.stepDown(ReasonDeposed, errors.New("leaderfeed: election record was deleted"))
+	}
+	m.announce("", m.maxTerm, nil, now)
+	m.armClaim(true)
+}
+
+func (m *machine) announce(leader string, term uint64, value []byte, at time.Time) {
+	if m.announced.ok && m.announced.leader == leader && m.announced.term == term && bytes.Equal(m.announced.value, value) {
+		return
+	}
+	m.announced.leader, m.announced.term, m.announced.value, m.announced.ok = leader, term, bytes.Clone(value), true
+	m.emit(Event{Type: EventNewLeader, At: at, Leader: leader, Term: term, Value: bytes.Clone(value)})
+}
+
+// ---- campaigning ----
+
+// claimableAtOnce: cases 2 to 4 of the safety argument (see machine): a
+// vacancy made by another node, a record this node wrote and does not
+// lead on, or an election whose record never existed.
+func (m *machine) claimableAtOnce() bool {
+	if m.missing {
+		return !m.deleted
+	}
+	if m.rec.Vacant() {
+		return m.vacancyTerm == 0 || m.rec.Term != m.vacancyTerm
+	}
+	return m.own(m.rec) && !m.handedOver
+}
+
+// claimDue reports whether a claim on the known revision may be sent now:
+// case 1 of the safety argument, or one of the others.
+func (m *machine) claimDue(now time.Time) bool {
+	return m.claimableAtOnce() || !now.Before(m.observedAt.Add(m.claimWait()))
+}
+
+// claimWait is W of case 1: how long after observing the known revision a
+// claim on it may be sent. The record's lease, written by its writer, wins
+// over this node's own timing when it is longer: nodes of different
+// Timings then never lead at once.
+func (m *machine) claimWait() time.Duration {
+	return max(m.t.ElectionTimeoutMin, heartbeat.FollowerWait(m.recLease))
+}
+
+// armClaim (re)arms the election timer of a follower. fresh says the known
+// revision just changed, so a new random timeout is drawn; otherwise (after
+// a failed attempt) it retries after a heartbeat interval, never earlier than
+// the timeout allows.
+func (m *machine) armClaim(fresh bool) {
+	if m.role != roleFollower {
+		m.stopTimer(timerClaim)
+		return
+	}
+	var at time.Time
+	switch {
+	case m.claimableAtOnce():
+		d := m.t.Jitter(m.rand)
+		if !fresh {
+			d += m.t.HeartbeatInterval
+		}
+		at = m.now.Add(d)
+		if m.own(m.rec) {
+			at = m.now.Add(m.t.HeartbeatInterval) // after a failed attempt
+			if fresh || m.claimSoon {
+				// At once, but not sooner than a heartbeat after the
+				// last claim: a store that loses every reply must not
+				// get a storm of claims.
+				at = m.claimSentAt.Add(m.t.HeartbeatInterval)
+			}
+		}
+	case fresh:
+		// The random timeout, moved later as a whole when the record's
+		// lease asks for a longer wait than this node's own timing.
+		at = m.observedAt.Add(m.t.ElectionTimeout(m.rand) + m.claimWait() - m.t.ElectionTimeoutMin)
+	default:
+		at = m.observedAt.Add(m.claimWait())
+		if d := m.now.Add(m.t.HeartbeatInterval); at.Before(d) {
+			at = d
+		}
+	}
+	if at.Before(m.now) {
+		at = m.now
+	}
+	m.setTimer(timerClaim, at)
+}
+
+func (m *machine) jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	if m.rand != nil {
+		return time.Duration(m.rand.Int64N(int64(d) + 1))
+	}
+	return heartbeat.Timing{VacancyJitter: d}.Jitter(nil)
+}
+
+func (m *machine) onClaimTimer() {
+	if m.role != roleFollower || m.writing || !m.seen {
+		return
+	}
+	if !m.claimDue(m.now) {
+		m.armClaim(false)
+		return
+	}
+	m.claimSoon, m.handedOver = false, false
+	next := heartbeat.Record{
+		Election: m.election,
+		Leader:   m.id,
+		Term:     max(m.maxTerm, m.rec.Term) + 1,
+		Value:    m.value,
+		Lease:    m.t.LeaseDuration,
+	}
+	m.claimTerm = next.Term
+	m.claimSentAt = m.now
+	m.maxTerm = next.Term
+	m.role, m.writing = roleCandidate, true
+	m.call(callClaim, m.rec, next, m.now.Add(m.t.LeaseDuration), nil)
+}
+
+func (m *machine) onClaim(r callResult) {
+	m.handleClaim(r)
+	// A record that observe held back while the claim was in flight (its
+	// own claim, seen on the feed first) is announced now; announce skips
+	// what was announced already.
+	if m.seen && !m.missing && m.role != roleCandidate {
+		m.announce(m.rec.Leader, m.rec.Term, m.rec.Value, m.now)
+	}
+}
+
+func (m *machine) handleClaim(r callResult) {
+	now := m.now
+	stopping := m.role == roleStopping
+	if !stopping {
+		m.role = roleFollower
+	}
+	var conflict *ConflictError
+	switch {
+	case r.err == nil:
+		if r.res.Revision != r.expected.Revision+1 || r.res.Leader != r.next.Leader || r.res.Term != r.next.Term {
+			m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: backend returned %v for a claim of term %d on revision %d", r.res, r.next.Term, r.expected.Revision)})
+			m.observe(r.res, true)
+			return
+		}
+		if stopping {
+			// Won while stopping: hand over at once.
+			m.term, m.myRev = r.res.Term, r.res.Revision
+			m.vacancy = &vacancyWrite{ctx: m.stopCtx, term: r.res.Term}
+			m.vacancyTerm = r.res.Term
+			m.observe(r.res, true)
+			return
+		}
+		if !now.Before(r.sentAt.Add(m.t.LeaseDuration)) {
+			// Won, but the lease the claim granted is over: the record is
+			// ours and nobody leads on it, so claim it again at once
+			// (case 3) rather than leave everyone waiting for a timeout.
+			m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: claim of term %d took %v, longer than the lease: %w", r.next.Term, now.Sub(r.sentAt), errLeaseOver)})
+			m.claimSoon = true
+			m.observe(r.res, true)
+			return
+		}
+		m.becomeLeader(r.res, r.sentAt, now)
+	case errors.As(r.err, &conflict):
+		m.do(logDebug{msg: "leaderfeed: claim lost", args: []any{"term", r.next.Term, "current_revision", conflict.Current.Revision}})
+		m.observe(conflict.Current, true)
+	case r.closed:
+	default:
+		m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: claim term %d: %w", r.next.Term, r.err)})
+	}
+}
+
+// ---- leading ----
+
+// becomeLeader starts a term won by a claim sent at sentAt whose reply was
+// checked against the lease at now. EventElected is stamped now, the instant
+// the lease was known to run: a later clock reading could fall after the
+// lease's end, and the lease-expired EventUnelected (stamped at that end)
+// would then precede the term's start.
+func (m *machine) becomeLeader(res heartbeat.Record, sentAt, now time.Time) {
+	m.role = roleLeader
+	m.term, m.myRev, m.lastErr = res.Term, res.Revision, nil
+	m.leaseEnd = sentAt.Add(m.t.LeaseDuration)
+	m.leaderCtx = newLeaseContext(m.leaseEnd)
+	m.stopTimer(timerClaim)
+	m.do(armLease{ctx: m.leaderCtx, end: m.leaseEnd})
+	m.snap.leader, m.snap.term, m.snap.leaderCtx = true, m.term, m.leaderCtx
+	m.snapLeaseTo = m.leaseEnd
+	m.publish()
+	m.emit(Event{Type: EventElected, At: now, Term: m.term, LeaderCtx: m.leaderCtx})
+	m.observe(res, true)
+	m.do(setTimer{t: timerRenew, at: sentAt.Add(m.t.HeartbeatInterval), align: true})
+}
+
+// startRenew sends the leader's heartbeat: a compare-and-set on its own
+// last revision, bounded by the lease.
+func (m *machine) startRenew() {
+	if m.role != roleLeader {
+		return
+	}
+	if m.writing {
+		m.renewNow = true
+		return
+	}
+	m.writing = true
+	next := heartbeat.Record{Election: m.election, Leader: m.id, Term: m.term, Value: m.value, Lease: m.t.LeaseDuration}
+	m.call(callRenew, heartbeat.Record{Revision: m.myRev, Leader: m.id, Term: m.term}, next, m.leaseEnd, nil)
+}
+
+// onRenew takes in a renewal's result. It reports true when it asked the
+// driver to extend the lease (extendLease): the rest is onLeaseExtended.
+func (m *machine) onRenew(r callResult) bool {
+	leading := m.role == roleLeader && m.term == r.next.Term
+	var conflict *ConflictError
+	switch {
+	case r.err == nil:
+		m.myRev = max(m.myRev, r.res.Revision)
+		if !leading {
+			m.observe(r.res, true)
+			return false
+		}
+		newEnd := r.sentAt.Add(m.t.LeaseDuration)
+		if !m.now.Before(newEnd) {
+			m.onLeaseExtended(r, false)
+			return false
+		}
+		m.do(extendLease{ctx: m.leaderCtx, end: newEnd, r: r})
+		return true
+	case errors.As(r.err, &conflict) && m.own(conflict.Current):
+		// The store holds our own later write: an earlier renewal committed
+		// but its reply was lost. Take the revision and renew on it at
+		// once; the lease still runs from the last reply that came back.
+		m.myRev = max(m.myRev, conflict.Current.Revision)
+		if leading {
+			m.renewNow = true
+		} else {
+			m.observe(conflict.Current, true)
+		}
+	case errors.As(r.err, &conflict):
+		if leading {
+			m.stepDown(ReasonDeposed, r.err)
+		}
+		m.observe(conflict.Current, true)
+	default:
+		if !leading {
+			return false
+		}
+		m.lastErr = r.err
+		if !r.closed {
+			m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: renew term %d: %w", m.term, r.err)})
+		}
+		// Retry soon; the lease timer steps down if no retry gets through.
+		m.setTimer(timerRenew, m.now.Add(max(time.Millisecond, m.t.HeartbeatInterval/5)))
+	}
+	return false
+}
+
+// onLeaseExtended ends a successful renewal of the term this node leads:
+// extended says the leader context took the renewal's lease.
+func (m *machine) onLeaseExtended(r callResult, extended bool) {
+	if !extended {
+		// The lease ran out before the reply: leadership is over (the
+		// record is ours: case 3 lets this node claim it again).
+		m.lastErr = errLeaseOver
+		m.stepDown(ReasonLeaseExpired, errLeaseOver)
+		m.observe(r.res, true)
+		return
+	}
+	newEnd := r.sentAt.Add(m.t.LeaseDuration)
+	m.leaseEnd, m.lastErr = newEnd, nil
+	m.do(armLease{ctx: m.leaderCtx, end: newEnd})
+	m.snapLeaseTo = newEnd
+	m.publish()
+	m.do(logDebug{msg: "leaderfeed: renewed", args: []any{"term", m.term, "revision", r.res.Revision}})
+	m.replyProclaims(nil)
+	m.observe(r.res, true)
+	m.do(setTimer{t: timerRenew, at: r.sentAt.Add(m.t.HeartbeatInterval), align: true})
+}
+
+func (m *machine) replyProclaims(err error) {
+	for _, c := range m.proclaims {
+		m.do(reply{to: c, err: err})
+	}
+	m.proclaims = nil
+}
+
+func (m *machine) onLeaseLost(expired bool) {
+	if m.role != roleLeader || !expired {
+		return // a signal of an earlier term, or of a lease since extended
+	}
+	m.stepDown(ReasonLeaseExpired, m.lastErr)
+	m.afterWrite()
+}
+
+// stepDown ends this node's leadership: the leader context is cancelled
+// (with the reason's cause) before anything else. The event's At is the end
+// of the lease when it ran out, else the moment after the cancellation
+// (never after the lease's end): no holder of the leader context finds it
+// live after At.
+func (m *machine) stepDown(reason Reason, err error) {
+	if m.role != roleLeader {
+		return
+	}
+	m.do(cancelLeader{ctx: m.leaderCtx, cause: reason.cause()})
+	m.stopTimer(timerLease)
+	m.stopTimer(timerRenew)
+	m.renewNow = false
+	var at time.Time // the driver's instant of the cancellation
+	if reason == ReasonLeaseExpired || m.now.After(m.leaseEnd) {
+		at = m.leaseEnd
+	}
+	m.role = roleFollower
+	m.snap.leader = false
+	m.publish()
+	m.replyProclaims(ErrNotLeader)
+	m.do(emit{ev: Event{Type: EventUnelected, At: at, Term: m.term, Reason: reason, Err: err}, notAfter: m.leaseEnd})
+}
+
+// ---- handing over ----
+
+// startVacancy writes the vacant record on the newest revision this node
+// wrote, once no other write is in flight. The driver does not send it if
+// its context has ended (vacancyAbortedInput).
+func (m *machine) startVacancy() {
+	v := m.vacancy
+	if v == nil || m.writing {
+		return
+	}
+	m.writing, v.inFlight = true, true
+	v.attempts++
+	m.call(callVacancy, heartbeat.Record{Revision: m.myRev, Leader: m.id, Term: v.term}, heartbeat.Record{Election: m.election, Term: v.term}, time.Time{}, v.ctx)
+}
+
+func (m *machine) endVacancy(err error) {
+	v := m.vacancy
+	m.vacancy = nil
+	if v.reply != nil {
+		m.do(reply{to: v.reply, err: err})
+	} else if err != nil {
+		m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: stop: %w", err)})
+	}
+	m.armClaim(false)
+}
+
+func (m *machine) onVacancy(r callResult) {
+	v := m.vacancy
+	v.inFlight = false
+	var conflict *ConflictError
+	switch {
+	case r.err == nil:
+		m.observe(r.res, true)
+		m.endVacancy(nil)
+	case errors.As(r.err, &conflict) && m.own(conflict.Current):
+		// A renewal of ours committed with its reply lost: write the
+		// vacancy on it (startVacancy runs again in afterWrite).
+		m.myRev = conflict.Current.Revision
+		if v.attempts >= 5 {
+			m.endVacancy(fmt.Errorf("leaderfeed: vacant record not written: %w", r.err))
+		}
+	case errors.As(r.err, &conflict):
+		// Either our own vacancy committed and its reply was lost, or
+		// another node took over already: either way the election is
+		// handed over.
+		m.observe(conflict.Current, true)
+		m.endVacancy(nil)
+	default:
+		// The vacancy may have committed: write it again while the
+		// caller's context allows; a committed one comes back as a
+		// conflict carrying it.
+		if r.parentDone || r.closed || v.attempts >= 5 {
+			m.endVacancy(fmt.Errorf("leaderfeed: vacant record not written (the others take over after their election timeout): %w", r.err))
+		}
+	}
+}
+
+func (m *machine) onRequest(r request) {
+	switch r.kind {
+	case reqResign:
+		if m.role != roleLeader {
+			m.do(reply{to: r.reply, err: ErrNotLeader})
+			return
+		}
+		m.stepDown(ReasonResigned, nil)
+		m.handedOver = true
+		m.vacancy = &vacancyWrite{ctx: r.ctx, reply: r.reply, term: m.term}
+		m.vacancyTerm = m.term
+		m.startVacancy()
+	case reqProclaim:
+		if m.role != roleLeader {
+			m.do(reply{to: r.reply, err: ErrNotLeader})
+			return
+		}
+		m.value = r.value
+		m.proclaims = append(m.proclaims, r.reply)
+		m.startRenew()
+	case reqStatus:
+		m.do(reply{to: r.reply, err: nil})
+	default:
+		m.do(reply{to: r.reply, err: fmt.Errorf("leaderfeed: unknown request %d", r.kind)})
+	}
+}
+
+// onStop: step down (EventUnelected first), then write the vacancy; the
+// engine ends when no write is in flight (done).
+func (m *machine) onStop(ctx context.Context) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	m.stopCtx = ctx
+	wasLeader := m.role == roleLeader
+	m.stepDown(ReasonStopped, nil)
+	m.role = roleStopping
+	m.stopTimer(timerClaim)
+	m.stopTimer(timerPoll)
+	m.stopTimer(timerReopen)
+	if wasLeader {
+		m.handedOver = true
+		m.vacancy = &vacancyWrite{ctx: m.stopCtx, term: m.term}
+		m.vacancyTerm = m.term
+		m.startVacancy()
+	}
+}

@@ -17,7 +17,7 @@ import (
 // of its own and its result comes back as an input, so Resign, Proclaim,
 // Stop and the getters are answered whatever the store does. Why there is
 // never more than one leader is told next to the machine's claim logic
-// (see machine).
+// (see claimDue in machine.go).
 type loop struct {
 	f       *Feed
 	m       *machine

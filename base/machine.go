@@ -260,47 +260,13 @@ func (closeFeed) isEffect()    {}
 // At most one write (claim, renewal or vacancy) is in flight at a time,
 // and at most one read.
 //
-// # Why there is never more than one leader
+// The one object the machine makes that lives on its own is the leader
+// context of a term (newLeaseContext, which does no I/O): cancelling it,
+// arming the timer that cancels it at the lease's end and extending its
+// lease are effects (cancelLeader, armLease, extendLease).
 //
-// A node leads on revision R from the SEND time s of the compare-and-set
-// (claim or renewal) that wrote R until s+LeaseDuration, on its own
-// monotonic clock, and only if the reply came back before that (the lease
-// context's Err checks the clock; every transition to leading checks it).
-// Any other node's successful compare-and-set must be on R or a later
-// revision, so it happens after R was committed, hence after s. A node
-// sends a claim on revision R only in these cases (claimDue):
-//
-//  1. It first observed R at least W ago, and has seen no newer revision
-//     since, where W is the larger of its own ElectionTimeoutMin and
-//     heartbeat.FollowerWait(R.Lease). R.Lease is the writer's own
-//     LeaseDuration, written into R by the same compare-and-set. The node
-//     observed R after R was committed, so after s; the claim is sent
-//     after s+W > s+R.Lease: the lease R granted has ended, whatever the
-//     writer's Timing. (W exceeds R.Lease by at least a tenth of W, the
-//     margin for clock rates and scheduling. For a record without a lease,
-//     written before records carried one, W is ElectionTimeoutMin and the
-//     Timing rule LeaseDuration < ElectionTimeoutMin is what holds, as long
-//     as all nodes share a Timing.) A deleted record counts with the lease
-//     of the last record seen before it.
-//  2. R is vacant. Vacancies are written only by the holder of R-1's term
-//     after it stepped down (stepDown cancels the leader context before the
-//     vacancy is sent), so R grants nobody a lease.
-//  3. R was written by this node itself (a record naming it with the term
-//     it last claimed), and it does not lead on R: a claim or renewal whose
-//     reply came after its lease, or was lost, or a lease that ran out
-//     while a renewal was in flight. The only lease R can have granted is
-//     this node's own, which it does not hold; it claims with a new term.
-//  4. The store never had a record (Revision 0): nobody ever led.
-//
-// A claim on an older revision than the store's fails the compare-and-set.
-// So when a claim succeeds, every earlier lease has ended: never two
-// leaders. Terms strictly increase because a claim writes a term above
-// every term the node has seen, and the compare-and-set orders the writes.
-//
-// The times this rests on are step's now, which the driver reads after the
-// input arrived: an observation's time (observedAt) is after the record
-// was committed, and a call's sentAt is before the driver sends it, so a
-// lease counted from sentAt ends no later than one counted from the send.
+// Why there is never more than one leader is told in one place, next to
+// the claim logic it rests on: see claimDue.
 type machine struct {
 	id       string
 	election string
@@ -722,7 +688,55 @@ func (m *machine) announce(leader string, term uint64, value []byte, at time.Tim
 
 // ---- campaigning ----
 
-// claimableAtOnce: cases 2 to 4 of the safety argument (see machine): a
+// claimDue reports whether a claim on the known revision may be sent now:
+// case 1 of the argument below, or one of the others (claimableAtOnce).
+//
+// # Why there is never more than one leader
+//
+// A node leads on revision R from the SEND time s of the compare-and-set
+// (claim or renewal) that wrote R until s+LeaseDuration, on its own
+// monotonic clock, and only if the reply came back before that (the lease
+// context's Err checks the clock; every transition to leading checks it).
+// Any other node's successful compare-and-set must be on R or a later
+// revision, so it happens after R was committed, hence after s. A node
+// sends a claim on revision R only in these cases (claimDue):
+//
+//  1. It first observed R at least W ago, and has seen no newer revision
+//     since, where W is the larger of its own ElectionTimeoutMin and
+//     heartbeat.FollowerWait(R.Lease). R.Lease is the writer's own
+//     LeaseDuration, written into R by the same compare-and-set. The node
+//     observed R after R was committed, so after s; the claim is sent
+//     after s+W > s+R.Lease: the lease R granted has ended, whatever the
+//     writer's Timing. (W exceeds R.Lease by at least a tenth of W, the
+//     margin for clock rates and scheduling. For a record without a lease,
+//     written before records carried one, W is ElectionTimeoutMin and the
+//     Timing rule LeaseDuration < ElectionTimeoutMin is what holds, as long
+//     as all nodes share a Timing.) A deleted record counts with the lease
+//     of the last record seen before it.
+//  2. R is vacant. Vacancies are written only by the holder of R-1's term
+//     after it stepped down (stepDown cancels the leader context before the
+//     vacancy is sent), so R grants nobody a lease.
+//  3. R was written by this node itself (a record naming it with the term
+//     it last claimed), and it does not lead on R: a claim or renewal whose
+//     reply came after its lease, or was lost, or a lease that ran out
+//     while a renewal was in flight. The only lease R can have granted is
+//     this node's own, which it does not hold; it claims with a new term.
+//  4. The store never had a record (Revision 0): nobody ever led.
+//
+// A claim on an older revision than the store's fails the compare-and-set.
+// So when a claim succeeds, every earlier lease has ended: never two
+// leaders. Terms strictly increase because a claim writes a term above
+// every term the node has seen, and the compare-and-set orders the writes.
+//
+// The times this rests on are step's now, which the driver reads after the
+// input arrived: an observation's time (observedAt) is after the record
+// was committed, and a call's sentAt is before the driver sends it, so a
+// lease counted from sentAt ends no later than one counted from the send.
+func (m *machine) claimDue(now time.Time) bool {
+	return m.claimableAtOnce() || !now.Before(m.observedAt.Add(m.claimWait()))
+}
+
+// claimableAtOnce: cases 2 to 4 of the safety argument (see claimDue): a
 // vacancy made by another node, a record this node wrote and does not
 // lead on, or an election whose record never existed.
 func (m *machine) claimableAtOnce() bool {
@@ -733,12 +747,6 @@ func (m *machine) claimableAtOnce() bool {
 		return m.vacancyTerm == 0 || m.rec.Term != m.vacancyTerm
 	}
 	return m.own(m.rec) && !m.handedOver
-}
-
-// claimDue reports whether a claim on the known revision may be sent now:
-// case 1 of the safety argument, or one of the others.
-func (m *machine) claimDue(now time.Time) bool {
-	return m.claimableAtOnce() || !now.Before(m.observedAt.Add(m.claimWait()))
 }
 
 // claimWait is W of case 1: how long after observing the known revision a

@@ -307,7 +307,8 @@ type machine struct {
 	readAgain  bool           // a read was asked for while one was in flight
 	readFailed bool           // the last read failed: poll until one succeeds
 	vacancy    *vacancyWrite  // the vacancy to write (pending or in flight)
-	proclaims  []chan<- error // Proclaim calls waiting for a renewal
+	proclaims  []chan<- error // Proclaim calls waiting for a renewal to carry their value
+	carried    []chan<- error // ... and those the renewal in flight carries
 	renewNow   bool           // renew as soon as the write in flight returns
 	stopCtx    context.Context
 
@@ -916,6 +917,8 @@ func (m *machine) startRenew() {
 		return
 	}
 	m.writing = true
+	// This renewal carries the value of every Proclaim so far.
+	m.carried, m.proclaims = append(m.carried, m.proclaims...), nil
 	next := heartbeat.Record{Election: m.election, Leader: m.id, Term: m.term, Value: m.value, Lease: m.t.LeaseDuration}
 	m.call(callRenew, heartbeat.Record{Revision: m.myRev, Leader: m.id, Term: m.term}, next, m.leaseEnd, nil)
 }
@@ -946,6 +949,7 @@ func (m *machine) onRenew(r callResult) bool {
 		m.myRev = max(m.myRev, conflict.Current.Revision)
 		if leading {
 			m.renewNow = true
+			m.uncarry() // the next renewal carries their value again
 		} else {
 			m.observe(conflict.Current, true)
 		}
@@ -959,6 +963,7 @@ func (m *machine) onRenew(r callResult) bool {
 			return false
 		}
 		m.lastErr = r.err
+		m.uncarry() // the retry carries their value
 		if !r.closed {
 			m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: renew term %d: %w", m.term, r.err)})
 		}
@@ -985,16 +990,28 @@ func (m *machine) onLeaseExtended(r callResult, extended bool) {
 	m.snapLeaseTo = newEnd
 	m.publish()
 	m.do(logDebug{msg: "leaderfeed: renewed", args: []any{"term", m.term, "revision", r.res.Revision}})
-	m.replyProclaims(nil)
+	// The Proclaims this renewal carried are done; those made while it was
+	// in flight wait for the next one (renewNow).
+	for _, c := range m.carried {
+		m.do(reply{to: c})
+	}
+	m.carried = nil
 	m.observe(r.res, true)
 	m.do(setTimer{t: timerRenew, at: r.sentAt.Add(m.t.HeartbeatInterval), align: true})
 }
 
+// replyProclaims answers every waiting Proclaim with err.
 func (m *machine) replyProclaims(err error) {
-	for _, c := range m.proclaims {
+	for _, c := range append(m.carried, m.proclaims...) {
 		m.do(reply{to: c, err: err})
 	}
-	m.proclaims = nil
+	m.carried, m.proclaims = nil, nil
+}
+
+// uncarry puts the Proclaims the renewal that just failed carried back
+// with those waiting for a renewal.
+func (m *machine) uncarry() {
+	m.proclaims, m.carried = append(m.carried, m.proclaims...), nil
 }
 
 func (m *machine) onLeaseLost(expired bool) {

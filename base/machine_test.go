@@ -750,3 +750,52 @@ func TestMachineClaimReplyLost(t *testing.T) {
 		t.Fatalf("retry %+v, want term 2 on the committed claim", c2)
 	}
 }
+
+// A Proclaim made while a renewal is in flight is answered by the next
+// renewal, which carries its value, not by the one in flight.
+func TestMachineProclaimDuringRenewal(t *testing.T) {
+	m, _ := leader(t)
+	lctx := m.leaderCtx
+	sent := at(110 * time.Millisecond)
+	c := m.step(sent, timerInput{timerRenew})[0].(startCall)
+	proclaim := make(chan error, 1)
+	expect(t, m.step(at(112*time.Millisecond), requestInput{r: request{kind: reqProclaim, value: []byte("a:2"), reply: proclaim}}))
+	res := c.next
+	res.Revision = 2
+	r := callResult{kind: callRenew, expected: c.expected, next: c.next, sentAt: sent, res: res}
+	now := at(120 * time.Millisecond)
+	expect(t, m.step(now, r), extendLease{ctx: lctx, end: sent.Add(timing.LeaseDuration), r: r})
+	effs := m.step(now, leaseExtendedInput{r: r, ok: true})
+	for _, e := range effs {
+		if _, ok := e.(reply); ok {
+			t.Fatalf("the renewal sent before Proclaim answered it: %+v", effs)
+		}
+	}
+	c2, ok := effs[len(effs)-1].(startCall)
+	if !ok || c2.kind != callRenew || string(c2.next.Value) != "a:2" || c2.expected.Revision != 2 {
+		t.Fatalf("last effect %+v, want a renewal carrying the new value on revision 2", effs[len(effs)-1])
+	}
+	// A transient failure of that renewal keeps the Proclaim waiting for
+	// the retry; the retry's success answers it.
+	r2 := callResult{kind: callRenew, expected: c2.expected, next: c2.next, sentAt: now, err: errors.New("boom")}
+	for _, e := range m.step(at(125*time.Millisecond), r2) {
+		if _, ok := e.(reply); ok {
+			t.Fatal("a failed renewal answered the Proclaim")
+		}
+	}
+	retry := at(145 * time.Millisecond)
+	c3 := m.step(retry, timerInput{timerRenew})[0].(startCall)
+	res3 := c3.next
+	res3.Revision = 3
+	r3 := callResult{kind: callRenew, expected: c3.expected, next: c3.next, sentAt: retry, res: res3}
+	m.step(at(150*time.Millisecond), r3)
+	var replies []reply
+	for _, e := range m.step(at(150*time.Millisecond), leaseExtendedInput{r: r3, ok: true}) {
+		if e, ok := e.(reply); ok {
+			replies = append(replies, e)
+		}
+	}
+	if len(replies) != 1 || replies[0] != (reply{to: proclaim}) {
+		t.Fatalf("replies %+v, want the Proclaim answered nil", replies)
+	}
+}

@@ -423,3 +423,32 @@ func TestRegressMixedTimingsNeverOverlap(t *testing.T) {
 		}
 	})
 }
+
+// A Proclaim made while a renewal is in flight must be answered by a
+// renewal that carries its value, not by the one in flight (which carries
+// the old value): when Proclaim returns nil, the store holds the new value.
+// Before, the renewal in flight answered it, and the value was written by
+// the next one, after Proclaim had returned (or never, if that one failed).
+func TestRegressProclaimDuringRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, fb, sub := solo(t)
+		defer sub.Close()
+		defer f.Stop(context.Background())
+		calls := fb.Calls(faulty.MethodHeartbeat)
+		fb.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Delay: timing.HeartbeatInterval / 4})
+		for fb.Calls(faulty.MethodHeartbeat) == calls {
+			time.Sleep(time.Millisecond / 10)
+		}
+		// A renewal carrying the old value is in flight.
+		if err := f.Proclaim(context.Background(), []byte("new")); err != nil {
+			t.Fatalf("Proclaim: %v", err)
+		}
+		rec, err := fb.Backend.Get(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(rec.Value) != "new" {
+			t.Fatalf("Proclaim returned nil while the store holds %q, want %q", rec.Value, "new")
+		}
+	})
+}

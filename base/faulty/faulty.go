@@ -61,6 +61,18 @@ type Backend struct {
 	faults      []activeFault
 	partitioned bool
 	subs        map[*faultySub]struct{}
+	writes      []base.Write // every Heartbeat call, up to maxWriteLog
+}
+
+// maxWriteLog bounds the calls Writes keeps.
+const maxWriteLog = 100000
+
+// Writes returns the arguments of every Heartbeat call so far (the first
+// 100,000), in call order, whether or not a fault hit it.
+func (f *Backend) Writes() []base.Write {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]base.Write(nil), f.writes...)
 }
 
 type activeFault struct {
@@ -214,6 +226,11 @@ func (f *Backend) Get(ctx context.Context) (heartbeat.Record, error) {
 // Heartbeat injects faults into Backend.Heartbeat. With Fault.After the
 // write is made and its result thrown away, as when a reply is lost.
 func (f *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
+	f.mu.Lock()
+	if len(f.writes) < maxWriteLog {
+		f.writes = append(f.writes, base.Write{Expected: expected.Clone(), Next: next.Clone()})
+	}
+	f.mu.Unlock()
 	if after, err := f.before(ctx, MethodHeartbeat); err != nil {
 		if after {
 			_, _ = f.Backend.Heartbeat(ctx, expected, next)

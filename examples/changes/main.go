@@ -82,9 +82,10 @@ func run(w io.Writer) error {
 	}
 	defer follower.Stop(context.Background()) //nolint:errcheck // as above
 
-	view := map[string]Order{}        // node-2's view of the orders, from events only
-	subscribed := make(chan struct{}) // closed at the first EventSubscribeStarted
-	var once sync.Once
+	view := map[string]Order{}         // node-2's view of the orders, from events only
+	subscribed := make(chan struct{})  // closed at the first EventSubscribeStarted
+	leaderKnown := make(chan struct{}) // closed when node-2 has learned who leads
+	var once, knownOnce sync.Once
 	wrote := make(chan struct{}) // closed when the last write arrived
 	ended := make(chan struct{}) // closed when Events is closed
 	go func() {
@@ -93,6 +94,9 @@ func run(w io.Writer) error {
 			switch e.Type {
 			case base.EventNewLeader:
 				fmt.Fprintf(w, "node-2: leader is %s (term %d)\n", e.Leader, e.Term)
+				if e.Leader != "" {
+					knownOnce.Do(func() { close(leaderKnown) })
+				}
 			case base.EventSubscribeStarted:
 				// From now on every change reaches node-2: let the
 				// application write. (A feed that broke and was reopened
@@ -128,10 +132,12 @@ func run(w io.Writer) error {
 			}
 		}
 	}()
-	select {
-	case <-subscribed:
-	case <-ctx.Done():
-		return fmt.Errorf("node-2 did not subscribe: %w", ctx.Err())
+	for _, c := range []chan struct{}{subscribed, leaderKnown} {
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return fmt.Errorf("node-2 did not subscribe and learn the leader: %w", ctx.Err())
+		}
 	}
 
 	// The application writes to the table, from any process or client.

@@ -54,7 +54,7 @@ import (
 )
 
 var (
-	schedCount = flag.Int("schedules", 100, "randomized schedules TestSchedules runs")
+	schedCount = flag.Int("schedules", 300, "randomized schedules TestSchedules runs")
 	schedSeed  = flag.Uint64("seed", 0, "run only the schedule of this seed (0: schedules 1..N)")
 	schedFirst = flag.Uint64("firstseed", 1, "first seed of TestSchedules")
 )

@@ -136,20 +136,7 @@ func Open(s Store, election string) (Backend, error) {
 // election in one process, as in tests, each need an Elections, and a
 // Store, of their own). A closed Elections fails with ErrClosed.
 func (e *Elections) Backend(election string) (Backend, error) {
-	if err := heartbeat.ValidateName("election name", election); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return nil, fmt.Errorf("leaderfeed: election %q: %w", election, ErrClosed)
-	}
-	if _, ok := e.open[election]; ok {
-		return nil, fmt.Errorf("%w: election %q is open on this Elections already (one Backend per election; close it first)", ErrInvalidConfig, election)
-	}
-	b := &electionBackend{e: e, name: election, subs: make(map[*feedSub]struct{})}
-	e.open[election] = b
-	return b, nil
+	return e.newBackend(election, false)
 }
 
 // Observer returns a Backend of election for an observe-only Feed
@@ -157,6 +144,10 @@ func (e *Elections) Backend(election string) (Backend, error) {
 // beside the one Backend that campaigns, and all share the one changefeed.
 // Its Heartbeat fails with an error matching ErrObserveOnly.
 func (e *Elections) Observer(election string) (Backend, error) {
+	return e.newBackend(election, true)
+}
+
+func (e *Elections) newBackend(election string, observer bool) (Backend, error) {
 	if err := heartbeat.ValidateName("election name", election); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -165,7 +156,15 @@ func (e *Elections) Observer(election string) (Backend, error) {
 	if e.closed {
 		return nil, fmt.Errorf("leaderfeed: election %q: %w", election, ErrClosed)
 	}
-	return &electionBackend{e: e, name: election, observer: true, subs: make(map[*feedSub]struct{})}, nil
+	b := &electionBackend{e: e, name: election, observer: observer, subs: make(map[*feedSub]struct{})}
+	if observer {
+		return b, nil
+	}
+	if _, ok := e.open[election]; ok {
+		return nil, fmt.Errorf("%w: election %q is open on this Elections already (one Backend per election; close it first)", ErrInvalidConfig, election)
+	}
+	e.open[election] = b
+	return b, nil
 }
 
 // Feed returns a Feed for node nodeID in election: New on Backend(election),

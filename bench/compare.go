@@ -33,6 +33,9 @@ type cutSample struct {
 // cmpResult is what the comparison measured for one elector kind.
 type cmpResult struct {
 	kind     string
+	label    string // kind, or kind and what differs
+	cutOnly  bool   // a variant measured only in the cut
+	cfg      config
 	handover series
 	crash    series
 	cut      []cutSample
@@ -62,7 +65,7 @@ type compareReport struct {
 }
 
 func (r *cmpResult) fail(scenario string, err error) {
-	logf("  %s %s: FAILED: %v", scenario, r.kind, err)
+	logf("  %s %s: FAILED: %v", scenario, r.label, err)
 	r.errs = append(r.errs, fmt.Sprintf("%s: %v", scenario, err))
 }
 
@@ -70,7 +73,7 @@ func (r *cmpResult) check(scenario string, c *cluster) {
 	st := c.overlaps()
 	r.checks[scenario] = st
 	if st.count > 0 {
-		logf("  checker: %s %s: %d overlaps in %d leadership intervals, longest %s ms", scenario, r.kind, st.count, st.intervals, ms(summarize(st.durations).max))
+		logf("  checker: %s %s: %d overlaps in %d leadership intervals, longest %s ms", scenario, r.label, st.count, st.intervals, ms(summarize(st.durations).max))
 	}
 }
 
@@ -85,12 +88,21 @@ func runCompare(ctx context.Context, cfg config, shared *pgxpool.Pool) (*compare
 	}
 	rep := &compareReport{}
 	for _, k := range electorKinds {
-		rep.results = append(rep.results, &cmpResult{kind: k, checks: map[string]overlapStats{},
+		rep.results = append(rep.results, &cmpResult{kind: k, label: k, cfg: cfg, checks: map[string]overlapStats{},
 			handover: series{scenario: "cmp-handover", system: k}, crash: series{scenario: "cmp-crash", system: k}})
+	}
+	if cfg.shortKeepalive > 0 {
+		v := cfg
+		v.serverKeepalive = cfg.shortKeepalive
+		rep.results = append(rep.results, &cmpResult{kind: kindAdvisory, label: fmt.Sprintf("%s, server keepalive %v", kindAdvisory, cfg.shortKeepalive),
+			cutOnly: true, cfg: v, checks: map[string]overlapStats{}})
 	}
 
 	logf("comparison: handover across processes (%d samples each, one kind after the other)", cfg.cmpSamples)
 	for _, r := range rep.results {
+		if r.cutOnly {
+			continue
+		}
 		if err := cmpHandover(ctx, cfg, r); err != nil {
 			r.fail("handover", err)
 		}
@@ -108,11 +120,13 @@ func runCompare(ctx context.Context, cfg config, shared *pgxpool.Pool) (*compare
 	var wg sync.WaitGroup
 	for _, r := range rep.results {
 		wg.Go(func() {
-			if err := cmpCrash(ctx, cfg, r); err != nil {
-				r.fail("crash", err)
+			if !r.cutOnly {
+				if err := cmpCrash(ctx, cfg, r); err != nil {
+					r.fail("crash", err)
+				}
+				logSeries(r.crash)
 			}
-			logSeries(r.crash)
-			if err := cmpCut(ctx, cfg, r); err != nil {
+			if err := cmpCut(ctx, r.cfg, r); err != nil {
 				r.fail("cut", err)
 			}
 			logCut(r)
@@ -158,7 +172,7 @@ func logCut(r *cmpResult) {
 			ov++
 		}
 	}
-	logf("  cut %s: %d samples, %d with two leaders", r.kind, len(r.cut), ov)
+	logf("  cut %s: %d samples, %d with two leaders", r.label, len(r.cut), ov)
 }
 
 // cmpHandover: the leader is told to resign; the sample is from when it

@@ -68,6 +68,10 @@ func (r *report) compareMarkdown() string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	t, lt := r.cfg.timing, riverTiming(r.cfg.bound())
+	short := ""
+	if r.cfg.shortKeepalive > 0 {
+		short = fmt.Sprintf("; the advisory lock is cut once more with %v, shorter than the up to two retry periods its holder's check can take", r.cfg.shortKeepalive)
+	}
 	p("## Side by side with what a PostgreSQL user would write instead (issue 18)\n\n")
 	p("Three electors on the same PostgreSQL in the same run, each node a process of its own (this program re-executed as `bench node`) with its own connections, each behind a TCP proxy of its own:\n\n")
 	p("- **leaderfeed**: the postgres backend; heartbeat %v, election timeout %v–%v, lease %v.\n", t.HeartbeatInterval, t.ElectionTimeoutMin, t.ElectionTimeoutMax, t.LeaseDuration)
@@ -75,7 +79,7 @@ func (r *report) compareMarkdown() string {
 	p("- **polling-lease**: River's elector in one statement (`INSERT ... ON CONFLICT DO UPDATE SET holder = $me, expires_at = now() + ttl WHERE expires_at < now() OR holder = $me`), River's defaults scaled by %v / 15 s so that the TTL is the bound: followers poll every %v + up to %v, the leader renews every %v, each statement has a deadline of %v, and the leader steps down only when a renewal finds another holder or after 5 failed renewals in a row (backoff %v, doubling); resign deletes the row.\n",
 		r.cfg.bound(), lt.interval, lt.jitter, lt.interval, lt.deadline, lt.backoff)
 	p("- Each node reports when it begins and stops believing it leads (CLOCK_MONOTONIC, shared by all processes); a killed node stops at the kill. The checker compares every two beliefs of different processes in one election and counts overlaps, whatever the elector.\n")
-	p("- Silent cut: the leader's proxy stops forwarding in both directions, without FIN or RST. The proxy's own kernel keeps acknowledging, so only application timeouts notice; the server's TCP keepalive is played by resetting the server's side of the cut connections %v after the cut (PostgreSQL's default leaves it to the kernel: about 2 h 12 min on Linux). Each cut waits at most %v.\n", r.cfg.serverKeepalive, r.cfg.cutWait)
+	p("- Silent cut: the leader's proxy stops forwarding in both directions, without FIN or RST. The proxy's own kernel keeps acknowledging, so only application timeouts notice; the server's TCP keepalive is played by resetting the server's side of the cut connections %v after the cut (PostgreSQL's default leaves it to the kernel: about 2 h 12 min on Linux)%s. Only the advisory lock depends on it: the others keep their state in a row. Each cut waits at most %v.\n", r.cfg.serverKeepalive, short, r.cfg.cutWait)
 	p("- Handover runs one elector after the other (pause %v before each); crash and cut run the three side by side, each in its own election.\n\n", r.cfg.settle)
 
 	p("### Latency (milliseconds)\n\n")
@@ -85,6 +89,9 @@ func (r *report) compareMarkdown() string {
 	row := func(title, scenario string, get func(*cmpResult) []time.Duration) {
 		base := summarize(get(lf))
 		for _, res := range c.results {
+			if res.cutOnly && scenario != "cut" {
+				continue
+			}
 			s := get(res)
 			ov := res.checks[scenario]
 			ovs := fmt.Sprintf("%d", ov.count)
@@ -92,7 +99,7 @@ func (r *report) compareMarkdown() string {
 				ovs += fmt.Sprintf(" (%s)", ms(summarize(ov.durations).max))
 			}
 			if len(s) == 0 {
-				p("| %s | %s | 0 | – | – | – | – | – | %s |\n", title, res.kind, ovs)
+				p("| %s | %s | 0 | – | – | – | – | – | %s |\n", title, res.label, ovs)
 				continue
 			}
 			sum := summarize(s)
@@ -100,7 +107,7 @@ func (r *report) compareMarkdown() string {
 			if res.kind != kindLeaderfeed && base.n > 0 {
 				r50, r99 = ratio(sum.p50, base.p50), ratio(sum.p99, base.p99)
 			}
-			p("| %s | %s | %d | %s | %s | %s | %s | %s | %s |\n", title, res.kind, sum.n, ms(sum.p50), ms(sum.p99), ms(sum.max), r50, r99, ovs)
+			p("| %s | %s | %d | %s | %s | %s | %s | %s | %s |\n", title, res.label, sum.n, ms(sum.p50), ms(sum.p99), ms(sum.max), r50, r99, ovs)
 		}
 	}
 	row("clean handover: resign → another node leads", "handover", func(x *cmpResult) []time.Duration { return x.handover.samples })
@@ -109,10 +116,10 @@ func (r *report) compareMarkdown() string {
 	p("\n")
 	for _, res := range c.results {
 		if res.handover.failed > 0 || res.crash.failed > 0 {
-			p("- %s: %d handovers and %d crashes gave no sample (no new leader in time).\n", res.kind, res.handover.failed, res.crash.failed)
+			p("- %s: %d handovers and %d crashes gave no sample (no new leader in time).\n", res.label, res.handover.failed, res.crash.failed)
 		}
 		for _, e := range res.errs {
-			p("- %s failed: %s.\n", res.kind, e)
+			p("- %s failed: %s.\n", res.label, e)
 		}
 	}
 
@@ -121,7 +128,7 @@ func (r *report) compareMarkdown() string {
 	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, res := range c.results {
 		cs := summarizeCut(res.cut)
-		p("| %s | %d | %s | %d | %s | %d | %d | %s | %s |\n", res.kind, cs.n, p50max(cs.believed), cs.stillBelieving, p50max(cs.toLeader), cs.noLeader, cs.withOverlap, p50max(cs.overlap), p50max(cs.leaderless))
+		p("| %s | %d | %s | %d | %s | %d | %d | %s | %s |\n", res.label, cs.n, p50max(cs.believed), cs.stillBelieving, p50max(cs.toLeader), cs.noLeader, cs.withOverlap, p50max(cs.overlap), p50max(cs.leaderless))
 	}
 	p("\nAn overlap is counted from the moment another node leads until the cut leader stops believing it leads (or until the end of the wait, if it never did: then it is a lower bound).\n\n")
 
@@ -214,12 +221,14 @@ func plotCompare(path string, c *compareReport) error {
 		{title: "silent cut → another node leads (solid), overlap (dashed)"},
 	}
 	for _, r := range c.results {
-		panels[0].lines = append(panels[0].lines, line{name: r.kind, samples: r.handover.samples})
-		panels[1].lines = append(panels[1].lines, line{name: r.kind, samples: r.crash.samples})
+		if !r.cutOnly {
+			panels[0].lines = append(panels[0].lines, line{name: r.label, samples: r.handover.samples})
+			panels[1].lines = append(panels[1].lines, line{name: r.label, samples: r.crash.samples})
+		}
 		cs := summarizeCut(r.cut)
-		panels[2].lines = append(panels[2].lines, line{name: r.kind, samples: cs.toLeader})
+		panels[2].lines = append(panels[2].lines, line{name: r.label, samples: cs.toLeader})
 		if len(cs.overlap) > 0 {
-			panels[2].lines = append(panels[2].lines, line{name: r.kind, samples: cs.overlap, dashed: true})
+			panels[2].lines = append(panels[2].lines, line{name: r.label, samples: cs.overlap, dashed: true})
 		}
 	}
 	if c.floorErr == nil {
@@ -251,6 +260,9 @@ func plotCompare(path string, c *compareReport) error {
 				return err
 			}
 			pl.Color = kindColors[l.name]
+			if _, ok := kindColors[l.name]; !ok {
+				pl.Color = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff} // a variant
+			}
 			pl.Width = vg.Points(1.5)
 			label := fmt.Sprintf("%s n=%d", l.name, len(l.samples))
 			if l.dashed {

@@ -9,6 +9,15 @@
 // URL is given (-postgres, or LEADERFEED_POSTGRES_URL). etcd runs embedded
 // on loopback, with its data in a temporary directory removed at exit.
 // bench/run.sh starts a throwaway PostgreSQL when no URL is given.
+//
+// On PostgreSQL it also compares leaderfeed with the two electors a team
+// on PostgreSQL usually writes instead (a session advisory lock, a polling
+// lease table; baselines.go), each node a process of its own ("bench node",
+// node.go) behind a proxy that can cut it silently (proxy.go): clean
+// handover, kill -9, silent cut, with a leadership checker over all three
+// (cluster.go); steady-state statements and WAL; and the floor of a
+// handover in bare pgx (compare.go). The results follow in results.md and
+// compare.png.
 package main
 
 import (
@@ -56,6 +65,7 @@ type config struct {
 	cmpCut          int
 	cutWait         time.Duration
 	serverKeepalive time.Duration
+	shortKeepalive  time.Duration
 	costWindow      time.Duration
 	costElections   []int
 	advRetry        time.Duration
@@ -95,11 +105,12 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.settle, "settle", 150*time.Millisecond, "pause before each handover; keep it above etcd's 100 ms watcher sync period")
 	fs.BoolVar(&c.old, "etcd", true, "run the scenarios against etcd (handover, observer, fan-out, writes, crash); false: only the comparison")
 	fs.BoolVar(&c.compare, "compare", true, "on PostgreSQL, compare leaderfeed with a session advisory lock elector and a polling lease elector, as separate node processes")
-	fs.IntVar(&c.cmpSamples, "cmp-samples", 40, "comparison: handover samples per elector (the baselines take up to a retry period each)")
-	fs.IntVar(&c.cmpCrash, "cmp-crash", 30, "comparison: kill -9 samples per elector (electors side by side)")
-	fs.IntVar(&c.cmpCut, "cmp-cut", 8, "comparison: silent-cut samples per elector (electors side by side; each takes up to -cut-wait)")
+	fs.IntVar(&c.cmpSamples, "cmp-samples", 50, "comparison: handover samples per elector (the baselines take up to a retry period each)")
+	fs.IntVar(&c.cmpCrash, "cmp-crash", 50, "comparison: kill -9 samples per elector (electors side by side)")
+	fs.IntVar(&c.cmpCut, "cmp-cut", 10, "comparison: silent-cut samples per elector (electors side by side; each takes up to -cut-wait)")
 	fs.DurationVar(&c.cutWait, "cut-wait", 10*time.Second, "comparison: how long a cut sample waits for the old leader to step down and a new one")
 	fs.DurationVar(&c.serverKeepalive, "server-keepalive", 3*time.Second, "comparison: after a cut, the proxy resets the server's side of the cut connections after this long, standing in for the server's TCP keepalive (PostgreSQL's default, the kernel's, is about 2 h); 0: never")
+	fs.DurationVar(&c.shortKeepalive, "server-keepalive-short", time.Second, "comparison: cut the advisory lock elector once more with this server keepalive, shorter than the holder's own check can take (up to two retry periods); 0: don't")
 	fs.DurationVar(&c.costWindow, "cost-window", 10*time.Second, "comparison: steady-state window over which statements and WAL are counted")
 	costSizes := fs.String("cost-elections", "1,100", "comparison: numbers of elections for the steady-state cost")
 	fs.DurationVar(&c.advRetry, "adv-retry", 0, "comparison: the advisory lock elector's retry period (default: the -ttl bound)")
@@ -131,8 +142,8 @@ func parseFlags(args []string) (config, error) {
 	if c.cutWait < time.Second || c.costWindow < time.Second {
 		return c, errors.New("-cut-wait and -cost-window must be at least 1s")
 	}
-	if c.serverKeepalive < 0 || c.advRetry < 0 {
-		return c, errors.New("-server-keepalive and -adv-retry must not be negative")
+	if c.serverKeepalive < 0 || c.shortKeepalive < 0 || c.advRetry < 0 {
+		return c, errors.New("-server-keepalive, -server-keepalive-short and -adv-retry must not be negative")
 	}
 	if c.advRetry == 0 {
 		c.advRetry = c.bound()

@@ -329,6 +329,19 @@ func (c *cluster) next(ctx context.Context, deadline int64, match func(nodeEvent
 	}
 }
 
+// beliefOf returns (a copy of) proc's belief of leading election idx that
+// was open at t; the zero belief if there was none.
+func (c *cluster) beliefOf(proc string, idx int, t int64) belief {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, b := range c.beliefs {
+		if b.proc == proc && b.idx == idx && b.start <= t && (b.end == 0 || b.end > t) {
+			return *b
+		}
+	}
+	return belief{}
+}
+
 // overlapStats is what the checker found.
 type overlapStats struct {
 	intervals int

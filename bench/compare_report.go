@@ -130,15 +130,15 @@ func (r *report) compareMarkdown() string {
 		cs := summarizeCut(res.cut)
 		p("| %s | %d | %s | %d | %s | %d | %d | %s | %s |\n", res.label, cs.n, p50max(cs.believed), cs.stillBelieving, p50max(cs.toLeader), cs.noLeader, cs.withOverlap, p50max(cs.overlap), p50max(cs.leaderless))
 	}
-	p("\nAn overlap is counted from the moment another node leads until the cut leader stops believing it leads (or until the end of the wait, if it never did: then it is a lower bound).\n\n")
+	p("\nAn overlap is counted from the moment another node leads until the cut leader stops believing it leads (or, if it never stopped, until the kill that ends the sample after the wait: then it is a lower bound). A node's report of when it stopped counts even if it arrives late: leaderfeed stamps the end of its lease, which a loaded machine may report after the fact.\n\n")
 
 	p("### Steady-state cost (3 nodes, per second)\n\n")
 	p("Counted over %v once every election had a leader. Server: statements from %s in this database (the count's own queries excluded), WAL from `pg_current_wal_insert_lsn()` (the whole cluster; nothing else ran). Clients: statements each node sent, counted by a pgx tracer.\n\n", r.cfg.costWindow, c.costSource)
-	p("| elector | elections | statements/s (server) | ÷ leaderfeed | WAL bytes/s | ÷ leaderfeed | statements/s by the leader(s) | by the busiest follower | per election (all nodes) |\n")
-	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	p("| elector | elections | statements/s (server) | ÷ leaderfeed | WAL bytes/s | ÷ leaderfeed | statements/s by the leader(s) | by the busiest follower | per election (all nodes) | leader changes in the window |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, cr := range c.cost {
 		if cr.err != nil {
-			p("| %s | %d | failed: %v | | | | | | |\n", cr.kind, cr.elections, cr.err)
+			p("| %s | %d | failed: %v | | | | | | | |\n", cr.kind, cr.elections, cr.err)
 			continue
 		}
 		var base *costRow
@@ -151,7 +151,7 @@ func (r *report) compareMarkdown() string {
 		if base != nil && cr.kind != kindLeaderfeed {
 			rs, rw = fratio(cr.serverStmts, base.serverStmts), fratio(cr.walBytes, base.walBytes)
 		}
-		p("| %s | %d | %.1f | %s | %.0f | %s | %.1f | %.1f | %.2f |\n", cr.kind, cr.elections, cr.serverStmts, rs, cr.walBytes, rw, cr.leaderStmts, cr.followerStmts, cr.clientStmts/float64(cr.elections))
+		p("| %s | %d | %.1f | %s | %.0f | %s | %.1f | %.1f | %.2f | %d |\n", cr.kind, cr.elections, cr.serverStmts, rs, cr.walBytes, rw, cr.leaderStmts, cr.followerStmts, cr.clientStmts/float64(cr.elections), cr.changes)
 	}
 	p("\nWith 100 elections leaderfeed runs 100 Feeds per node (one pool and one LISTEN connection per node); the advisory lock elector holds all 100 locks on its one connection; the lease elector polls each election's row on its own.\n\n")
 

@@ -176,7 +176,7 @@ func logCut(r *cmpResult) {
 	logf("  cut %s: %d samples, %d with two leaders", r.label, len(r.cut), ov)
 }
 
-// cmpHandover: the leader is told to resign; the sample is from when it
+// cmpHandover: after a pause, the leader is told to resign; the sample is from when it
 // began to (its own stamp) until another node believes it leads.
 func cmpHandover(ctx context.Context, cfg config, r *cmpResult) error {
 	c, err := newCluster(ctx, cfg, r.kind, "cmphand", 1)
@@ -193,7 +193,10 @@ func cmpHandover(ctx context.Context, cfg config, r *cmpResult) error {
 	}
 	limit := 3*cfg.bound() + 2*time.Second
 	for range cfg.cmpSamples {
-		if err := sleep(ctx, cfg.settle); err != nil {
+		// A random part of the pause lets the resign fall at any phase of
+		// the others' retry or poll timers (a fixed pause would lock it to
+		// one phase).
+		if err := sleep(ctx, cfg.settle+rand.N(cfg.bound())); err != nil {
 			return err
 		}
 		c.drain()

@@ -80,7 +80,7 @@ func (r *report) compareMarkdown() string {
 		r.cfg.bound(), lt.interval, lt.jitter, lt.interval, lt.deadline, lt.backoff)
 	p("- Each node reports when it begins and stops believing it leads (CLOCK_MONOTONIC, shared by all processes); a killed node stops at the kill. The checker compares every two beliefs of different processes in one election and counts overlaps, whatever the elector.\n")
 	p("- Silent cut: the leader's proxy stops forwarding in both directions, without FIN or RST. The proxy's own kernel keeps acknowledging, so only application timeouts notice; the server's TCP keepalive is played by resetting the server's side of the cut connections %v after the cut (PostgreSQL's default leaves it to the kernel: about 2 h 12 min on Linux)%s. Only the advisory lock depends on it: the others keep their state in a row. Each cut waits at most %v.\n", r.cfg.serverKeepalive, short, r.cfg.cutWait)
-	p("- Handover runs one elector after the other (pause %v before each); crash and cut run the three side by side, each in its own election.\n\n", r.cfg.settle)
+	p("- Handover runs one elector after the other, with a pause of %v plus a random 0–%v before each, so that the resign falls at any phase of the other nodes' timers; crash and cut (after a random 0–500 ms pause) run the three side by side, each in its own election.\n\n", r.cfg.settle, r.cfg.bound())
 
 	p("### Latency (milliseconds)\n\n")
 	p("| scenario | elector | samples | p50 | p99 | max | p50 ÷ leaderfeed | p99 ÷ leaderfeed | overlaps found by the checker (longest, ms) |\n")

@@ -105,7 +105,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.settle, "settle", 150*time.Millisecond, "pause before each handover; keep it above etcd's 100 ms watcher sync period")
 	fs.BoolVar(&c.old, "etcd", true, "run the scenarios against etcd (handover, observer, fan-out, writes, crash); false: only the comparison")
 	fs.BoolVar(&c.compare, "compare", true, "on PostgreSQL, compare leaderfeed with a session advisory lock elector and a polling lease elector, as separate node processes")
-	fs.IntVar(&c.cmpSamples, "cmp-samples", 50, "comparison: handover samples per elector (the baselines take up to a retry period each)")
+	fs.IntVar(&c.cmpSamples, "cmp-samples", 40, "comparison: handover samples per elector (each about 0.15 s + a random pause of up to -ttl + the handover)")
 	fs.IntVar(&c.cmpCrash, "cmp-crash", 50, "comparison: kill -9 samples per elector (electors side by side)")
 	fs.IntVar(&c.cmpCut, "cmp-cut", 10, "comparison: silent-cut samples per elector (electors side by side; each takes up to -cut-wait)")
 	fs.DurationVar(&c.cutWait, "cut-wait", 10*time.Second, "comparison: how long a cut sample waits for the old leader to step down and a new one")

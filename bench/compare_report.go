@@ -153,7 +153,7 @@ func (r *report) compareMarkdown() string {
 		}
 		p("| %s | %d | %.1f | %s | %.0f | %s | %.1f | %.1f | %.2f | %d |\n", cr.kind, cr.elections, cr.serverStmts, rs, cr.walBytes, rw, cr.leaderStmts, cr.followerStmts, cr.clientStmts/float64(cr.elections), cr.changes)
 	}
-	p("\nWith 100 elections leaderfeed runs 100 Feeds per node (one pool and one LISTEN connection per node); the advisory lock elector holds all 100 locks on its one connection; the lease elector polls each election's row on its own.\n\n")
+	p("\nWith more than one election leaderfeed runs its Feeds through one base.Elections per node (one postgres Store: one LISTEN connection, renewals batched); the advisory lock elector holds all 100 locks on its one connection; the lease elector polls each election's row on its own.\n\n")
 
 	p("### The floor: a handover in bare pgx (milliseconds)\n\n")
 	if c.floorErr != nil {

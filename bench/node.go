@@ -62,7 +62,8 @@ func (o *nodeOut) unelected(i int, mono int64, reason string) {
 	o.printf("U %d %d %s", mono, i, reason)
 }
 
-// stmtCounter is a pgx tracer that counts the statements a node sends.
+// stmtCounter is a pgx tracer that counts the statements a node sends
+// (queries and the statements of batches).
 type stmtCounter struct{ n atomic.Int64 }
 
 func (c *stmtCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
@@ -71,6 +72,19 @@ func (c *stmtCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tr
 }
 
 func (c *stmtCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// The statements of a batch (base.Elections renews many elections in one)
+// count one each, as pg_stat_statements counts them.
+
+func (c *stmtCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (c *stmtCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	c.n.Add(1)
+}
+
+func (c *stmtCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // nodeElector is what the three kinds of node have in common.
 type nodeElector interface {
@@ -159,10 +173,11 @@ func electionN(prefix string, i, n int) string {
 // ---- leaderfeed ----
 
 type lfNodeElector struct {
-	feeds []*base.Feed
-	out   *nodeOut
-	pool  *pgxpool.Pool
-	wg    sync.WaitGroup
+	elections *base.Elections // with more than one election
+	feeds     []*base.Feed
+	out       *nodeOut
+	pool      *pgxpool.Pool
+	wg        sync.WaitGroup
 }
 
 func startLFNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, counter *stmtCounter) (*lfNodeElector, error) {
@@ -179,13 +194,30 @@ func startLFNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, co
 	tm := heartbeat.Timing{HeartbeatInterval: nf.hb, ElectionTimeoutMin: nf.emin, ElectionTimeoutMax: nf.bound}.WithDefaults()
 	clock := newMonoClock()
 	n := &lfNodeElector{out: out, pool: pool}
-	for i := range nf.elections {
-		b, err := postgres.New(pool, electionN(nf.election, i, nf.elections), pgOptions)
+	// Many elections in one process share a Store through base.Elections
+	// (one LISTEN connection, renewals batched), as the README advises; one
+	// election is a plain Feed on its own Backend.
+	if nf.elections > 1 {
+		st, err := postgres.NewStore(pool, pgOptions)
+		if err == nil {
+			n.elections, err = base.NewElections(st, base.ElectionsOptions{})
+		}
 		if err != nil {
-			n.stop()
+			pool.Close()
 			return nil, err
 		}
-		f, err := base.New(b, nf.id, base.Options{Timing: tm})
+	}
+	for i := range nf.elections {
+		name := electionN(nf.election, i, nf.elections)
+		var f *base.Feed
+		if n.elections != nil {
+			f, err = n.elections.Feed(name, nf.id, base.Options{Timing: tm})
+		} else {
+			var b base.Backend
+			if b, err = postgres.New(pool, name, pgOptions); err == nil {
+				f, err = base.New(b, nf.id, base.Options{Timing: tm})
+			}
+		}
 		if err != nil {
 			n.stop()
 			return nil, err
@@ -227,6 +259,9 @@ func (n *lfNodeElector) stop() {
 	}
 	wg.Wait()
 	n.wg.Wait()
+	if n.elections != nil {
+		_ = n.elections.Close()
+	}
 	n.pool.Close()
 }
 

@@ -9,6 +9,15 @@
 // URL is given (-postgres, or LEADERFEED_POSTGRES_URL). etcd runs embedded
 // on loopback, with its data in a temporary directory removed at exit.
 // bench/run.sh starts a throwaway PostgreSQL when no URL is given.
+//
+// On PostgreSQL it also compares leaderfeed with the two electors a team
+// on PostgreSQL usually writes instead (a session advisory lock, a polling
+// lease table; baselines.go), each node a process of its own ("bench node",
+// node.go) behind a proxy that can cut it silently (proxy.go): clean
+// handover, kill -9, silent cut, with a leadership checker over all three
+// (cluster.go); steady-state statements and WAL; and the floor of a
+// handover in bare pgx (compare.go). The results follow in results.md and
+// compare.png.
 package main
 
 import (
@@ -48,6 +57,34 @@ type config struct {
 	diagJitter   time.Duration // 0: no diagnostic handover
 	settle       time.Duration
 	timing       heartbeat.Timing // leaderfeed's, derived from ttl
+
+	old             bool // the scenarios against etcd
+	compare         bool // the comparison with the advisory lock and the polling lease
+	cmpSamples      int
+	cmpCrash        int
+	cmpCut          int
+	cutWait         time.Duration
+	serverKeepalive time.Duration
+	shortKeepalive  time.Duration
+	costWindow      time.Duration
+	costElections   []int
+	advRetry        time.Duration
+}
+
+// bound is the dead-leader bound (-ttl).
+func (c config) bound() time.Duration { return time.Duration(c.ttl) * time.Second }
+
+// parseSizes parses a comma-separated list of positive integers.
+func parseSizes(flagName, list string) ([]int, error) {
+	var out []int
+	for _, s := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("-%s: bad size %q (want positive integers separated by commas)", flagName, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func parseFlags(args []string) (config, error) {
@@ -58,7 +95,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.mongoURL, "mongo", os.Getenv("LEADERFEED_MONGO_URL"), "MongoDB URL, a replica set (default $LEADERFEED_MONGO_URL); empty: skip MongoDB")
 	fs.StringVar(&c.rethinkAddr, "rethink", os.Getenv("LEADERFEED_RETHINK_ADDR"), "RethinkDB host:port (default $LEADERFEED_RETHINK_ADDR); empty: skip RethinkDB")
 	fs.IntVar(&c.samples, "samples", 250, "handover and observer samples per system")
-	fs.IntVar(&c.crashSamples, "crash-samples", 200, "crash failover samples per system (about 1.5 s each; the systems run side by side)")
+	fs.IntVar(&c.crashSamples, "crash-samples", 100, "crash failover samples per system (about 1.5 s each; the systems run side by side)")
 	fs.IntVar(&c.fanoutRounds, "fanout-rounds", 100, "handovers per fan-out size; samples = rounds × followers")
 	sizes := fs.String("fanout", "10,100,1000", "fan-out sizes (followers)")
 	fs.IntVar(&c.intervals, "intervals", 40, "heartbeat intervals to count writes over")
@@ -66,18 +103,50 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.strict, "strict", true, "also measure leaderfeed's crash failover (on PostgreSQL, else memory) with ElectionTimeoutMin = ElectionTimeoutMax = TTL")
 	fs.DurationVar(&c.diagJitter, "diag-jitter", 2*time.Millisecond, "also measure leaderfeed's handover (on PostgreSQL, else memory) with this VacancyJitter (default 0), to show what a jitter costs; 0: don't")
 	fs.DurationVar(&c.settle, "settle", 150*time.Millisecond, "pause before each handover; keep it above etcd's 100 ms watcher sync period")
+	fs.BoolVar(&c.old, "etcd", true, "run the scenarios against etcd (handover, observer, fan-out, writes, crash); false: only the comparison")
+	fs.BoolVar(&c.compare, "compare", true, "on PostgreSQL, compare leaderfeed with a session advisory lock elector and a polling lease elector, as separate node processes")
+	fs.IntVar(&c.cmpSamples, "cmp-samples", 40, "comparison: handover samples per elector (each about 0.15 s + a random pause of up to -ttl + the handover)")
+	fs.IntVar(&c.cmpCrash, "cmp-crash", 50, "comparison: kill -9 samples per elector (electors side by side)")
+	fs.IntVar(&c.cmpCut, "cmp-cut", 10, "comparison: silent-cut samples per elector (electors side by side; each takes up to -cut-wait)")
+	fs.DurationVar(&c.cutWait, "cut-wait", 10*time.Second, "comparison: how long a cut sample waits for the old leader to step down and a new one")
+	fs.DurationVar(&c.serverKeepalive, "server-keepalive", 3*time.Second, "comparison: after a cut, the proxy resets the server's side of the cut connections after this long, standing in for the server's TCP keepalive (PostgreSQL's default, the kernel's, is about 2 h); 0: never")
+	fs.DurationVar(&c.shortKeepalive, "server-keepalive-short", time.Second, "comparison: cut the advisory lock elector once more with this server keepalive, shorter than the holder's own check can take (up to two retry periods); 0: don't")
+	fs.DurationVar(&c.costWindow, "cost-window", 10*time.Second, "comparison: steady-state window over which statements and WAL are counted")
+	costSizes := fs.String("cost-elections", "1,100", "comparison: numbers of elections for the steady-state cost")
+	fs.DurationVar(&c.advRetry, "adv-retry", 0, "comparison: the advisory lock elector's retry period (default: the -ttl bound)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	for _, s := range strings.Split(*sizes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n <= 0 {
-			return c, fmt.Errorf("-fanout: bad size %q", s)
-		}
-		c.fanout = append(c.fanout, n)
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))
+	}
+	var err error
+	if c.fanout, err = parseSizes("fanout", *sizes); err != nil {
+		return c, err
+	}
+	if c.costElections, err = parseSizes("cost-elections", *costSizes); err != nil {
+		return c, err
 	}
 	if c.ttl < 1 {
 		return c, errors.New("-ttl must be at least 1 (etcd's lease TTLs are whole seconds)")
+	}
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"samples", c.samples}, {"crash-samples", c.crashSamples}, {"fanout-rounds", c.fanoutRounds}, {"intervals", c.intervals},
+		{"cmp-samples", c.cmpSamples}, {"cmp-crash", c.cmpCrash}, {"cmp-cut", c.cmpCut}} {
+		if v.n < 1 {
+			return c, fmt.Errorf("-%s must be at least 1, not %d", v.name, v.n)
+		}
+	}
+	if c.cutWait < time.Second || c.costWindow < time.Second {
+		return c, errors.New("-cut-wait and -cost-window must be at least 1s")
+	}
+	if c.serverKeepalive < 0 || c.shortKeepalive < 0 || c.advRetry < 0 {
+		return c, errors.New("-server-keepalive, -server-keepalive-short and -adv-retry must not be negative")
+	}
+	if c.advRetry == 0 {
+		c.advRetry = c.bound()
 	}
 	// The default timing scaled down to the bound: heartbeat : timeout min
 	// : timeout max = 1 : 2 : 4 (1 s, 2 s, 4 s by default).
@@ -87,6 +156,15 @@ func parseFlags(args []string) (config, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "node" {
+		if err := nodeMain(os.Args[2:]); err != nil {
+			if !errors.Is(err, flag.ErrHelp) {
+				fmt.Fprintln(os.Stderr, "bench:", err)
+			}
+			os.Exit(2)
+		}
+		return
+	}
 	cfg, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -119,21 +197,22 @@ func memorySystem() *lfSystem {
 var pgOptions = postgres.Options{Table: "leaderfeed_bench", ChannelPrefix: "leaderfeed_bench"}
 
 // postgresSystem prepares the table and returns the system, the server's
-// version and a function that closes the shared pool.
-func postgresSystem(ctx context.Context, url string) (*lfSystem, string, func(), error) {
+// version, the shared pool and a function that closes what it opened
+// (the pool too).
+func postgresSystem(ctx context.Context, url string) (*lfSystem, string, *pgxpool.Pool, func(), error) {
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("postgres: %w", err)
+		return nil, "", nil, nil, fmt.Errorf("postgres: %w", err)
 	}
 	pcfg.MaxConns = 16
 	shared, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("postgres: %w", err)
+		return nil, "", nil, nil, fmt.Errorf("postgres: %w", err)
 	}
 	var version string
 	if err := shared.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
 		shared.Close()
-		return nil, "", nil, fmt.Errorf("postgres: %w (is the server at -postgres up?)", err)
+		return nil, "", nil, nil, fmt.Errorf("postgres: %w (is the server at -postgres up?)", err)
 	}
 	b, err := postgres.New(shared, "bench-setup", pgOptions)
 	if err == nil {
@@ -144,7 +223,7 @@ func postgresSystem(ctx context.Context, url string) (*lfSystem, string, func(),
 	}
 	if err != nil {
 		shared.Close()
-		return nil, "", nil, err
+		return nil, "", nil, nil, err
 	}
 	// Observers in this process (the fan-out's followers) share one
 	// Elections, so one LISTEN connection, as a service would; nodes that
@@ -152,12 +231,12 @@ func postgresSystem(ctx context.Context, url string) (*lfSystem, string, func(),
 	st, err := postgres.NewStore(shared, pgOptions)
 	if err != nil {
 		shared.Close()
-		return nil, "", nil, err
+		return nil, "", nil, nil, err
 	}
 	observers, err := base.NewElections(st, base.ElectionsOptions{})
 	if err != nil {
 		shared.Close()
-		return nil, "", nil, err
+		return nil, "", nil, nil, err
 	}
 	open := func(ctx context.Context, election string, own bool) (base.Backend, func(), error) {
 		if !own {
@@ -181,7 +260,7 @@ func postgresSystem(ctx context.Context, url string) (*lfSystem, string, func(),
 		_ = observers.Close()
 		shared.Close()
 	}
-	return &lfSystem{name: "leaderfeed/postgres", open: open}, version, closeAll, nil
+	return &lfSystem{name: "leaderfeed/postgres", open: open}, version, shared, closeAll, nil
 }
 
 // mainSystem is the one the targets are about: PostgreSQL if measured,
@@ -202,12 +281,14 @@ func run(ctx context.Context, cfg config) error {
 	rep := &report{cfg: cfg, started: time.Now(), load0: loadavg(), args: os.Args[1:]}
 
 	systems := []*lfSystem{memorySystem()}
+	var pgPool *pgxpool.Pool
 	if cfg.pgURL != "" {
-		pg, version, closePG, err := postgresSystem(ctx, cfg.pgURL)
+		pg, version, pool, closePG, err := postgresSystem(ctx, cfg.pgURL)
 		if err != nil {
 			return err
 		}
 		defer closePG()
+		pgPool = pool
 		rep.pgVersion = version
 		systems = append(systems, pg)
 	} else {
@@ -237,6 +318,47 @@ func run(ctx context.Context, cfg config) error {
 	} else {
 		rep.skipped = append(rep.skipped, "leaderfeed/rethink: no server given (-rethink or LEADERFEED_RETHINK_ADDR)")
 	}
+	if cfg.old {
+		if err := runOld(ctx, cfg, rep, systems); err != nil {
+			return err
+		}
+	}
+	if cfg.compare && pgPool != nil {
+		c, err := runCompare(ctx, cfg, pgPool)
+		if err != nil {
+			return err
+		}
+		rep.cmp = c
+	} else if cfg.compare {
+		rep.skipped = append(rep.skipped, "the comparison with the advisory lock and the polling lease: no PostgreSQL URL given")
+	}
+
+	rep.finished = time.Now()
+	rep.load1 = loadavg()
+	md := filepath.Join(cfg.out, "results.md")
+	text := rep.markdown()
+	if err := os.WriteFile(md, []byte(text), 0o644); err != nil {
+		return err
+	}
+	png := filepath.Join(cfg.out, "latency.png")
+	if err := plotLatency(png, rep.series); err != nil {
+		return err
+	}
+	written := []string{md, png}
+	if rep.cmp != nil {
+		cpng := filepath.Join(cfg.out, "compare.png")
+		if err := plotCompare(cpng, rep.cmp); err != nil {
+			return err
+		}
+		written = append(written, cpng)
+	}
+	fmt.Print(text)
+	logf("wrote %s in %v", strings.Join(written, ", "), rep.finished.Sub(rep.started).Round(time.Second))
+	return nil
+}
+
+// runOld runs the scenarios against etcd (issue 8).
+func runOld(ctx context.Context, cfg config, rep *report, systems []*lfSystem) error {
 	etcd, err := startEtcd(cfg.ttl)
 	if err != nil {
 		return err
@@ -317,20 +439,5 @@ func run(ctx context.Context, cfg config) error {
 	for _, r := range results {
 		record(r.s, r.err)
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-
-	rep.finished = time.Now()
-	rep.load1 = loadavg()
-	md := filepath.Join(cfg.out, "results.md")
-	if err := os.WriteFile(md, []byte(rep.markdown()), 0o644); err != nil {
-		return err
-	}
-	png := filepath.Join(cfg.out, "latency.png")
-	if err := plotLatency(png, rep.series); err != nil {
-		return err
-	}
-	logf("wrote %s and %s in %v", md, png, rep.finished.Sub(rep.started).Round(time.Second))
-	return nil
+	return ctx.Err()
 }

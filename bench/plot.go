@@ -105,6 +105,10 @@ func plotLatency(path string, all []series) error {
 			plots[r][c].Draw(canvases[r][c])
 		}
 	}
+	return writePNG(path, img)
+}
+
+func writePNG(path string, img *vgimg.Canvas) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err

@@ -37,6 +37,7 @@ type report struct {
 	skipped   []string
 	caveats   []string
 	series    []series
+	cmp       *compareReport
 	writes    []writesRow
 }
 
@@ -150,7 +151,7 @@ func (r *report) markdown() string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	t := r.cfg.timing
-	p("# leaderfeed vs etcd: benchmark results\n\n")
+	p("# leaderfeed vs etcd, an advisory lock and a polling lease: benchmark results\n\n")
 	p("Made by `bash bench/run.sh%s` (which runs `go run . -out out%s` in bench/), %s, in %v.\n\n",
 		argString(r.args), argString(r.args), r.started.UTC().Format("2006-01-02 15:04 MST"), r.finished.Sub(r.started).Round(time.Second))
 	p("- Machine: %s, %d CPUs (GOMAXPROCS %d), %s/%s, %s. Load average (1, 5, 15 min) %s at the start, %s at the end. The machine is shared with other builds and tests: compare the ratios within a run rather than absolute times across runs.\n",
@@ -172,6 +173,13 @@ func (r *report) markdown() string {
 		r.cfg.ttl, r.cfg.ttl, t.HeartbeatInterval, t.ElectionTimeoutMin, t.ElectionTimeoutMax, t.LeaseDuration)
 	p("- Percentiles are nearest-rank; ratios are leaderfeed ÷ etcd (below 1× means leaderfeed is faster).\n\n")
 
+	if !r.cfg.old {
+		p("- The scenarios against etcd were not run (-etcd=false).\n\n")
+		if r.cmp != nil {
+			p("%s", r.compareMarkdown())
+		}
+		return b.String()
+	}
 	p("## Latency (milliseconds)\n\n")
 	p("| scenario | system | samples | p50 | p99 | max | p50 ÷ etcd | p99 ÷ etcd |\n")
 	p("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
@@ -240,7 +248,10 @@ func (r *report) markdown() string {
 	}
 	p("\n## How each number is measured\n\n")
 	p("%s", method)
-	p("\n![latency distributions](latency.png)\n")
+	p("\n![latency distributions](latency.png)\n\n")
+	if r.cmp != nil {
+		p("%s", r.compareMarkdown())
+	}
 	return b.String()
 }
 

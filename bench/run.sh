@@ -11,7 +11,8 @@
 # started. MongoDB and RethinkDB are benchmarked when LEADERFEED_MONGO_URL or
 # LEADERFEED_RETHINK_ADDR is set (see -h).
 #
-# Output: bench/out/results.md and bench/out/latency.png (change with -out).
+# Output: bench/out/results.md, latency.png and compare.png (change with
+# -out); results.md is printed at the end as well.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
@@ -31,6 +32,17 @@ if [ -z "${LEADERFEED_POSTGRES_URL:-}" ]; then
 	if [ -z "${LEADERFEED_POSTGRES_URL:-}" ]; then
 		echo "run.sh: could not start PostgreSQL; set LEADERFEED_POSTGRES_URL" >&2
 		exit 1
+	fi
+	# The cost comparison counts statements with pg_stat_statements, which
+	# must be preloaded: set it and restart the throwaway server (pg_ctl
+	# restart keeps the options it was started with). Without it the
+	# program counts committed transactions instead, and says so.
+	if psql "$LEADERFEED_POSTGRES_URL" -qXc "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'" &&
+		leaderfeed_postgres_as "$(leaderfeed_postgres_bin)/pg_ctl" -D "$LEADERFEED_POSTGRES_DIR/data" \
+			-l "$LEADERFEED_POSTGRES_DIR/server.log" -w -t 60 restart >/dev/null; then
+		echo "run.sh: PostgreSQL restarted with pg_stat_statements"
+	else
+		echo "run.sh: could not load pg_stat_statements; statements will be counted as committed transactions" >&2
 	fi
 fi
 

@@ -1,0 +1,536 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The comparison with what a PostgreSQL user would write instead of
+// leaderfeed (issue 18): the three electors as node processes on the same
+// server, clean handover, crash (kill -9), a silent cut of the leader,
+// steady-state cost, and the floor of a handover in bare pgx.
+
+// selfExe is this program, re-executed as "bench node".
+var selfExe string
+
+// cutSample is one silent cut of a leader.
+type cutSample struct {
+	believed time.Duration // from the cut until the cut leader stopped believing it leads; -1: not by the end of the wait
+	toLeader time.Duration // from the cut until another node led; -1: nobody within the wait
+	overlap  time.Duration // both believed they led
+}
+
+// cmpResult is what the comparison measured for one elector kind.
+type cmpResult struct {
+	kind     string
+	label    string // kind, or kind and what differs
+	cutOnly  bool   // a variant measured only in the cut
+	cfg      config
+	handover series
+	crash    series
+	cut      []cutSample
+	checks   map[string]overlapStats // per scenario, from the checker
+	errs     []string
+}
+
+// costRow is the steady-state cost of one kind with some elections.
+type costRow struct {
+	kind          string
+	elections     int
+	seconds       float64
+	serverStmts   float64 // statements per second, all nodes (pg_stat_statements or commits)
+	walBytes      float64 // WAL bytes per second
+	leaderStmts   float64 // statements per second sent by the leader (1 election)
+	followerStmts float64 // by the busiest follower (1 election)
+	clientStmts   float64 // by all nodes
+	changes       int     // elections whose leader changed during the window
+	err           error
+}
+
+type compareReport struct {
+	results    []*cmpResult
+	cost       []costRow
+	costSource string // what serverStmts counts
+	floor      floorResult
+	floorErr   error
+}
+
+func (r *cmpResult) fail(scenario string, err error) {
+	logf("  %s %s: FAILED: %v", scenario, r.label, err)
+	r.errs = append(r.errs, fmt.Sprintf("%s: %v", scenario, err))
+}
+
+func (r *cmpResult) check(scenario string, c *cluster) {
+	st := c.overlaps()
+	r.checks[scenario] = st
+	if st.count > 0 {
+		logf("  checker: %s %s: %d overlaps in %d leadership intervals, longest %s ms", scenario, r.label, st.count, st.intervals, ms(summarize(st.durations).max))
+	}
+}
+
+func runCompare(ctx context.Context, cfg config, shared *pgxpool.Pool) (*compareReport, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	selfExe = exe
+	if _, err := shared.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_lease (name text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL)`); err != nil {
+		return nil, fmt.Errorf("postgres: create bench_lease: %w", err)
+	}
+	rep := &compareReport{}
+	for _, k := range electorKinds {
+		rep.results = append(rep.results, &cmpResult{kind: k, label: k, cfg: cfg, checks: map[string]overlapStats{},
+			handover: series{scenario: "cmp-handover", system: k}, crash: series{scenario: "cmp-crash", system: k}})
+	}
+	if cfg.shortKeepalive > 0 {
+		v := cfg
+		v.serverKeepalive = cfg.shortKeepalive
+		rep.results = append(rep.results, &cmpResult{kind: kindAdvisory, label: fmt.Sprintf("%s, server keepalive %v", kindAdvisory, cfg.shortKeepalive),
+			cutOnly: true, cfg: v, checks: map[string]overlapStats{}})
+	}
+
+	logf("comparison: handover across processes (%d samples each, one kind after the other)", cfg.cmpSamples)
+	for _, r := range rep.results {
+		if r.cutOnly {
+			continue
+		}
+		if err := cmpHandover(ctx, cfg, r); err != nil {
+			r.fail("handover", err)
+		}
+		logSeries(r.handover)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	logf("comparison: floor, two writes and a notification in bare pgx (%d samples)", cfg.samples)
+	rep.floor, rep.floorErr = measureFloor(ctx, cfg, shared)
+
+	logf("comparison: crash (kill -9, %d samples) and silent cut (%d samples, wait %v, server keepalive %v), kinds side by side",
+		cfg.cmpCrash, cfg.cmpCut, cfg.cutWait, cfg.serverKeepalive)
+	var wg sync.WaitGroup
+	for _, r := range rep.results {
+		wg.Go(func() {
+			if !r.cutOnly {
+				if err := cmpCrash(ctx, cfg, r); err != nil {
+					r.fail("crash", err)
+				}
+				logSeries(r.crash)
+			}
+			if err := cmpCut(ctx, r.cfg, r); err != nil {
+				r.fail("cut", err)
+			}
+			logCut(r)
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	rep.costSource = costSource(ctx, shared)
+	logf("comparison: steady-state cost over %v, elections %v (%s)", cfg.costWindow, cfg.costElections, rep.costSource)
+	for _, n := range cfg.costElections {
+		for _, k := range electorKinds {
+			row := measureCost(ctx, cfg, shared, k, n, rep.costSource)
+			if row.err != nil {
+				logf("  cost %s ×%d: FAILED: %v", k, n, row.err)
+			} else {
+				logf("  cost %s ×%d: %.1f statements/s (server), %.0f WAL bytes/s; clients %.1f statements/s (leader %.1f, busiest follower %.1f)",
+					k, n, row.serverStmts, row.walBytes, row.clientStmts, row.leaderStmts, row.followerStmts)
+			}
+			rep.cost = append(rep.cost, row)
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return rep, nil
+}
+
+func logSeries(s series) {
+	if len(s.samples) == 0 {
+		return
+	}
+	sum := summarize(s.samples)
+	logf("  %s %s: n=%d p50=%s p99=%s max=%s ms", s.scenario, s.system, sum.n, ms(sum.p50), ms(sum.p99), ms(sum.max))
+}
+
+func logCut(r *cmpResult) {
+	var ov int
+	for _, s := range r.cut {
+		if s.overlap > 0 {
+			ov++
+		}
+	}
+	logf("  cut %s: %d samples, %d with two leaders", r.label, len(r.cut), ov)
+}
+
+// cmpHandover: after a pause, the leader is told to resign; the sample is from when it
+// began to (its own stamp) until another node believes it leads.
+func cmpHandover(ctx context.Context, cfg config, r *cmpResult) error {
+	c, err := newCluster(ctx, cfg, r.kind, "cmphand", 1)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		c.close()
+		r.check("handover", c)
+	}()
+	leader, err := c.waitLeader(ctx, 0, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	limit := 3*cfg.bound() + 2*time.Second
+	for range cfg.cmpSamples {
+		// A random part of the pause lets the resign fall at any phase of
+		// the others' retry or poll timers (a fixed pause would lock it to
+		// one phase).
+		if err := sleep(ctx, cfg.settle+rand.N(cfg.bound())); err != nil {
+			return err
+		}
+		c.drain()
+		if err := c.send(leader, "resign 0"); err != nil {
+			return err
+		}
+		deadline := monotonic() + int64(limit)
+		var t0 int64
+		ev, err := c.next(ctx, deadline, func(ev nodeEvent) bool {
+			if ev.kind == 'S' && ev.p == leader {
+				t0 = ev.mono
+			}
+			return ev.kind == 'E' && ev.p != leader && t0 != 0
+		})
+		if err != nil {
+			r.handover.failed++
+			if leader, err = c.waitLeader(ctx, 0, 10*time.Second); err != nil {
+				return err
+			}
+			continue
+		}
+		r.handover.samples = append(r.handover.samples, time.Duration(ev.mono-t0))
+		leader = ev.p
+	}
+	return nil
+}
+
+// cmpCrash: after a random pause, kill -9 the leader's process; the sample
+// is from just before the kill until another node believes it leads. The
+// dead node is replaced by a new process.
+func cmpCrash(ctx context.Context, cfg config, r *cmpResult) error {
+	c, err := newCluster(ctx, cfg, r.kind, "cmpcrash", 1)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		c.close()
+		r.check("crash", c)
+	}()
+	limit := 3*cfg.bound() + 5*time.Second
+	for range cfg.cmpCrash {
+		leader, err := c.waitLeader(ctx, 0, limit)
+		if err != nil {
+			return err
+		}
+		if err := sleep(ctx, crashPause()); err != nil {
+			return err
+		}
+		c.drain()
+		t0 := monotonic()
+		c.kill(leader)
+		ev, err := c.next(ctx, t0+int64(limit), func(ev nodeEvent) bool { return ev.kind == 'E' && ev.p != leader })
+		if err != nil {
+			r.crash.failed++
+		} else {
+			r.crash.samples = append(r.crash.samples, time.Duration(ev.mono-t0))
+		}
+		if err := c.start(ctx, leader.slot); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cmpCut: after a random pause, the leader's proxy stops forwarding. The
+// sample waits (at most -cut-wait) until the cut leader stops believing it
+// leads and another node leads. Then the cut node is killed, its
+// connections reset, and a new process takes its place.
+func cmpCut(ctx context.Context, cfg config, r *cmpResult) error {
+	c, err := newCluster(ctx, cfg, r.kind, "cmpcut", 1)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		c.close()
+		r.check("cut", c)
+	}()
+	for range cfg.cmpCut {
+		leader, err := c.waitLeader(ctx, 0, cfg.cutWait+10*time.Second)
+		if err != nil {
+			return err
+		}
+		if err := sleep(ctx, crashPause()); err != nil {
+			return err
+		}
+		c.drain()
+		t0 := monotonic()
+		c.proxies[leader.slot].blackhole()
+		s := cutSample{believed: -1, toLeader: -1}
+		var newAt, endAt int64
+		_, err = c.next(ctx, t0+int64(cfg.cutWait), func(ev nodeEvent) bool {
+			switch {
+			case ev.kind == 'U' && ev.p == leader && endAt == 0:
+				endAt = ev.mono
+			case ev.kind == 'E' && ev.p != leader && newAt == 0:
+				newAt = ev.mono
+			}
+			return endAt != 0 && newAt != 0
+		})
+		if err != nil && !errors.Is(err, errNoEvent) {
+			return err
+		}
+		// The cut leader's report that it stopped may still be on its way
+		// (leaderfeed stamps the end of its lease, and a loaded machine
+		// delays the event): give it a moment before the kill ends it.
+		for i := 0; endAt == 0 && i < 200; i++ {
+			if b := c.beliefOf(leader.name, 0, t0); b.end != 0 {
+				break
+			}
+			if err := sleep(ctx, 10*time.Millisecond); err != nil {
+				return err
+			}
+		}
+		c.kill(leader)
+		b := c.beliefOf(leader.name, 0, t0)
+		switch {
+		case b.start == 0: // it had lost leadership just before the cut
+			b.end = t0
+			s.believed = 0
+		case b.reason != "killed":
+			s.believed = time.Duration(b.end - t0)
+		}
+		if newAt != 0 {
+			s.toLeader = time.Duration(newAt - t0)
+			s.overlap = time.Duration(max(0, b.end-newAt))
+		}
+		r.cut = append(r.cut, s)
+		c.proxies[leader.slot].reset()
+		if err := c.start(ctx, leader.slot); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// costSource says how server-side statements are counted: with
+// pg_stat_statements if the server has it loaded, else by committed
+// transactions (every elector statement runs in a transaction of its own).
+func costSource(ctx context.Context, pool *pgxpool.Pool) string {
+	if _, err := pool.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err == nil {
+		var n int64
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_statements").Scan(&n); err == nil {
+			return "pg_stat_statements"
+		}
+	}
+	return "pg_stat_database.xact_commit"
+}
+
+type serverStats struct {
+	stmts int64
+	lsn   string
+}
+
+func readServerStats(ctx context.Context, pool *pgxpool.Pool, source string) (serverStats, error) {
+	var s serverStats
+	q := `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND query NOT LIKE '%pg_stat%' AND query NOT LIKE '%pg_current_wal%'`
+	if source != "pg_stat_statements" {
+		q = `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`
+	}
+	if err := pool.QueryRow(ctx, q).Scan(&s.stmts); err != nil {
+		return s, err
+	}
+	err := pool.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s.lsn)
+	return s, err
+}
+
+func walDiff(ctx context.Context, pool *pgxpool.Pool, a, b string) (float64, error) {
+	var d float64
+	err := pool.QueryRow(ctx, "SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::float8", b, a).Scan(&d)
+	return d, err
+}
+
+func (c *cluster) counts(ctx context.Context) ([]int64, error) {
+	out := make([]int64, len(c.procs))
+	for i, p := range c.procs {
+		if err := c.send(p, "count"); err != nil {
+			return nil, err
+		}
+		select {
+		case out[i] = <-p.counts:
+		case <-time.After(5 * time.Second):
+			return nil, fmt.Errorf("%s: no count", p.name)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return out, nil
+}
+
+// measureCost: three nodes of one kind in n elections, left alone for
+// -cost-window once every election has a leader (and a settling pause).
+func measureCost(ctx context.Context, cfg config, pool *pgxpool.Pool, kind string, n int, source string) (row costRow) {
+	row = costRow{kind: kind, elections: n}
+	c, err := newCluster(ctx, cfg, kind, "cost", n)
+	if err != nil {
+		row.err = err
+		return row
+	}
+	defer c.close()
+	for i := range n {
+		if _, err := c.waitLeader(ctx, i, 30*time.Second); err != nil {
+			row.err = err
+			return row
+		}
+	}
+	if row.err = sleep(ctx, 2*cfg.bound()); row.err != nil {
+		return row
+	}
+	leaders := func() []string {
+		out := make([]string, n)
+		for i := range n {
+			if p := c.leaderOf(i); p != nil {
+				out[i] = p.name
+			}
+		}
+		return out
+	}
+	l0 := leaders()
+	s0, err := readServerStats(ctx, pool, source)
+	if err != nil {
+		row.err = err
+		return row
+	}
+	c0, err := c.counts(ctx)
+	if err != nil {
+		row.err = err
+		return row
+	}
+	t0 := time.Now()
+	if row.err = sleep(ctx, cfg.costWindow); row.err != nil {
+		return row
+	}
+	c1, err := c.counts(ctx)
+	if err != nil {
+		row.err = err
+		return row
+	}
+	s1, err := readServerStats(ctx, pool, source)
+	if err != nil {
+		row.err = err
+		return row
+	}
+	secs := time.Since(t0).Seconds()
+	l1 := leaders()
+	leading := map[string]bool{}
+	for i := range n {
+		leading[l0[i]] = true
+		if l0[i] != l1[i] {
+			row.changes++
+		}
+	}
+	wal, err := walDiff(ctx, pool, s0.lsn, s1.lsn)
+	if err != nil {
+		row.err = err
+		return row
+	}
+	row.seconds = secs
+	row.serverStmts = float64(s1.stmts-s0.stmts) / secs
+	row.walBytes = wal / secs
+	for i, p := range c.procs {
+		v := float64(c1[i]-c0[i]) / secs
+		row.clientStmts += v
+		if leading[p.name] {
+			row.leaderStmts += v
+		} else {
+			row.followerStmts = max(row.followerStmts, v)
+		}
+	}
+	return row
+}
+
+// floorResult is the bare-pgx handover: the vacancy write (with its
+// NOTIFY, one statement), the notification reaching one listener, and the
+// listener's claim write.
+type floorResult struct {
+	total, vacancy, notified series
+}
+
+func measureFloor(ctx context.Context, cfg config, pool *pgxpool.Pool) (floorResult, error) {
+	res := floorResult{total: series{scenario: "floor", system: "bare pgx"}}
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_floor (name text PRIMARY KEY, leader text NOT NULL, rev bigint NOT NULL)`); err != nil {
+		return res, err
+	}
+	name := electionName("floor")
+	if _, err := pool.Exec(ctx, `INSERT INTO bench_floor VALUES ($1, 'a', 1)`, name); err != nil {
+		return res, err
+	}
+	a, err := pool.Acquire(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer a.Release()
+	b, err := pool.Acquire(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer b.Release()
+	channel := strings.ReplaceAll(name, "-", "_")
+	if _, err := b.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return res, err
+	}
+	defer func() { _, _ = b.Exec(context.Background(), "UNLISTEN *") }()
+	const vacate = `WITH u AS (UPDATE bench_floor SET leader = '', rev = rev + 1 WHERE name = $1 RETURNING rev)
+		SELECT pg_notify($2, rev::text) FROM u`
+	const claim = `UPDATE bench_floor SET leader = 'b', rev = rev + 1 WHERE name = $1 AND rev = $2 RETURNING rev`
+	for range cfg.samples {
+		if err := sleep(ctx, 10*time.Millisecond+rand.N(10*time.Millisecond)); err != nil {
+			return res, err
+		}
+		t0 := time.Now()
+		if _, err := a.Exec(ctx, vacate, name, channel); err != nil {
+			return res, err
+		}
+		t1 := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		note, err := b.Conn().WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			return res, fmt.Errorf("floor: notification: %w", err)
+		}
+		t2 := time.Now()
+		rev, err := strconv.ParseInt(note.Payload, 10, 64)
+		if err != nil {
+			return res, fmt.Errorf("floor: payload %q: %w", note.Payload, err)
+		}
+		if err := b.QueryRow(ctx, claim, name, rev).Scan(&rev); err != nil {
+			return res, fmt.Errorf("floor: claim: %w", err)
+		}
+		t3 := time.Now()
+		res.total.samples = append(res.total.samples, t3.Sub(t0))
+		res.vacancy.samples = append(res.vacancy.samples, t1.Sub(t0))
+		res.notified.samples = append(res.notified.samples, t2.Sub(t0))
+	}
+	return res, nil
+}

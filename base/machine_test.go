@@ -799,3 +799,40 @@ func TestMachineProclaimDuringRenewal(t *testing.T) {
 		t.Fatalf("replies %+v, want the Proclaim answered nil", replies)
 	}
 }
+
+// A claim whose reply was lost, retried before the feed brought its write:
+// the retry's conflict carries the earlier claim's record, which names this
+// node with a term it claimed. That is its own write, granting no lease but
+// its own (case 3): the next claim goes a heartbeat after the last one, not
+// an election timeout later.
+func TestMachineEarlierClaimInTheConflict(t *testing.T) {
+	m := started(t)
+	m.step(at(5*time.Millisecond), callResult{kind: callRead, sentAt: t0, err: ErrNotFound})
+	sent := at(10 * time.Millisecond)
+	c := m.step(sent, timerInput{timerClaim})[0].(startCall)
+	first := c.next
+	first.Revision = 1
+	m.step(at(30*time.Millisecond), callResult{kind: callClaim, expected: c.expected, next: c.next, sentAt: sent, err: errors.New("reply lost")})
+	retry := at(30*time.Millisecond + jitter + timing.HeartbeatInterval)
+	c2 := m.step(retry, timerInput{timerClaim})[0].(startCall)
+	if c2.kind != callClaim || c2.next.Term != 2 || c2.expected.Revision != 0 {
+		t.Fatalf("retry %+v, want term 2 on no record", c2)
+	}
+	now := retry.Add(5 * time.Millisecond)
+	effs := m.step(now, callResult{kind: callClaim, expected: c2.expected, next: c2.next, sentAt: retry, err: &ConflictError{Current: first}})
+	var armed []setTimer
+	for _, e := range effs {
+		if st, ok := e.(setTimer); ok && st.t == timerClaim {
+			armed = append(armed, st)
+		}
+	}
+	// The last arming counts: a heartbeat after the failed attempt (an
+	// election timeout, 300 ms or more after the record was seen, before).
+	if want := now.Add(timing.HeartbeatInterval); len(armed) == 0 || !armed[len(armed)-1].at.Equal(want) {
+		t.Fatalf("claim timer %v, want last at %v (a heartbeat after the failed attempt); effects %v", armed, want, effs)
+	}
+	c3 := m.step(now.Add(timing.HeartbeatInterval), timerInput{timerClaim})[0].(startCall)
+	if c3.kind != callClaim || c3.next.Term != 3 || !c3.expected.SameWrite(first) {
+		t.Fatalf("third claim %+v, want term 3 on the first claim's record", c3)
+	}
+}

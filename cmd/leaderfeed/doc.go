@@ -36,10 +36,15 @@
 //     --restart it campaigns again instead, and runs CMD anew for each term
 //     it wins (not at once: it lets the others take the vacancy first).
 //   - On SIGINT or SIGTERM it stops CMD the same way, resigns and exits 0.
-//   - On Linux CMD gets SIGKILL from the kernel when leaderfeed dies, kill
-//     -9 included (a parent-death signal, bound to a thread that lives as
-//     long as leaderfeed). Processes that CMD started are not covered by
-//     that signal: have CMD exec its program, or set their own.
+//   - On Linux CMD's whole process group gets SIGKILL when leaderfeed dies,
+//     kill -9 included: CMD runs under a small guard (leaderfeed itself,
+//     shown by ps as "leaderfeed __guard PATH ARGV...", the leader of the
+//     group) that holds one end of a pipe whose other end only leaderfeed
+//     holds; when the kernel closes it, the guard kills the group, so
+//     processes that CMD started die too unless they left its process
+//     group (setsid, setpgid). The guard passes signals to the group
+//     through to CMD and exits with CMD's status. Elsewhere CMD is
+//     leaderfeed's own child and survives a kill -9 of leaderfeed.
 //
 // What is guaranteed: at most one leaderfeed of an election leads at any
 // instant, and each stops its CMD (SIGTERM) no later than the end of its

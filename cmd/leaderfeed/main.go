@@ -38,6 +38,9 @@ func exitf(code int, format string, args ...any) error {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == guardArg {
+		os.Exit(guardMain(os.Args[2:]))
+	}
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 

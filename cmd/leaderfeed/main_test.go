@@ -171,6 +171,7 @@ type childRecord struct {
 	pid        int
 	start, end time.Time // end zero: no end line (killed)
 	locked     bool
+	grandchild int // the pid of the process the child started
 }
 
 // readChildren reads every child log of dir, by start time.
@@ -198,6 +199,8 @@ func readChildren(t *testing.T, dir string) []childRecord {
 				c.locked = len(fs) > 5 && fs[5] == "lock=true"
 			case "end":
 				c.end = time.Unix(0, ns)
+			case "grandchild":
+				c.grandchild = pid
 			}
 		}
 		if c.pid != 0 {
@@ -370,6 +373,20 @@ func TestRunThreeNodes(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	childDead := time.Since(killed)
+	// What the child started dies too (on Linux, where CMD runs under a
+	// guard that kills its whole process group when leaderfeed dies).
+	if gc := readChildren(t, dir)[1].grandchild; guarded {
+		if gc == 0 {
+			t.Fatal("the child logged no grandchild")
+		}
+		for alive(gc) {
+			if time.Now().After(deadline) {
+				t.Fatalf("grandchild %d of the killed leaderfeed's child still runs", gc)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		t.Logf("grandchild of the killed node dead after %v", time.Since(killed))
+	}
 	cs = waitChildren(t, dir, 3, 5*time.Second)
 	third := cs[2]
 	failover := third.start.Sub(killed)

@@ -231,22 +231,27 @@ type runner struct {
 
 // lead runs CMD for one term, under the term's context.
 func (r *runner) lead(ctx context.Context, term uint64) error {
-	cmd := exec.Command(r.path, r.args[1:]...)
-	cmd.Args[0] = r.args[0]
+	cmd := r.spawner.command(r.path, r.args[0], r.args[1:])
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), append(slices.Clone(r.env), "LEADERFEED_TERM="+strconv.FormatUint(term, 10))...)
 	cmd.SysProcAttr = sysProcAttr()
-	if err := r.spawner.start(cmd); err != nil {
+	release, err := r.spawner.start(cmd)
+	if err != nil {
 		code := exitNotExec
 		if errors.Is(err, os.ErrNotExist) {
 			code = exitNotFound
 		}
 		return &exitError{code, fmt.Errorf("%w %q: %v", errStart, r.args[0], err)}
 	}
+	// pid leads CMD's process group: CMD's guard on Linux, else CMD.
 	pid := cmd.Process.Pid
 	r.log.Info("leaderfeed: CMD started", "term", term, "pid", pid)
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() {
+		err := cmd.Wait()
+		release()
+		exited <- err
+	}()
 
 	select {
 	case err := <-exited:

@@ -1,47 +1,108 @@
 package main
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
+	"os/signal"
 	"runtime"
 	"syscall"
 )
 
-// sysProcAttr puts CMD in a process group of its own and asks the kernel
-// to SIGKILL it when the thread that started it ends: the spawner's thread,
-// which lives as long as the process, so when leaderfeed dies (kill -9
-// included), CMD dies too.
-func sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+// On Linux CMD does not run as leaderfeed's own child but under a guard:
+// leaderfeed re-executes itself (/proc/self/exe, so a binary replaced on
+// disk since does not matter) as "leaderfeed __guard PATH ARGV...", in a
+// process group of its own, and the guard starts CMD in that group. The
+// guard holds the read end of a pipe whose write end only leaderfeed
+// holds. When leaderfeed dies, in whatever way (kill -9 included), the
+// kernel closes the write end, the guard reads EOF and sends SIGKILL to the
+// whole group: CMD and every process it started that stayed in its group.
+// A parent-death signal alone (which the guard also sets on CMD, in case
+// the guard itself is killed) reaches only CMD, not what CMD started.
+//
+// SIGTERM, SIGINT and SIGHUP sent to the group reach CMD itself; the guard
+// takes them without dying, waits for CMD and exits with CMD's status
+// (128+N when signal N ended it).
+
+// guardArg is the hidden first argument that makes leaderfeed a guard.
+const guardArg = "__guard"
+
+// guardFd is the guard's end of the pipe: the first of cmd.ExtraFiles.
+const guardFd = 3
+
+// guarded reports whether CMD runs under a guard on this system.
+const guarded = true
+
+// sysProcAttr puts the guard in a process group of its own (CMD joins it).
+func sysProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
+// spawner starts CMD's guard.
+type spawner struct{}
+
+func newSpawner() *spawner { return &spawner{} }
+
+// command returns the command that runs path (argv[0] argv0) with args
+// under a guard.
+func (*spawner) command(path, argv0 string, args []string) *exec.Cmd {
+	cmd := exec.Command("/proc/self/exe", append([]string{guardArg, path, argv0}, args...)...)
+	cmd.Args[0] = "leaderfeed" // ps shows "leaderfeed __guard PATH ARGV..."
+	return cmd
 }
 
-// spawner starts processes from one goroutine locked to its OS thread for
-// good. Linux ties the parent-death signal to the thread that forked the
-// child, not to the process: a child started from a thread that the Go
-// runtime later retires would be killed then. The locked thread is never
-// retired while its goroutine lives, and the goroutine lives as long as
-// the process.
-type spawner struct {
-	reqs chan spawnReq
+// start starts cmd (from command) with the guard's pipe. The returned
+// function closes leaderfeed's end; call it once the guard has exited.
+func (*spawner) start(cmd *exec.Cmd) (func(), error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("guard pipe: %w", err)
+	}
+	cmd.ExtraFiles = []*os.File{r}
+	err = cmd.Start()
+	_ = r.Close() // the guard has its copy
+	if err != nil {
+		_ = w.Close()
+		return nil, err
+	}
+	return func() { _ = w.Close() }, nil
 }
 
-type spawnReq struct {
-	cmd   *exec.Cmd
-	reply chan error
-}
-
-func newSpawner() *spawner {
-	s := &spawner{reqs: make(chan spawnReq)}
+// guardMain is the guard: args are PATH ARGV0 ARGS...
+func guardMain(args []string) int {
+	if len(args) < 2 {
+		fmt.Fprintln(os.Stderr, "leaderfeed: the guard is started by leaderfeed run, not by hand")
+		return exitUsage
+	}
+	parent := os.NewFile(guardFd, "leaderfeed")
+	if parent == nil {
+		fmt.Fprintln(os.Stderr, "leaderfeed: guard: no pipe from leaderfeed")
+		return exitUsage
+	}
+	// Handled, not ignored: ignored signals would stay ignored in CMD.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread must outlive every child
-		for req := range s.reqs {
-			req.reply <- req.cmd.Start()
+		for range sigs { // CMD got the same signal: wait for it
 		}
 	}()
-	return s
-}
-
-func (s *spawner) start(cmd *exec.Cmd) error {
-	reply := make(chan error, 1)
-	s.reqs <- spawnReq{cmd: cmd, reply: reply}
-	return <-reply
+	go func() {
+		var b [1]byte
+		_, _ = parent.Read(b[:]) // EOF: leaderfeed is gone
+		_ = syscall.Kill(0, syscall.SIGKILL)
+	}()
+	// CMD's parent-death signal is tied to the thread that starts it: this
+	// one, locked for the guard's life.
+	runtime.LockOSThread()
+	cmd := exec.Command(args[0], args[2:]...)
+	cmd.Args[0] = args[1]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "leaderfeed: cannot start CMD %q: %v\n", args[1], err)
+		if os.IsNotExist(err) {
+			return exitNotFound
+		}
+		return exitNotExec
+	}
+	_ = cmd.Wait()
+	return exitStatus(cmd.ProcessState)
 }

@@ -7,12 +7,24 @@ import (
 	"syscall"
 )
 
-// sysProcAttr puts CMD in a process group of its own. Outside Linux there
-// is no parent-death signal: CMD survives a kill -9 of leaderfeed.
+// guarded reports whether CMD runs under a guard on this system: only on
+// Linux (see spawn_linux.go). Elsewhere CMD is leaderfeed's own child and
+// survives a kill -9 of leaderfeed.
+const guarded = false
+
+// sysProcAttr puts CMD in a process group of its own.
 func sysProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
 
 type spawner struct{}
 
 func newSpawner() *spawner { return &spawner{} }
 
-func (*spawner) start(cmd *exec.Cmd) error { return cmd.Start() }
+func (*spawner) command(path, argv0 string, args []string) *exec.Cmd {
+	cmd := exec.Command(path, args...)
+	cmd.Args[0] = argv0
+	return cmd
+}
+
+func (*spawner) start(cmd *exec.Cmd) (func(), error) { return func() {}, cmd.Start() }
+
+func guardMain([]string) int { return exitUsage }

@@ -3,7 +3,8 @@
 // children never run at once: a second child cannot take it while the first
 // holds it), writes a line "start TERM NODE PID UNIXNANO lock=BOOL" (the
 // time it was started, before it connected) to
-// DIR/TERM-PID.log, waits for SIGTERM, then appends "end TERM NODE PID
+// DIR/TERM-PID.log, starts a grandchild ("sleep 3600", its pid in a line
+// "grandchild TERM NODE PID UNIXNANO"), waits for SIGTERM, then appends "end TERM NODE PID
 // UNIXNANO" and exits 0.
 //
 //	testchild DIR POSTGRES_URL LOCK_KEY
@@ -13,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -54,7 +56,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "testchild:", err)
 		os.Exit(1)
 	}
-	fmt.Fprintf(f, "start %s %s %d %d lock=%t\n", term, node, os.Getpid(), began.UnixNano(), locked)
+	// A grandchild in CMD's process group, which leaderfeed must not leave
+	// running when it dies: its pid goes into the log with the start line.
+	grandchild := exec.Command("sleep", "3600")
+	if err := grandchild.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "testchild:", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(f, "start %s %s %d %d lock=%t\ngrandchild %s %s %d %d\n", term, node, os.Getpid(), began.UnixNano(), locked,
+		term, node, grandchild.Process.Pid, time.Now().UnixNano())
 	<-sigs
 	fmt.Fprintf(f, "end %s %s %d %d\n", term, node, os.Getpid(), time.Now().UnixNano())
 	_ = f.Close()

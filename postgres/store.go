@@ -446,9 +446,9 @@ func scanRecordRow(row pgx.Row) (string, heartbeat.Record, error) {
 	var (
 		election          string
 		leader, successor *string
-		term, rev, lease *int64
-		ts               *time.Time
-		value            []byte
+		term, rev, lease  *int64
+		ts                *time.Time
+		value             []byte
 	)
 	if err := row.Scan(&election, &leader, &term, &rev, &ts, &value, &lease, &successor); err != nil {
 		var scanErr pgx.ScanArgError

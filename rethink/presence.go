@@ -83,7 +83,7 @@ func (s *Store) Participants(ctx context.Context, election string) ([]base.Prese
 	}
 	what := fmt.Sprintf("election %q: participants", election)
 	raw, err := s.run(ctx, what, r.Expr(map[string]any{
-		"now":  r.Now(),
+		"now": r.Now(),
 		"docs": s.term().Filter(func(row r.Term) r.Term {
 			return row.Field(fieldMark).Default(nil).Eq(presenceMark).And(row.Field(fieldElection).Default(nil).Eq(election))
 		}).CoerceTo("array"),

@@ -176,4 +176,3 @@ func TestParticipateNeedsPresence(t *testing.T) {
 
 // plain hides the presence capability of a Backend.
 type plain struct{ base.Backend }
-

@@ -216,6 +216,7 @@ func livePresences(ps []Presence, now time.Time, ttl time.Duration) []Presence {
 // The target must be a live participant that can lead (Participants).
 // Bad input leaves the leader leading and fails with an error matching:
 // ErrNotLeader (this node does not lead), ErrTransferToSelf,
+// ErrNotStarted or ErrClosed (the Feed is not running),
 // ErrUnknownParticipant (not a live participant), ErrTargetCannotLead (an
 // observe-only participant), ErrObserveOnly (this node observes),
 // ErrInvalidConfig (not a valid node id), or ErrUnsupported (the backend
@@ -231,6 +232,15 @@ func (f *Feed) TransferTo(ctx context.Context, nodeID string) error {
 	}
 	if nodeID == f.id {
 		return fmt.Errorf("leaderfeed: transfer to %q: %w", nodeID, ErrTransferToSelf)
+	}
+	f.mu.Lock()
+	state := f.state
+	f.mu.Unlock()
+	switch state {
+	case stateStopped:
+		return ErrClosed
+	case stateNew, stateStarting:
+		return ErrNotStarted
 	}
 	if !f.IsLeader() {
 		return fmt.Errorf("leaderfeed: transfer to %q: %w", nodeID, ErrNotLeader)

@@ -146,6 +146,22 @@ func TestPriorityHandoverAfterHysteresis(t *testing.T) {
 	})
 }
 
+// TransferTo on a Feed that does not run fails as Resign does.
+func TestTransferLifecycle(t *testing.T) {
+	store := memory.NewStore()
+	b, _ := store.Backend("e")
+	f, _ := base.New(b, "n", base.Options{Timing: timing})
+	if err := f.TransferTo(ctx(t), "m"); !errors.Is(err, base.ErrNotStarted) {
+		t.Fatalf("TransferTo before Start: %v, want ErrNotStarted", err)
+	}
+	if err := f.Stop(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.TransferTo(ctx(t), "m"); !errors.Is(err, base.ErrClosed) {
+		t.Fatalf("TransferTo after Stop: %v, want ErrClosed", err)
+	}
+}
+
 // A node that participates on a backend without the presence capability
 // fails Start with ErrUnsupported; a Feed that does not participate writes
 // no presence record.

@@ -46,6 +46,7 @@ func Run(t *testing.T, h Harness) {
 	if h.OpenStore != nil {
 		t.Run("Store", s.stores)
 		t.Run("PresenceStore", s.presenceStore)
+		t.Run("BatchSuccessor", s.batchSuccessor)
 	} else {
 		t.Log("basetest: Harness.OpenStore is nil; the Store rules (many elections, one changefeed, batches) did not run")
 	}

@@ -355,6 +355,39 @@ func (s *suite) presenceStore(t *testing.T) {
 	})
 }
 
+// batchSuccessor runs the rule of the successor field through
+// HeartbeatBatch.
+func (s *suite) batchSuccessor(t *testing.T) {
+	rule(t, "HeartbeatBatch stores and returns the successor of a reserved vacancy, as Heartbeat does", func(t *testing.T) {
+		if s.h.OpenStore == nil {
+			t.Skip("harness has no OpenStore")
+		}
+		st := s.openStore(t)
+		bs, ok := st.(base.BatchStore)
+		if !ok {
+			t.Skipf("the store (%T) is not a base.BatchStore", st)
+		}
+		e1, e2 := Election(), Election()
+		r1 := storeWrite(t, st, heartbeat.Record{}, e1, "node-a", 1)
+		res, err := bs.HeartbeatBatch(ctxFor(t), []base.Write{
+			{Expected: r1, Next: heartbeat.Record{Election: e1, Term: 1, Successor: "node-b"}},
+			{Next: heartbeat.Record{Election: e2, Term: 4, Successor: "node-c"}},
+		})
+		if err != nil || len(res) != 2 {
+			t.Fatalf("HeartbeatBatch: %v, %v", res, err)
+		}
+		for i, want := range []string{"node-b", "node-c"} {
+			if res[i].Err != nil || res[i].Record.Successor != want || !res[i].Record.Vacant() {
+				t.Fatalf("write %d: %+v, %v; want a vacancy reserved for %s", i, res[i].Record, res[i].Err, want)
+			}
+			got, err := st.Get(ctxFor(t), res[i].Record.Election)
+			if err != nil || !got.Equal(res[i].Record) {
+				t.Fatalf("Get = %v, %v; the batch returned %v", got, err, res[i].Record)
+			}
+		}
+	})
+}
+
 // open1 is the open function of a cluster on the harness's backends.
 func (s *suite) open1(t *testing.T) func(string) (base.Backend, error) {
 	return func(e string) (base.Backend, error) { return s.h.Open(t, e) }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
+	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/memory"
 )
 
@@ -84,6 +85,35 @@ func TestTransferToDeadNode(t *testing.T) {
 			t.Fatalf("a node leads %v after the transfer, longer than a crash costs", d)
 		}
 		to.Faulty.Heal()
+	})
+}
+
+// The reserved vacancy commits but its reply is lost: the leader writes it
+// again, finds its own vacancy (or the target's claim) and reports the
+// transfer done; the target leads.
+func TestTransferVacancyReplyLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := participants(t, 3, nil)
+		l := c.WaitLeader(t, wait)
+		to := nextNode(c, l)
+		synctest.Wait() // no renewal in flight: the next write is the vacancy
+		l.Faulty.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Nth: 1, After: true})
+		if err := l.Feed.TransferTo(ctx(t), to.ID); err != nil {
+			t.Fatalf("TransferTo with the vacancy's reply lost: %v", err)
+		}
+		synctest.Wait()
+		if got := c.WaitLeader(t, timing.HeartbeatInterval); got != to {
+			t.Fatalf("%s leads, want the target %s", got.ID, to.ID)
+		}
+		reserved := 0
+		for _, w := range l.Faulty.Writes() {
+			if w.Next.Successor == to.ID {
+				reserved++
+			}
+		}
+		if reserved != 2 {
+			t.Fatalf("%d writes of the reserved vacancy, want 2: the lost one and the one that found it stored", reserved)
+		}
 	})
 }
 

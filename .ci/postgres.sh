@@ -13,14 +13,15 @@
 # "leaderfeed" and exports LEADERFEED_POSTGRES_URL. Sourcing it again stops
 # the instance this clone started before and starts a new one; the state file
 # is inside the clone (.ci/tmp), so clones on one machine never touch each
-# other's servers. The data directory is under $TMPDIR, not in the clone,
+# other's servers (LEADERFEED_POSTGRES_STATE names another one: bench/run.sh
+# keeps its server apart from the tests' that way). The data directory is under $TMPDIR, not in the clone,
 # because the server runs as the user postgres, who may not be able to enter
 # the clone. The password is random, goes only into the exported URL and is
 # never printed.
 #
 # leaderfeed_postgres_stop stops the server and removes its directory.
 
-leaderfeed_postgres_state="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/tmp/postgres.state"
+leaderfeed_postgres_state="${LEADERFEED_POSTGRES_STATE:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/tmp/postgres.state}"
 mkdir -p "$(dirname "$leaderfeed_postgres_state")"
 
 # leaderfeed_postgres_as runs a command as the user that owns the cluster.

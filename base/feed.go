@@ -21,8 +21,10 @@ const DefaultMaxPendingChanges = 10000
 // documented default.
 type Options struct {
 	// Timing of the election; zero fields take their defaults (see
-	// heartbeat.Timing.WithDefaults). Every node of an election should use
-	// the same Timing.
+	// heartbeat.Timing.WithDefaults). Nodes of one election may use
+	// different Timings, as in a rolling change: every record carries its
+	// writer's lease, and no node claims before that lease has ended.
+	// heartbeat.TimingFor derives one from the longest acceptable failover.
 	Timing heartbeat.Timing
 	// Value is published in the record while this node leads (at most
 	// heartbeat.MaxValueLen bytes), for example its address. Proclaim

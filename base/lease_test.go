@@ -3,6 +3,7 @@ package base
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -45,4 +46,40 @@ func TestLeaseContextExtendAfterTheEnd(t *testing.T) {
 	if c2.extend(time.Now().Add(time.Hour)) {
 		t.Fatal("extend revived a cancelled context")
 	}
+}
+
+// The lease timer of the old end can fire after a renewal extended the
+// lease and before the loop re-armed the timer for the new end: it must
+// leave the extended lease alone.
+func TestLeaseTimerAfterAnExtension(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &loop{leaseLost: make(chan struct{}, 1)}
+		end := time.Now().Add(100 * time.Millisecond)
+		c := newLeaseContext(end)
+		l.armLease(c, end)
+		if !c.extend(end.Add(time.Second)) {
+			t.Fatal("extend refused during the lease")
+		}
+		time.Sleep(200 * time.Millisecond) // the old timer fires; no re-arm yet
+		synctest.Wait()
+		if err := c.Err(); err != nil {
+			t.Fatalf("the old timer ended the extended lease: %v (cause %v)", err, context.Cause(c))
+		}
+		select {
+		case <-l.leaseLost:
+			t.Fatal("the old timer reported the extended lease lost")
+		default:
+		}
+		l.armLease(c, end.Add(time.Second))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if context.Cause(c) != ErrLeaseExpired {
+			t.Fatalf("after the new end: cause %v, want ErrLeaseExpired", context.Cause(c))
+		}
+		select {
+		case <-l.leaseLost:
+		default:
+			t.Fatal("the re-armed timer did not report the lease lost")
+		}
+	})
 }

@@ -247,7 +247,12 @@ func (l *loop) armLease(ctx *leaseContext, end time.Time) {
 	lost := l.leaseLost
 	l.leaseCtx = ctx
 	l.leaseTimer = time.AfterFunc(time.Until(end), func() {
-		ctx.cancel(ErrLeaseExpired)
+		// Err cancels the context only if its end has passed: a renewal
+		// may have extended the lease just before this timer fired, and
+		// the loop then re-arms the timer for the new end (armLease).
+		if ctx.Err() == nil {
+			return
+		}
 		select {
 		case lost <- struct{}{}:
 		default:

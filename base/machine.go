@@ -288,12 +288,13 @@ type machine struct {
 		value  []byte
 		ok     bool
 	}
-	claimTerm   uint64    // the term of this node's last claim; a record naming it with it is its own
-	vacancyTerm uint64    // a vacant record with this term was written by this node (0: none)
-	handedOver  bool      // Resign or Stop gave up the last term: its record is not claimed at once
-	claimSoon   bool      // claim the own record at once (a late claim)
-	claimSentAt time.Time // when this node's last claim was sent
-	value       []byte
+	claimTerm    uint64    // the term of this node's last claim; a record naming it with it is its own
+	claimedTerms [3]uint64 // the terms of this node's claims before claimTerm, newest first (0: none)
+	vacancyTerm  uint64    // a vacant record with this term was written by this node (0: none)
+	handedOver   bool      // Resign or Stop gave up the last term: its record is not claimed at once
+	claimSoon    bool      // claim the own record at once (a late claim)
+	claimSentAt  time.Time // when this node's last claim was sent
+	value        []byte
 
 	// Leadership: set while leading.
 	term      uint64
@@ -728,7 +729,8 @@ func (m *machine) announce(leader string, term uint64, value []byte, at time.Tim
 //     case 2 gives already, but so that the successor wins unless it is
 //     dead, and a dead successor costs no more than a crashed leader.
 //  3. R was written by this node itself (a record naming it with the term
-//     it last claimed), and it does not lead on R: a claim or renewal whose
+//     of its last claim or of one of the few claims it sent before that,
+//     see ownClaim), and it does not lead on R: a claim or renewal whose
 //     reply came after its lease, or was lost, or a lease that ran out
 //     while a renewal was in flight. The only lease R can have granted is
 //     this node's own, which it does not hold; it claims with a new term.
@@ -761,7 +763,27 @@ func (m *machine) claimableAtOnce() bool {
 		}
 		return m.vacancyTerm == 0 || m.rec.Term != m.vacancyTerm
 	}
-	return m.own(m.rec) && !m.handedOver
+	return m.ownClaim(m.rec) && !m.handedOver
+}
+
+// ownClaim reports whether r is the write of one of this node's own recent
+// claims: its last (own) or one of the few before it, whose reply was lost
+// while a later claim was already sent. Only this node writes its id with a
+// term it chose, so the only lease r can have granted is this node's own
+// (case 3 of the safety argument, see claimDue).
+func (m *machine) ownClaim(r heartbeat.Record) bool {
+	if m.own(r) {
+		return true
+	}
+	if r.Revision == 0 || r.Leader != m.id || r.Term == 0 {
+		return false
+	}
+	for _, t := range m.claimedTerms {
+		if t == r.Term {
+			return true
+		}
+	}
+	return false
 }
 
 // claimWait is W of case 1: how long after observing the known revision a
@@ -789,7 +811,7 @@ func (m *machine) armClaim(fresh bool) {
 			d += m.t.HeartbeatInterval
 		}
 		at = m.now.Add(d)
-		if m.own(m.rec) {
+		if m.ownClaim(m.rec) {
 			at = m.now.Add(m.t.HeartbeatInterval) // after a failed attempt
 			if fresh || m.claimSoon {
 				// At once, but not sooner than a heartbeat after the
@@ -839,6 +861,10 @@ func (m *machine) onClaimTimer() {
 		Term:     max(m.maxTerm, m.rec.Term) + 1,
 		Value:    m.value,
 		Lease:    m.t.LeaseDuration,
+	}
+	if m.claimTerm != 0 {
+		copy(m.claimedTerms[1:], m.claimedTerms[:])
+		m.claimedTerms[0] = m.claimTerm
 	}
 	m.claimTerm = next.Term
 	m.claimSentAt = m.now

@@ -75,14 +75,7 @@ func follower(t *testing.T, rec heartbeat.Record, when time.Time) *machine {
 // leader is a machine that won term 1 (revision 1) with a claim sent at
 // t0+10ms and answered at t0+20ms; the store had no record.
 func leader(t *testing.T) (*machine, heartbeat.Record) {
-	m := started(t)
-	m.step(at(5*time.Millisecond), callResult{kind: callRead, sentAt: t0, err: ErrNotFound})
-	sent := at(10 * time.Millisecond)
-	effs := m.step(sent, timerInput{timerClaim})
-	if len(effs) != 1 {
-		t.Fatalf("claim timer: %v", effs)
-	}
-	c := effs[0].(startCall)
+	m, c, _ := claiming(t)
 	res := c.next
 	res.Revision = 1
 	m.step(at(20*time.Millisecond), callResult{kind: callClaim, expected: c.expected, next: c.next, sentAt: c.sentAt, res: res})
@@ -90,6 +83,21 @@ func leader(t *testing.T) (*machine, heartbeat.Record) {
 		t.Fatalf("not leading after the claim: role %v term %d", m.role, m.term)
 	}
 	return m, res
+}
+
+// claiming is a machine whose first read found no record and whose first
+// claim (c, term 1 on no record) was sent at t0+10ms, its reply not in yet.
+func claiming(t *testing.T) (*machine, startCall, time.Time) {
+	t.Helper()
+	m := started(t)
+	m.step(at(5*time.Millisecond), callResult{kind: callRead, sentAt: t0, err: ErrNotFound})
+	sent := at(10 * time.Millisecond)
+	effs := m.step(sent, timerInput{timerClaim})
+	c, ok := effs[0].(startCall)
+	if len(effs) != 1 || !ok || c.kind != callClaim {
+		t.Fatalf("claim timer: %v, want one claim", effs)
+	}
+	return m, c, sent
 }
 
 func rec(rev uint64, leader string, term uint64, lease time.Duration) heartbeat.Record {
@@ -241,10 +249,7 @@ func maxTime(a, b time.Time) time.Time {
 // counted from the claim's send time, EventElected is stamped at the reply,
 // the renewal is due a heartbeat after the send.
 func TestMachineClaimWonWithinTheLease(t *testing.T) {
-	m := started(t)
-	m.step(at(5*time.Millisecond), callResult{kind: callRead, sentAt: t0, err: ErrNotFound})
-	sent := at(10 * time.Millisecond)
-	c := m.step(sent, timerInput{timerClaim})[0].(startCall)
+	m, c, sent := claiming(t)
 	res := c.next
 	res.Revision = 1
 	now := at(20 * time.Millisecond)
@@ -270,10 +275,7 @@ func TestMachineClaimWonWithinTheLease(t *testing.T) {
 // the record is this node's own and nobody leads on it, so it is claimed
 // again a heartbeat after the first claim (case 3), not after a timeout.
 func TestMachineClaimReplyAfterTheLease(t *testing.T) {
-	m := started(t)
-	m.step(at(5*time.Millisecond), callResult{kind: callRead, sentAt: t0, err: ErrNotFound})
-	sent := at(10 * time.Millisecond)
-	c := m.step(sent, timerInput{timerClaim})[0].(startCall)
+	m, c, sent := claiming(t)
 	res := c.next
 	res.Revision = 1
 	now := sent.Add(timing.LeaseDuration) // not before the lease's end
@@ -615,10 +617,7 @@ func TestMachineStopWhileRenewing(t *testing.T) {
 // Stop while a claim is in flight that wins: the node hands over at once
 // with a vacancy bounded by Stop's context, and never reports leading.
 func TestMachineStopWhileClaiming(t *testing.T) {
-	m := started(t)
-	m.step(at(5*time.Millisecond), callResult{kind: callRead, sentAt: t0, err: ErrNotFound})
-	sent := at(10 * time.Millisecond)
-	c := m.step(sent, timerInput{timerClaim})[0].(startCall)
+	m, c, sent := claiming(t)
 	stopCtx := context.Background()
 	expect(t, m.step(at(12*time.Millisecond), stopInput{ctx: stopCtx}),
 		stopTimer{timerClaim}, stopTimer{timerPoll}, stopTimer{timerReopen})
@@ -647,10 +646,7 @@ func TestMachineStopWhileClaiming(t *testing.T) {
 // The feed brings this node's claim before the claim's reply: the new
 // leader is announced after EventElected, not before.
 func TestMachineOwnClaimOnTheFeedFirst(t *testing.T) {
-	m := started(t)
-	m.step(at(5*time.Millisecond), callResult{kind: callRead, sentAt: t0, err: ErrNotFound})
-	sent := at(10 * time.Millisecond)
-	c := m.step(sent, timerInput{timerClaim})[0].(startCall)
+	m, c, sent := claiming(t)
 	res := c.next
 	res.Revision = 1
 	for _, e := range m.step(at(15*time.Millisecond), notificationInput{n: Notification{Type: RecordChanged, Record: res}, ok: true}) {
@@ -725,10 +721,7 @@ func TestMachineExit(t *testing.T) {
 // reply came within the lease), so it claims it again (case 3) a heartbeat
 // after the first claim, with a new term, on the committed revision.
 func TestMachineClaimReplyLost(t *testing.T) {
-	m := started(t)
-	m.step(at(5*time.Millisecond), callResult{kind: callRead, sentAt: t0, err: ErrNotFound})
-	sent := at(10 * time.Millisecond)
-	c := m.step(sent, timerInput{timerClaim})[0].(startCall)
+	m, c, sent := claiming(t)
 	mine := c.next
 	mine.Revision = 1
 	now := at(30 * time.Millisecond)
@@ -903,5 +896,39 @@ func TestMachineReservedVacancy(t *testing.T) {
 		if c.kind != callClaim || c.expected.Revision != 7 || c.next.Term != 5 || c.next.Successor != "" {
 			t.Fatalf("successor %q: claim %+v", tc.successor, c)
 		}
+	}
+}
+
+// A claim whose reply was lost, retried before the feed brought its write:
+// the retry's conflict carries the earlier claim's record, which names this
+// node with a term it claimed. That is its own write, granting no lease but
+// its own (case 3): the next claim goes a heartbeat after the last one, not
+// an election timeout later.
+func TestMachineEarlierClaimInTheConflict(t *testing.T) {
+	m, c, sent := claiming(t)
+	first := c.next
+	first.Revision = 1
+	m.step(at(30*time.Millisecond), callResult{kind: callClaim, expected: c.expected, next: c.next, sentAt: sent, err: errors.New("reply lost")})
+	retry := at(30*time.Millisecond + jitter + timing.HeartbeatInterval)
+	c2 := m.step(retry, timerInput{timerClaim})[0].(startCall)
+	if c2.kind != callClaim || c2.next.Term != 2 || c2.expected.Revision != 0 {
+		t.Fatalf("retry %+v, want term 2 on no record", c2)
+	}
+	now := retry.Add(5 * time.Millisecond)
+	effs := m.step(now, callResult{kind: callClaim, expected: c2.expected, next: c2.next, sentAt: retry, err: &ConflictError{Current: first}})
+	var armed []setTimer
+	for _, e := range effs {
+		if st, ok := e.(setTimer); ok && st.t == timerClaim {
+			armed = append(armed, st)
+		}
+	}
+	// The last arming counts: a heartbeat after the failed attempt (an
+	// election timeout, 300 ms or more after the record was seen, before).
+	if want := now.Add(timing.HeartbeatInterval); len(armed) == 0 || !armed[len(armed)-1].at.Equal(want) {
+		t.Fatalf("claim timer %v, want last at %v (a heartbeat after the failed attempt); effects %v", armed, want, effs)
+	}
+	c3 := m.step(now.Add(timing.HeartbeatInterval), timerInput{timerClaim})[0].(startCall)
+	if c3.kind != callClaim || c3.next.Term != 3 || !c3.expected.SameWrite(first) {
+		t.Fatalf("third claim %+v, want term 3 on the first claim's record", c3)
 	}
 }

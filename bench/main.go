@@ -420,6 +420,16 @@ func runOld(ctx context.Context, cfg config, rep *report, systems []*lfSystem) e
 	for _, s := range systems {
 		runs = append(runs, func() (series, error) { return s.crash(ctx, cfg, cfg.timing, "crash") })
 	}
+	// The timing the library derives from the bound (heartbeat.TimingFor),
+	// on every system: it aims at a fast typical failover and keeps half
+	// the bound for the claim.
+	derived, err := heartbeat.TimingFor(cfg.bound())
+	if err != nil {
+		return err
+	}
+	for _, s := range systems {
+		runs = append(runs, func() (series, error) { return s.crash(ctx, cfg, derived, "crash-derived") })
+	}
 	if cfg.strict {
 		s := mainSystem(systems)
 		t := cfg.timing

@@ -45,7 +45,14 @@ func ecdf(s []time.Duration) plotter.XYs {
 // axis) of every system's samples, in one PNG.
 func plotLatency(path string, all []series) error {
 	panels := [][]string{{"handover", "observer", "crash"}, {"fanout-10", "fanout-100", "fanout-1000"}}
-	extra := map[string]string{"crash": "crash-strict"} // drawn dashed in the same panel
+	// Drawn in the same panel, dashed or dotted, with a label suffix.
+	extra := map[string]map[string]struct {
+		dashes []vg.Length
+		label  string
+	}{"crash": {
+		"crash-strict":  {[]vg.Length{vg.Points(4), vg.Points(3)}, " (timeout fixed at bound)"},
+		"crash-derived": {[]vg.Length{vg.Points(1), vg.Points(2)}, " (TimingFor(bound))"},
+	}}
 	plots := make([][]*plot.Plot, len(panels))
 	for row, keys := range panels {
 		for _, key := range keys {
@@ -62,7 +69,8 @@ func plotLatency(path string, all []series) error {
 			p.Legend.TextStyle.Font.Size = vg.Points(8)
 			drawn := false
 			for _, s := range all {
-				if len(s.samples) == 0 || (s.scenario != key && s.scenario != extra[key]) {
+				x, isExtra := extra[key][s.scenario]
+				if len(s.samples) == 0 || (s.scenario != key && !isExtra) {
 					continue
 				}
 				l, err := plotter.NewLine(ecdf(s.samples))
@@ -72,9 +80,9 @@ func plotLatency(path string, all []series) error {
 				l.Color = systemColors[s.system]
 				l.Width = vg.Points(1.5)
 				label := s.system
-				if s.scenario != key {
-					l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-					label += " (timeout fixed at bound)"
+				if isExtra {
+					l.Dashes = x.dashes
+					label += x.label
 				}
 				p.Add(l)
 				p.Legend.Add(fmt.Sprintf("%s n=%d", strings.TrimPrefix(label, "leaderfeed/"), len(s.samples)), l)

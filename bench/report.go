@@ -93,13 +93,14 @@ func leaderfeedCommit() string {
 }
 
 var scenarioTitles = map[string]string{
-	"handover":     "clean handover: Resign → next leader elected",
-	"observer":     "observer learns the new leader (from Resign)",
-	"crash":        "crash failover, same dead-leader bound",
-	"crash-strict": "crash failover, leaderfeed timeout fixed at the bound",
+	"handover":      "clean handover: Resign → next leader elected",
+	"observer":      "observer learns the new leader (from Resign)",
+	"crash":         "crash failover, same dead-leader bound",
+	"crash-strict":  "crash failover, leaderfeed timeout fixed at the bound",
+	"crash-derived": "crash failover, leaderfeed on heartbeat.TimingFor(bound)",
 }
 
-var scenarioOrder = []string{"handover", "handover-jitter", "observer", "crash", "crash-strict"}
+var scenarioOrder = []string{"handover", "handover-jitter", "observer", "crash", "crash-derived", "crash-strict"}
 
 func (r *report) scenarioTitle(key string) string {
 	if key == "handover-jitter" {
@@ -122,7 +123,7 @@ func scenarioTitle(key string) string {
 // etcd's crash).
 func (r *report) peer(scenario string) (series, bool) {
 	switch scenario {
-	case "crash-strict":
+	case "crash-strict", "crash-derived":
 		scenario = "crash"
 	case "handover-jitter":
 		scenario = "handover"
@@ -308,6 +309,11 @@ func (r *report) targets() []string {
 			cs, es := summarize(c.samples), summarize(e.samples)
 			line := fmt.Sprintf("Crash failover ≤ etcd's at the same bound: %s (p50 %s vs %s ms, p99 %s vs %s ms)",
 				verdict(cs.p50 <= es.p50 && cs.p99 <= es.p99), ms(cs.p50), ms(es.p50), ms(cs.p99), ms(es.p99))
+			if d, ok := r.find("crash-derived", sys); ok {
+				ds := summarize(d.samples)
+				line += fmt.Sprintf("; with heartbeat.TimingFor(bound), p50 at most 0.4× etcd's: %s (p50 %s ms, %s; p99 %s ms)",
+					verdict(float64(ds.p50) <= 0.4*float64(es.p50)), ms(ds.p50), ratio(ds.p50, es.p50), ms(ds.p99))
+			}
 			if s, ok := r.find("crash-strict", sys); ok {
 				ss := summarize(s.samples)
 				line += fmt.Sprintf("; with leaderfeed's timeout fixed at the bound: %s (p50 %s ms, p99 %s ms)", verdict(ss.p50 <= es.p50 && ss.p99 <= es.p99), ms(ss.p50), ms(ss.p99))

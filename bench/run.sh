@@ -27,7 +27,9 @@ if [ -z "${LEADERFEED_POSTGRES_URL:-}" ]; then
 	trap cleanup EXIT
 	set +e
 	# shellcheck source=../.ci/postgres.sh
-	TMPDIR="$pgtmp" source ../.ci/postgres.sh
+	# A state file of its own: a test run in this clone that sources
+	# .ci/postgres.sh meanwhile must not stop the benchmark's server.
+	LEADERFEED_POSTGRES_STATE="$pgtmp/postgres.state" TMPDIR="$pgtmp" source ../.ci/postgres.sh
 	set -e
 	if [ -z "${LEADERFEED_POSTGRES_URL:-}" ]; then
 		echo "run.sh: could not start PostgreSQL; set LEADERFEED_POSTGRES_URL" >&2

@@ -183,6 +183,19 @@ func TestTimingFor(t *testing.T) {
 		if tm.ElectionTimeoutMax > d || tm.LeaseDuration >= tm.ElectionTimeoutMin {
 			t.Fatalf("TimingFor(%v) = %+v", d, tm)
 		}
+		// Half the bound is left for the claim: four failed claims,
+		// each retried a heartbeat later, still fit.
+		if tm.ElectionTimeoutMax+4*tm.HeartbeatInterval > d {
+			t.Errorf("TimingFor(%v) = %+v: ElectionTimeoutMax + 4 heartbeats exceeds the bound", d, tm)
+		}
+		// The typical failover after a crash (a random point between
+		// heartbeats, the middle of the range) is under 42 % of the bound.
+		if typical := (tm.ElectionTimeoutMin+tm.ElectionTimeoutMax)/2 - tm.HeartbeatInterval/2; typical > d*42/100 {
+			t.Errorf("TimingFor(%v) = %+v: typical failover %v is over 42 %% of the bound", d, tm, typical)
+		}
+		if w := heartbeat.FollowerWait(tm.LeaseDuration); w > tm.ElectionTimeoutMin {
+			t.Errorf("TimingFor(%v) = %+v: FollowerWait of its lease %v exceeds ElectionTimeoutMin", d, tm, w)
+		}
 	}
 	if _, err := heartbeat.TimingFor(time.Millisecond); !errors.Is(err, heartbeat.ErrInvalidTiming) {
 		t.Fatalf("TimingFor(1ms): %v, want ErrInvalidTiming", err)

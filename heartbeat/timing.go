@@ -151,22 +151,34 @@ const MinDuration = time.Millisecond
 const MarginDivisor = 10
 
 // TimingFor derives a Timing from the longest acceptable failover after a
-// leader crashes: a follower claims at most ElectionTimeoutMax after the
-// last heartbeat it saw, so ElectionTimeoutMax is 90 % of maxFailover (the
-// rest for the claim's round trip), and the range is narrow, [80 %, 90 %]:
-// the compare-and-set already gives exactly one winner, so a wide range
-// would only delay failover. LeaseDuration is 64 % (a margin of 20 % of
-// ElectionTimeoutMin) and HeartbeatInterval a third of the lease, so two
-// renewals can fail before the lease runs out. maxFailover must be at
-// least 10 ms.
+// leader crashes, maxFailover (at least 10 ms), for an election whose nodes
+// all use it.
+//
+// After a crash a follower claims ElectionTimeoutMax at most after the last
+// heartbeat it saw. TimingFor sets ElectionTimeoutMax to half of
+// maxFailover: the other half is for the claim's round trip and for claims
+// that fail (a follower whose claim fails retries a HeartbeatInterval
+// later, and four retries fit), so a slow or briefly failing store still
+// fails over within maxFailover. The range is narrow, [45 %, 50 %]: the
+// compare-and-set already gives exactly one winner, so a wide range would
+// only delay failover. LeaseDuration is 36 % (a margin of 20 % of
+// ElectionTimeoutMin) and HeartbeatInterval a third of the lease (12 %), so
+// two renewals can fail before the lease runs out.
+//
+// A crash comes at a random point between two heartbeats, so the typical
+// failover is about ElectionTimeoutMin/2 + ElectionTimeoutMax/2 -
+// HeartbeatInterval/2, 41.5 % of maxFailover, and the longest in a healthy
+// store 50 %. TimingFor(time.Second) is heartbeat 120 ms, lease 360 ms,
+// election timeout 450–500 ms; a clean Resign hands over in milliseconds
+// whatever the timing.
 func TimingFor(maxFailover time.Duration) (Timing, error) {
 	if maxFailover < 10*MinDuration {
 		return Timing{}, fmt.Errorf("%w: longest failover %v is shorter than %v", ErrInvalidTiming, maxFailover, 10*MinDuration)
 	}
 	t := Timing{
-		ElectionTimeoutMin: maxFailover * 8 / 10,
-		ElectionTimeoutMax: maxFailover * 9 / 10,
-		LeaseDuration:      maxFailover * 64 / 100,
+		ElectionTimeoutMin: maxFailover * 45 / 100,
+		ElectionTimeoutMax: maxFailover / 2,
+		LeaseDuration:      maxFailover * 36 / 100,
 	}
 	t.HeartbeatInterval = t.LeaseDuration / 3
 	return t, t.Validate()

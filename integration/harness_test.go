@@ -389,17 +389,12 @@ func (h *harness) record(f Fault) {
 	h.mu.Unlock()
 }
 
-// run starts the nodes, injects the faults and checks the logs.
-func (h *harness) run(ctx context.Context) {
-	t := h.t
-	if err := h.srv.prepare(ctx, h.cfg.election); err != nil {
-		t.Fatalf("prepare %s: %v", h.srv.name(), err)
-	}
-	for i := range h.cfg.nodes {
-		if err := h.start(i); err != nil {
-			t.Fatal(err)
-		}
-	}
+// injectAll injects perKind faults of each kind in a random order, each
+// with inject once the nodes agree on a stable leader and after a random
+// phase against the heartbeats, logging progress every faults; then it
+// stops every node. It returns how long the faults took and the first
+// failure, after which no more faults are injected.
+func (h *harness) injectAll(ctx context.Context, every int, inject func(ctx context.Context, kind string, leader *proc) error) (time.Duration, error) {
 	var plan []string
 	for _, k := range h.cfg.kinds {
 		for range h.cfg.perKind {
@@ -415,31 +410,51 @@ func (h *harness) run(ctx context.Context) {
 		if err == nil {
 			// Vary the phase of the fault against the heartbeats.
 			time.Sleep(time.Duration(h.rng.Int64N(int64(2 * h.cfg.timing.HeartbeatInterval))))
-			err = h.inject(ctx, kind, leader)
+			err = inject(ctx, kind, leader)
 		}
 		if err != nil {
 			failed = fmt.Errorf("fault %d of %d (%s): %w", i+1, len(plan), kind, err)
 			break
 		}
-		if (i+1)%100 == 0 {
-			t.Logf("%d faults in %v", i+1, time.Since(began).Round(time.Second))
+		if (i+1)%every == 0 {
+			h.t.Logf("%d faults in %v", i+1, time.Since(began).Round(time.Second))
 		}
 	}
 	elapsed := time.Since(began)
 	h.stopAll()
+	return elapsed, failed
+}
+
+// collect returns every node's log and the faults injected, reporting the
+// log lines that did not parse as test errors.
+func (h *harness) collect() ([]NodeLog, []Fault) {
+	logs := h.logs()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range h.procs {
+		for _, b := range p.badLines {
+			h.t.Errorf("%s: %s", p.name, b)
+		}
+	}
+	return logs, h.faults
+}
+
+// run starts the nodes, injects the faults and checks the logs.
+func (h *harness) run(ctx context.Context) {
+	t := h.t
+	if err := h.srv.prepare(ctx, h.cfg.election); err != nil {
+		t.Fatalf("prepare %s: %v", h.srv.name(), err)
+	}
+	for i := range h.cfg.nodes {
+		if err := h.start(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	elapsed, failed := h.injectAll(ctx, 100, h.inject)
 	if failed != nil {
 		t.Error(failed)
 	}
-
-	logs := h.logs()
-	h.mu.Lock()
-	for _, p := range h.procs {
-		for _, b := range p.badLines {
-			t.Errorf("%s: %s", p.name, b)
-		}
-	}
-	faults := h.faults
-	h.mu.Unlock()
+	logs, faults := h.collect()
 	rep := Check(logs, faults, h.cfg.bound)
 	table := rep.Summary(faults, h.cfg.kinds)
 	summary := fmt.Sprintf("%s: %d faults in %v, %d leadership intervals, seed %d\n\n%s\n%s",

@@ -341,46 +341,14 @@ func runPartitions(ctx context.Context, h *harness, d *dockerNet) {
 		t.Fatal(err)
 	}
 	t.Logf("%d node containers up with a leader in %v", h.cfg.nodes, time.Since(began).Round(time.Millisecond))
-	began = time.Now()
-	var plan []string
-	for _, k := range h.cfg.kinds {
-		for range h.cfg.perKind {
-			plan = append(plan, k)
-		}
-	}
-	h.rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
-
 	st := &partitionStats{}
-	var failed error
-	for i, kind := range plan {
-		leader, err := h.stable()
-		if err == nil {
-			time.Sleep(time.Duration(h.rng.Int64N(int64(2 * h.cfg.timing.HeartbeatInterval))))
-			err = injectPartition(ctx, h, d, st, kind, leader)
-		}
-		if err != nil {
-			failed = fmt.Errorf("fault %d of %d (%s): %w", i+1, len(plan), kind, err)
-			break
-		}
-		if (i+1)%50 == 0 {
-			t.Logf("%d faults in %v", i+1, time.Since(began).Round(time.Second))
-		}
-	}
-	elapsed := time.Since(began)
-	h.stopAll()
+	elapsed, failed := h.injectAll(ctx, 50, func(ctx context.Context, kind string, leader *proc) error {
+		return injectPartition(ctx, h, d, st, kind, leader)
+	})
 	if failed != nil {
 		t.Error(failed)
 	}
-
-	logs := h.logs()
-	h.mu.Lock()
-	for _, p := range h.procs {
-		for _, b := range p.badLines {
-			t.Errorf("%s: %s", p.name, b)
-		}
-	}
-	faults := h.faults
-	h.mu.Unlock()
+	logs, faults := h.collect()
 	rep := Check(logs, faults, h.cfg.bound)
 	// A follower cut off must not lead until it is back.
 	for _, f := range faults {

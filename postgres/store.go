@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaderfeed/leaderfeed/base"
@@ -533,6 +534,14 @@ func decodeBase64(election string, s *string) ([]byte, error) {
 func wrapErr(ctx context.Context, what string, err error) error {
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("%s: %w (%v)", what, cerr, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703" || pgErr.Code == "3F000") {
+		// undefined_table, undefined_column, invalid_schema_name: the
+		// schema was never made (or is of an older version) on this
+		// database. Say how to make it rather than only what is missing.
+		return fmt.Errorf("%s: %w: the election table is missing or of another shape (%s); Create makes it, or apply the SQL of `leaderfeed schema`: %w",
+			what, base.ErrInvalidConfig, pgErr.Message, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

@@ -58,8 +58,9 @@
 // --heartbeat, --election-timeout-min, --election-timeout-max, --lease and
 // --vacancy-jitter set heartbeat.Timing (zero: the library's defaults, 1s
 // and 2s..4s); --failover D derives all of them from the longest acceptable
-// failover after a crash (heartbeat.TimingFor). Every node of an election
-// must use the same timing. Impossible combinations are refused with exit
+// failover after a crash (heartbeat.TimingFor). Nodes of one election may
+// use different timings (a rolling change): every record carries its
+// writer's lease, and no node claims before that lease has ended. Impossible combinations are refused with exit
 // code 2, naming the fields.
 //
 // # Exit codes

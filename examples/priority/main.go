@@ -10,8 +10,9 @@
 // its priority: it is handed over). Then an operator moves leadership by
 // hand (TransferTo, for maintenance of the preferred node): the target
 // leads within milliseconds, and the preferred node gets it back after the
-// hysteresis. Finally the preferred node stops, and the next one leads at
-// once.
+// hysteresis. Finally the preferred node shuts down: it transfers to the
+// next one first (Stop alone leaves an open vacancy that any node may win,
+// the canary too), which leads at once.
 //
 //	go run ./examples/priority
 package main
@@ -152,8 +153,14 @@ func run(out io.Writer) error {
 		return err
 	}
 
-	fmt.Fprintln(out, "-- eu-1 stops")
+	// Stop alone would leave an open vacancy, which any node may win (the
+	// canary too, which would then hand over by priority after the
+	// hysteresis): a node that shuts down transfers first.
+	fmt.Fprintln(out, "-- eu-1 shuts down: transfer to us-1, then stop")
 	t = time.Now()
+	if err := preferred.feed.TransferTo(ctx, "us-1"); err != nil {
+		return err
+	}
 	if err := preferred.feed.Stop(ctx); err != nil {
 		return err
 	}

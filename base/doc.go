@@ -38,11 +38,23 @@
 // term (the context Run passes, Event.LeaderCtx of EventElected, or
 // Feed.LeaderContext), which is cancelled the moment leadership ends,
 // context.Cause saying why (ErrResigned, ErrDeposed, ErrLeaseExpired,
-// ErrStopped), and passes the term (Event.Term, Feed.Term) to what it
-// writes, as a fencing token. Feed.Resign hands over at once and goes on
-// as a follower; Feed.Proclaim publishes a new value; Feed.Leader returns
-// the last record seen; Options.ObserveOnly makes a feed that follows but
-// never campaigns.
+// ErrStopped, ErrTransferred), and passes the term (Event.Term, Feed.Term)
+// to what it writes, as a fencing token. Feed.Resign hands over at once and
+// goes on as a follower; Feed.Proclaim publishes a new value; Feed.Leader
+// returns the last record seen; Options.ObserveOnly makes a feed that
+// follows but never campaigns.
+//
+// # Transfer, participants and priorities
+//
+// With Options.Participate a node keeps a presence record in the store
+// (one write per PresenceInterval), and Feed.Participants lists the live
+// ones, judged by the store's clock. Feed.TransferTo hands leadership to a
+// live participant: the leader steps down first, then writes a vacancy
+// reserved for the target (heartbeat.Record.Successor), which the target
+// claims at once and every other node only after its election timeout. A
+// participating leader that sees a live participant of higher
+// Options.Priority for Options.PriorityHysteresis transfers to it; equal
+// priorities never transfer.
 //
 // # Many elections
 //
@@ -98,7 +110,9 @@
 //     the lease when renewals fail (EventUnelected with ReasonLeaseExpired).
 //   - A clean Resign or Stop writes a vacant record, which the followers
 //     claim at once (after a jitter of at most Timing.VacancyJitter); a
-//     crashed leader is replaced within the election timeout.
+//     crashed leader is replaced within the election timeout. A transfer's
+//     vacancy is claimed at once by its target only; if the target is dead,
+//     another node claims it within the election timeout.
 //   - The node is never deaf: a failed changefeed is reported and reopened
 //     with backoff, forever, and while it is down the node reads the record
 //     every heartbeat interval.
@@ -158,7 +172,8 @@
 // Get and Heartbeat and one Subscribe for the whole table, which sends raw
 // changes and neither queues nor coalesces them. It may implement
 // BatchStore too (HeartbeatBatch), to renew many elections in one round
-// trip. It does not implement Backend: Elections and Open provide it.
+// trip, and PresenceStore (Present, Absent, Participants), for
+// participants, transfers and priorities. It does not implement Backend: Elections and Open provide it.
 // docs/EXTENDING.md explains the contract method by method and builds a
 // complete backend, and basetest.Run (with Harness.OpenStore set) checks
 // that a backend keeps it.

@@ -79,6 +79,10 @@ const (
 	ReasonDeposed
 	// ReasonLeaseExpired: renewals failed until the lease ran out.
 	ReasonLeaseExpired
+	// ReasonTransferred: TransferTo was called (or the leader handed over
+	// to a participant of higher Priority): the node stepped down and
+	// reserved the vacancy for the successor.
+	ReasonTransferred
 )
 
 // String returns the reason's name.
@@ -92,6 +96,8 @@ func (r Reason) String() string {
 		return "deposed"
 	case ReasonLeaseExpired:
 		return "lease-expired"
+	case ReasonTransferred:
+		return "transferred"
 	}
 	return fmt.Sprintf("Reason(%d)", int(r))
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +48,43 @@ type Options struct {
 	// Trace, if set, is told of each claim's and renewal's outcome and
 	// latency, for metrics (see Trace). Default: none.
 	Trace *Trace
+
+	// Participate makes the node keep a presence record (node id, Value,
+	// Priority, whether it can lead, the store's timestamp) in the store,
+	// refreshed every PresenceInterval, so that it is listed by
+	// Participants and can be the target of a transfer. It costs one write
+	// per PresenceInterval, and, while the node leads, one read of the
+	// participants (the Priority check). The backend must have the
+	// presence capability (a PresenceStore through Elections): Start fails
+	// with an error matching ErrUnsupported otherwise. Stop deletes the
+	// record; the record of a node that crashed expires after PresenceTTL.
+	// Default false: the node writes nothing but the election record.
+	Participate bool
+	// PresenceInterval is how often a participant refreshes its presence
+	// record. Default: Timing.ElectionTimeoutMin.
+	PresenceInterval time.Duration
+	// PresenceTTL is how long a presence record stays live without a
+	// refresh, judged by the store's own clock (the record's timestamp
+	// against the store's time when it is read). Default: PresenceLives
+	// (3) times PresenceInterval; at least PresenceInterval.
+	PresenceTTL time.Duration
+	// Priority, in [MinPriority, MaxPriority], default 0, says which node
+	// should lead. A participating leader that sees a live participant of
+	// strictly higher priority, present at each of its checks (once per
+	// PresenceInterval) for at least PriorityHysteresis, transfers
+	// leadership to it (TransferTo). Equal priorities never transfer, so
+	// nodes of equal priority never hand leadership back and forth; a node
+	// never takes leadership because of its priority, it is handed over;
+	// observe-only nodes are never targets. Use cases: prefer the nodes of
+	// the zone the clients are in (a higher priority), let a canary lead
+	// only when nothing else can (a negative one).
+	Priority int
+	// PriorityHysteresis is how long a participant of higher priority must
+	// have been continuously present, during this node's term, before the
+	// leader hands over to it. Default: PresenceTTL, so that a target that
+	// died right after a handover to it was decided has expired before the
+	// next leader could choose it again.
+	PriorityHysteresis time.Duration
 }
 
 // Feed is one node in one election. It campaigns (unless ObserveOnly),
@@ -107,13 +145,15 @@ const (
 	reqResign requestKind = iota + 1
 	reqProclaim
 	reqStatus // no-op: lets tests wait until the engine took every input
+	reqTransfer
 )
 
 type request struct {
-	kind  requestKind
-	ctx   context.Context
-	value []byte
-	reply chan error
+	kind   requestKind
+	ctx    context.Context
+	value  []byte
+	target string // reqTransfer: the successor
+	reply  chan error
 }
 
 // New returns a Feed for node id nodeID on backend b. It validates the
@@ -142,6 +182,9 @@ func New(b Backend, nodeID string, opts Options) (*Feed, error) {
 	if opts.MaxPendingChanges == 0 {
 		opts.MaxPendingChanges = DefaultMaxPendingChanges
 	}
+	if err := presenceOptions(&opts, t); err != nil {
+		return nil, err
+	}
 	opts.Value = bytes.Clone(opts.Value)
 	log := opts.Logger
 	if log == nil {
@@ -162,6 +205,37 @@ func New(b Backend, nodeID string, opts Options) (*Feed, error) {
 	}
 	f.events = newHub(opts.MaxPendingChanges, log)
 	return f, nil
+}
+
+// presenceOptions validates the presence and priority options and fills in
+// their defaults.
+func presenceOptions(opts *Options, t heartbeat.Timing) error {
+	var problems []string
+	if opts.Priority < MinPriority || opts.Priority > MaxPriority {
+		problems = append(problems, fmt.Sprintf("Priority %d is outside [%d, %d]", opts.Priority, MinPriority, MaxPriority))
+	}
+	if opts.PresenceInterval < 0 || (opts.PresenceInterval > 0 && opts.PresenceInterval < heartbeat.MinDuration) {
+		problems = append(problems, fmt.Sprintf("PresenceInterval %v must be 0 (default) or at least %v", opts.PresenceInterval, heartbeat.MinDuration))
+	}
+	if opts.PresenceTTL < 0 || opts.PriorityHysteresis < 0 {
+		problems = append(problems, fmt.Sprintf("PresenceTTL (%v) and PriorityHysteresis (%v) must not be negative", opts.PresenceTTL, opts.PriorityHysteresis))
+	}
+	if opts.PresenceInterval == 0 {
+		opts.PresenceInterval = t.ElectionTimeoutMin
+	}
+	if opts.PresenceTTL == 0 {
+		opts.PresenceTTL = PresenceLives * opts.PresenceInterval
+	}
+	if opts.PresenceTTL > 0 && opts.PresenceTTL < opts.PresenceInterval {
+		problems = append(problems, fmt.Sprintf("PresenceTTL (%v) must be at least PresenceInterval (%v), or a live participant would drop out between refreshes", opts.PresenceTTL, opts.PresenceInterval))
+	}
+	if opts.PriorityHysteresis == 0 {
+		opts.PriorityHysteresis = opts.PresenceTTL
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(problems, "; "))
+	}
+	return nil
 }
 
 // NodeID returns this node's id.
@@ -249,6 +323,18 @@ func (f *Feed) Start(ctx context.Context) error {
 	if err == nil {
 		err = f.b.Create(ctx)
 	}
+	var pres *presence
+	if err == nil && f.opts.Participate {
+		// The first presence record is written before the Feed runs, so
+		// that a store without the capability fails Start.
+		pb, ok := f.b.(PresenceBackend)
+		if !ok {
+			err = fmt.Errorf("leaderfeed: Participate: the backend (%T) has no presence capability: %w", f.b, ErrUnsupported)
+		} else {
+			pres = f.newPresence(pb)
+			err = pres.write(ctx)
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.state == stateStopped { // Stop ran meanwhile and waits for stopped
@@ -271,6 +357,13 @@ func (f *Feed) Start(ctx context.Context) error {
 		defer close(f.loopDone)
 		newLoop(f, runCtx).run()
 	}()
+	if pres != nil {
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			pres.run(runCtx)
+		}()
+	}
 	go func() { // closes done after every goroutine of the Feed has ended
 		<-f.loopDone
 		f.wg.Wait()

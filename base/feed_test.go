@@ -61,6 +61,11 @@ func TestNewRejectsBadInput(t *testing.T) {
 		{"lease not shorter than the timeout", b, "n", base.Options{Timing: heartbeat.Timing{LeaseDuration: 3 * time.Second}}, "LeaseDuration (3s) must be less than ElectionTimeoutMin (2s)"},
 		{"value too large", b, "n", base.Options{Value: make([]byte, heartbeat.MaxValueLen+1)}, "Value is 2049 bytes"},
 		{"negative MaxPendingChanges", b, "n", base.Options{MaxPendingChanges: -1}, "MaxPendingChanges is negative"},
+		{"priority above MaxPriority", b, "n", base.Options{Priority: base.MaxPriority + 1}, "Priority 101 is outside [-100, 100]"},
+		{"priority below MinPriority", b, "n", base.Options{Priority: base.MinPriority - 1}, "Priority -101 is outside [-100, 100]"},
+		{"negative presence interval", b, "n", base.Options{PresenceInterval: -1}, "PresenceInterval -1ns must be 0 (default) or at least 1ms"},
+		{"presence TTL below the interval", b, "n", base.Options{PresenceInterval: time.Second, PresenceTTL: time.Millisecond}, "PresenceTTL (1ms) must be at least PresenceInterval (1s)"},
+		{"negative hysteresis", b, "n", base.Options{PriorityHysteresis: -1}, "PriorityHysteresis (-1ns) must not be negative"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -324,6 +324,9 @@ var (
 	ErrLeaseExpired = errors.New("leaderfeed: leadership ended: lease expired")
 	// ErrStopped: Stop was called.
 	ErrStopped = errors.New("leaderfeed: leadership ended: stopped")
+	// ErrTransferred: leadership was handed to another node (TransferTo,
+	// or a participant of higher Priority).
+	ErrTransferred = errors.New("leaderfeed: leadership ended: transferred")
 )
 
 func (r Reason) cause() error {
@@ -334,6 +337,8 @@ func (r Reason) cause() error {
 		return ErrDeposed
 	case ReasonStopped:
 		return ErrStopped
+	case ReasonTransferred:
+		return ErrTransferred
 	}
 	return ErrLeaseExpired
 }

@@ -327,14 +327,15 @@ type machine struct {
 	out []effect  // effects of the step under way
 }
 
-// vacancyWrite is a vacancy to write after stepping down, for Resign (reply
-// set) or Stop.
+// vacancyWrite is a vacancy to write after stepping down, for Resign or a
+// transfer (reply set) or Stop.
 type vacancyWrite struct {
-	ctx      context.Context
-	reply    chan<- error
-	term     uint64
-	attempts int
-	inFlight bool
+	ctx       context.Context
+	reply     chan<- error
+	term      uint64
+	successor string // a transfer: the node the vacancy is reserved for
+	attempts  int
+	inFlight  bool
 }
 
 func newMachine(id, election string, t heartbeat.Timing, opts Options) *machine {
@@ -715,9 +716,18 @@ func (m *machine) announce(leader string, term uint64, value []byte, at time.Tim
 //     Timing rule LeaseDuration < ElectionTimeoutMin is what holds, as long
 //     as all nodes share a Timing.) A deleted record counts with the lease
 //     of the last record seen before it.
-//  2. R is vacant. Vacancies are written only by the holder of R-1's term
-//     after it stepped down (stepDown cancels the leader context before the
-//     vacancy is sent), so R grants nobody a lease.
+//  2. R is vacant, and not reserved for another node (R.Successor is empty
+//     or this node). Vacancies are written only by the holder of R-1's
+//     term after it stepped down (stepDown cancels the leader context
+//     before the vacancy is sent, for Resign, Stop and a transfer alike),
+//     so R grants nobody a lease. A vacancy reserved for a successor (a
+//     transfer) is still a vacancy: its writer holds no lease once it is
+//     written, and the successor's claim is an ordinary compare-and-set on
+//     R, refused if anyone wrote since. Every other node claims a reserved
+//     vacancy only under case 1, as if it were a heartbeat (W with
+//     R.Lease = 0, so its own ElectionTimeoutMin): not for safety, which
+//     case 2 gives already, but so that the successor wins unless it is
+//     dead, and a dead successor costs no more than a crashed leader.
 //  3. R was written by this node itself (a record naming it with the term
 //     of its last claim or of one of the few claims it sent before that,
 //     see ownClaim), and it does not lead on R: a claim or renewal whose
@@ -740,13 +750,17 @@ func (m *machine) claimDue(now time.Time) bool {
 }
 
 // claimableAtOnce: cases 2 to 4 of the safety argument (see claimDue): a
-// vacancy made by another node, a record this node wrote and does not
-// lead on, or an election whose record never existed.
+// vacancy made by another node (not reserved for a third one), a record
+// this node wrote and does not lead on, or an election whose record never
+// existed.
 func (m *machine) claimableAtOnce() bool {
 	if m.missing {
 		return !m.deleted
 	}
 	if m.rec.Vacant() {
+		if m.rec.Successor != "" && m.rec.Successor != m.id {
+			return false // reserved for another node: wait as for a heartbeat (case 1)
+		}
 		return m.vacancyTerm == 0 || m.rec.Term != m.vacancyTerm
 	}
 	return m.ownClaim(m.rec) && !m.handedOver
@@ -1084,7 +1098,7 @@ func (m *machine) startVacancy() {
 	}
 	m.writing, v.inFlight = true, true
 	v.attempts++
-	m.call(callVacancy, heartbeat.Record{Revision: m.myRev, Leader: m.id, Term: v.term}, heartbeat.Record{Election: m.election, Term: v.term}, time.Time{}, v.ctx)
+	m.call(callVacancy, heartbeat.Record{Revision: m.myRev, Leader: m.id, Term: v.term}, heartbeat.Record{Election: m.election, Term: v.term, Successor: v.successor}, time.Time{}, v.ctx)
 }
 
 func (m *machine) endVacancy(err error) {
@@ -1116,9 +1130,16 @@ func (m *machine) onVacancy(r callResult) {
 	case errors.As(r.err, &conflict):
 		// Either our own vacancy committed and its reply was lost, or
 		// another node took over already: either way the election is
-		// handed over.
-		m.observe(conflict.Current, true)
-		m.endVacancy(nil)
+		// handed over. A transfer says which: the successor has it (or
+		// its reserved vacancy is in the store), or somebody else took
+		// over before the vacancy was written.
+		cur := conflict.Current
+		m.observe(cur, true)
+		var err error
+		if v.successor != "" && cur.Leader != v.successor && !(cur.Reserved() && cur.Successor == v.successor && cur.Term == v.term) {
+			err = fmt.Errorf("leaderfeed: transfer to %q: the record was written by another node first (%v): %w", v.successor, cur, ErrConflict)
+		}
+		m.endVacancy(err)
 	default:
 		// The vacancy may have committed: write it again while the
 		// caller's context allows; a committed one comes back as a
@@ -1139,6 +1160,23 @@ func (m *machine) onRequest(r request) {
 		m.stepDown(ReasonResigned, nil)
 		m.handedOver = true
 		m.vacancy = &vacancyWrite{ctx: r.ctx, reply: r.reply, term: m.term}
+		m.vacancyTerm = m.term
+		m.startVacancy()
+	case reqTransfer:
+		// Step down first (EventUnelected before anything else), then
+		// write the vacancy reserved for the target: only the target may
+		// claim it at once (see claimableAtOnce).
+		switch {
+		case m.role != roleLeader:
+			m.do(reply{to: r.reply, err: ErrNotLeader})
+			return
+		case r.target == m.id:
+			m.do(reply{to: r.reply, err: ErrTransferToSelf})
+			return
+		}
+		m.stepDown(ReasonTransferred, nil)
+		m.handedOver = true
+		m.vacancy = &vacancyWrite{ctx: r.ctx, reply: r.reply, term: m.term, successor: r.target}
 		m.vacancyTerm = m.term
 		m.startVacancy()
 	case reqProclaim:

@@ -793,6 +793,112 @@ func TestMachineProclaimDuringRenewal(t *testing.T) {
 	}
 }
 
+// TransferTo steps down first (EventUnelected with ReasonTransferred, the
+// leader context cancelled with ErrTransferred), then writes the vacancy
+// reserved for the target with the compare-and-set on its own revision. A
+// lost reply (the reserved vacancy comes back as a conflict) is taken as
+// its own write: the transfer succeeded.
+func TestMachineTransferReservesTheVacancy(t *testing.T) {
+	m, _ := leader(t)
+	lctx, end := m.leaderCtx, m.leaseEnd
+	ctx := context.Background()
+	done := make(chan error, 1)
+	now := at(50 * time.Millisecond)
+	effs := m.step(now, requestInput{r: request{kind: reqTransfer, ctx: ctx, target: "b", reply: done}})
+	snap := snapshot{leader: false, term: 1, leaderCtx: lctx, record: rec(1, "a", 1, timing.LeaseDuration), seen: true}
+	snap.record.Value = []byte("a:1")
+	vac := startCall{kind: callVacancy, expected: heartbeat.Record{Revision: 1, Leader: "a", Term: 1},
+		next: heartbeat.Record{Election: "e", Term: 1, Successor: "b"}, sentAt: now, parent: ctx}
+	expect(t, effs,
+		cancelLeader{ctx: lctx, cause: ErrTransferred},
+		stopTimer{timerLease},
+		stopTimer{timerRenew},
+		publish{snap: snap, leaseEnd: end},
+		emit{ev: Event{Type: EventUnelected, Term: 1, Reason: ReasonTransferred}, notAfter: end},
+		vac,
+	)
+	reserved := rec(2, "", 1, 0)
+	reserved.Successor = "b"
+	later := at(60 * time.Millisecond)
+	effs = m.step(later, callResult{kind: callVacancy, expected: vac.expected, next: vac.next, sentAt: now, parent: ctx, err: NewConflict(reserved)})
+	if r, ok := effs[len(effs)-3].(reply); !ok || r.to != done || r.err != nil {
+		t.Fatalf("effects %v: want the transfer answered without error", effs)
+	}
+	if m.claimDue(later.Add(timing.ElectionTimeoutMin - 1)) {
+		t.Fatal("the old leader may claim the vacancy it reserved for another node before its election timeout")
+	}
+	if !m.claimDue(later.Add(timing.ElectionTimeoutMin)) {
+		t.Fatal("the old leader may not claim a reserved vacancy after its election timeout (a dead successor would hold the election)")
+	}
+}
+
+// A transfer whose vacancy meets another node's record (somebody took
+// over first) reports it, matching ErrConflict.
+func TestMachineTransferOvertaken(t *testing.T) {
+	m, _ := leader(t)
+	done := make(chan error, 1)
+	now := at(50 * time.Millisecond)
+	effs := m.step(now, requestInput{r: request{kind: reqTransfer, ctx: context.Background(), target: "b", reply: done}})
+	vac := effs[len(effs)-1].(startCall)
+	effs = m.step(at(60*time.Millisecond), callResult{kind: callVacancy, expected: vac.expected, next: vac.next, sentAt: now, parent: vac.parent, err: NewConflict(rec(2, "c", 2, timing.LeaseDuration))})
+	for _, e := range effs {
+		if r, ok := e.(reply); ok && r.to == done {
+			if !errors.Is(r.err, ErrConflict) {
+				t.Fatalf("transfer overtaken: %v, want ErrConflict", r.err)
+			}
+			return
+		}
+	}
+	t.Fatalf("effects %v: the transfer is not answered", effs)
+}
+
+// Bad transfers change nothing: a follower gets ErrNotLeader, a leader
+// asked to transfer to itself ErrTransferToSelf, and keeps leading.
+func TestMachineTransferRefused(t *testing.T) {
+	f := follower(t, rec(3, "x", 2, 0), at(5*time.Millisecond))
+	done := make(chan error, 1)
+	expect(t, f.step(at(10*time.Millisecond), requestInput{r: request{kind: reqTransfer, target: "b", reply: done}}), reply{to: done, err: ErrNotLeader})
+	m, _ := leader(t)
+	expect(t, m.step(at(30*time.Millisecond), requestInput{r: request{kind: reqTransfer, target: "a", reply: done}}), reply{to: done, err: ErrTransferToSelf})
+	if m.role != roleLeader {
+		t.Fatal("a refused transfer ended the term")
+	}
+}
+
+// The successor claims a vacancy reserved for it at once (case 2); every
+// other node waits its election timeout from when it saw it (case 1), as
+// for a heartbeat.
+func TestMachineReservedVacancy(t *testing.T) {
+	reserved := rec(7, "", 4, 0)
+	seen := at(50 * time.Millisecond)
+	for _, tc := range []struct {
+		successor string
+		claimAt   time.Time
+	}{
+		{"a", seen.Add(jitter)},          // this node ("a"): at once
+		{"b", seen.Add(electionTimeout)}, // another: the random election timeout
+	} {
+		reserved.Successor = tc.successor
+		m := started(t)
+		expect(t, m.step(seen, callResult{kind: callRead, sentAt: t0, res: reserved}), cat(
+			observed(seen, snapshot{}, time.Time{}, reserved),
+			newLeader(seen, reserved),
+			setTimer{t: timerClaim, at: tc.claimAt},
+		)...)
+		if tc.successor != "a" {
+			// A claim timer that fires early (a node whose own timing is
+			// shorter) is re-armed, not sent.
+			if effs := m.step(seen.Add(timing.ElectionTimeoutMin-1), timerInput{timerClaim}); len(effs) != 1 || effs[0].(setTimer).t != timerClaim {
+				t.Fatalf("successor %q: claim before the timeout: %v", tc.successor, effs)
+			}
+		}
+		c := m.step(tc.claimAt, timerInput{timerClaim})[0].(startCall)
+		if c.kind != callClaim || c.expected.Revision != 7 || c.next.Term != 5 || c.next.Successor != "" {
+			t.Fatalf("successor %q: claim %+v", tc.successor, c)
+		}
+	}
+}
+
 // A claim whose reply was lost, retried before the feed brought its write:
 // the retry's conflict carries the earlier claim's record, which names this
 // node with a term it claimed. That is its own write, granting no lease but

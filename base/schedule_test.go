@@ -9,7 +9,9 @@ package base_test
 // committed writes, delayed requests and replies, writes that commit after
 // the caller gave up, hung calls, stale reads, failed reads and
 // subscriptions, lagging, duplicated and broken changefeeds. Users resign,
-// proclaim, stop and restart nodes (a new Feed with the same id). Then every
+// transfer leadership (to any node: live, stopped, or the leader itself),
+// proclaim, stop and restart nodes (a new Feed with the same id). Every
+// node participates (presence records), with one priority. Then every
 // fault heals and the nodes that are stopped may restart.
 //
 // The judges, checked about every millisecond of the fake clock and at the
@@ -43,6 +45,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -68,6 +71,7 @@ func TestSchedules(t *testing.T) {
 	if testing.Short() {
 		n = min(n, 20)
 	}
+	t.Cleanup(func() { t.Logf("%d transfers returned without error", schedTransfers.Load()) })
 	// Two groups in parallel: each schedule is its own bubble.
 	for g := uint64(0); g < 2; g++ {
 		t.Run(fmt.Sprintf("group%d", g), func(t *testing.T) {
@@ -80,6 +84,10 @@ func TestSchedules(t *testing.T) {
 		})
 	}
 }
+
+// schedTransfers counts the transfers of every schedule that succeeded, so
+// that a run shows they were exercised.
+var schedTransfers atomic.Int64
 
 // Regression seeds: schedules that once found a fault, kept as cases.
 var schedRegressions = []uint64{1, 50, 1937}
@@ -117,6 +125,7 @@ func runSchedule(t *testing.T, seed uint64) bool {
 type world struct {
 	seed   uint64
 	rng    *rand.Rand // the driver's choices
+	trng   *rand.Rand // resign or transfer, and to whom
 	timing heartbeat.Timing
 	// alt is a second Timing that some incarnations use when mixed is
 	// set: a rolling change of configuration, with leases longer than
@@ -194,7 +203,7 @@ func newWorld(seed uint64) *world {
 	store := memory.NewStore()
 	raw, _ := store.Backend(schedElection)
 	w := &world{
-		seed: seed, rng: rng, timing: tm, maxDel: 2 * tm.LeaseDuration,
+		seed: seed, rng: rng, trng: rand.New(rand.NewPCG(seed, 0x7a5)), timing: tm, maxDel: 2 * tm.LeaseDuration,
 		store: store, raw: raw, start: time.Now(), check: basetest.NewChecker(),
 		history: map[uint64]heartbeat.Record{},
 	}
@@ -524,6 +533,32 @@ func (c *chaos) Get(ctx context.Context) (heartbeat.Record, error) {
 	return r, err
 }
 
+// Present, Absent and Participants: the presence capability of the
+// memory backend, behind the node's partition.
+func (c *chaos) Present(ctx context.Context, p base.Presence) error {
+	f, healed := c.n.faults()
+	if err := c.gate(ctx, f, healed); err != nil {
+		return err
+	}
+	return c.Backend.(base.PresenceBackend).Present(ctx, p)
+}
+
+func (c *chaos) Absent(ctx context.Context, node string) error {
+	f, healed := c.n.faults()
+	if err := c.gate(ctx, f, healed); err != nil {
+		return err
+	}
+	return c.Backend.(base.PresenceBackend).Absent(ctx, node)
+}
+
+func (c *chaos) Participants(ctx context.Context) ([]base.Presence, time.Time, error) {
+	f, healed := c.n.faults()
+	if err := c.gate(ctx, f, healed); err != nil {
+		return nil, time.Time{}, err
+	}
+	return c.Backend.(base.PresenceBackend).Participants(ctx)
+}
+
 func (c *chaos) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	sent := time.Now()
 	res, err := c.heartbeat(ctx, expected, next)
@@ -707,7 +742,10 @@ func (w *world) startNode(n *schedNode) {
 	c := &chaos{Backend: b, n: n, inc: inc,
 		rGet: w.newRand(n, 1), rWrite: w.newRand(n, 2), rSub: w.newRand(n, 3), rN: w.newRand(n, 4)}
 	inc.be = c
-	f, err := base.New(c, n.id, base.Options{Timing: inc.timing, Rand: w.newRand(n, 5), Value: []byte(inc.key)})
+	// Every node participates (with one priority: a handover by priority
+	// would end the stable leadership the liveness judge expects), so that
+	// it can be the target of a transfer.
+	f, err := base.New(c, n.id, base.Options{Timing: inc.timing, Rand: w.newRand(n, 5), Value: []byte(inc.key), Participate: true})
 	if err != nil {
 		w.failf("New: %v", err)
 		return
@@ -831,14 +869,25 @@ func (w *world) act() {
 	switch k := w.rng.IntN(20); {
 	case k < 11:
 		w.injectFault()
-	case k < 13: // resign, mostly the leader
+	case k < 13: // resign or transfer, mostly the leader
 		n := w.leaderNow()
 		if n == nil || w.rng.IntN(4) == 0 {
 			n = w.pick()
 		}
+		// Transfers come from a stream of their own, so that the driver's
+		// other choices stay those of the seed.
+		transfer, to := w.trng.IntN(2) == 0, w.nodes[w.trng.IntN(len(w.nodes))]
 		if n.getState() == stRunning {
 			f := n.cur.feed
-			w.userCall(n.cur.key, "resign", w.timeoutChoice(), f.Resign, nil)
+			if transfer {
+				w.userCall(n.cur.key, "transfer to "+to.id, w.timeoutChoice(), func(ctx context.Context) error { return f.TransferTo(ctx, to.id) }, func(err error) {
+					if err == nil {
+						schedTransfers.Add(1)
+					}
+				})
+			} else {
+				w.userCall(n.cur.key, "resign", w.timeoutChoice(), f.Resign, nil)
+			}
 		}
 	case k < 15: // proclaim
 		n := w.leaderNow()

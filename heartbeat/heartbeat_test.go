@@ -109,6 +109,10 @@ func TestRecordValidate(t *testing.T) {
 		{"negative lease", heartbeat.Record{Election: "e", Leader: "n", Lease: -1}, "lease -1ns of election \"e\" is negative"},
 		{"lease too long", heartbeat.Record{Election: "e", Leader: "n", Lease: heartbeat.MaxLease + 1}, "exceeds MaxLease"},
 		{"lease on vacant record", heartbeat.Record{Election: "e", Lease: time.Second}, "vacant record of election \"e\" carries a lease"},
+		{"reserved vacancy", heartbeat.Record{Election: "e", Successor: "n"}, ""},
+		{"successor on a led record", heartbeat.Record{Election: "e", Leader: "n", Successor: "m"}, "only a vacant record is reserved"},
+		{"successor with a control character", heartbeat.Record{Election: "e", Successor: "a\nb"}, "successor id"},
+		{"successor too long", heartbeat.Record{Election: "e", Successor: strings.Repeat("x", heartbeat.MaxNameLen+1)}, "successor id is 128 bytes long"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -77,10 +77,21 @@ type Record struct {
 	// vacant, and in records written before the field existed (then only
 	// the follower's own ElectionTimeoutMin applies). At most MaxLease.
 	Lease time.Duration
+	// Successor is set only on a vacant record written by a leadership
+	// transfer: the node id the vacancy is reserved for. That node may
+	// claim it at once; every other node treats the record like a
+	// heartbeat and claims it only after its election timeout, so a
+	// successor that is dead costs no more than a crash. "" on every other
+	// record, and in records written before the field existed.
+	Successor string
 }
 
 // Vacant reports whether the record names no leader.
 func (r Record) Vacant() bool { return r.Leader == "" }
+
+// Reserved reports whether the record is a vacancy reserved for a
+// successor (a leadership transfer).
+func (r Record) Reserved() bool { return r.Leader == "" && r.Successor != "" }
 
 // Clone returns a copy of r that shares no memory with it.
 func (r Record) Clone() Record {
@@ -95,7 +106,7 @@ func (r Record) Clone() Record {
 func (r Record) Equal(o Record) bool {
 	return r.Election == o.Election && r.Leader == o.Leader && r.Term == o.Term &&
 		r.Revision == o.Revision && r.Timestamp.Equal(o.Timestamp) && bytes.Equal(r.Value, o.Value) &&
-		r.Lease == o.Lease
+		r.Lease == o.Lease && r.Successor == o.Successor
 }
 
 // SameWrite reports whether r and o are the same write of the record: the
@@ -114,6 +125,9 @@ func (r Record) String() string {
 	if leader == "" {
 		leader = "<vacant>"
 	}
+	if r.Successor != "" {
+		return fmt.Sprintf("%s: leader=%s successor=%s term=%d rev=%d", r.Election, leader, r.Successor, r.Term, r.Revision)
+	}
 	if r.Lease > 0 {
 		return fmt.Sprintf("%s: leader=%s term=%d rev=%d lease=%v", r.Election, leader, r.Term, r.Revision, r.Lease)
 	}
@@ -121,7 +135,8 @@ func (r Record) String() string {
 }
 
 // Validate checks the fields a writer controls: the election name, the
-// leader id (empty or a valid node id) and the size of Value. A record
+// leader id (empty or a valid node id), the successor (empty, or a valid
+// node id on a vacant record) and the size of Value. A record
 // read from a store that fails Validate is malformed and must be ignored.
 func (r Record) Validate() error {
 	if err := ValidateName("election name", r.Election); err != nil {
@@ -133,6 +148,14 @@ func (r Record) Validate() error {
 		}
 	} else if len(r.Value) != 0 {
 		return fmt.Errorf("%w: vacant record of election %q carries a value", ErrInvalidRecord, r.Election)
+	}
+	if r.Successor != "" {
+		if r.Leader != "" {
+			return fmt.Errorf("%w: record of election %q names leader %q and successor %q: only a vacant record is reserved", ErrInvalidRecord, r.Election, r.Leader, r.Successor)
+		}
+		if err := ValidateName("successor id", r.Successor); err != nil {
+			return err
+		}
 	}
 	if len(r.Value) > MaxValueLen {
 		return fmt.Errorf("%w: value of %d bytes exceeds MaxValueLen (%d)", ErrInvalidRecord, len(r.Value), MaxValueLen)

@@ -23,6 +23,12 @@ import (
 // them with a channel of every node's Elected events.
 func benchNodes(b *testing.B, tm heartbeat.Timing, n int) ([]*benchNode, <-chan elected) {
 	b.Helper()
+	return benchNodesWith(b, base.Options{Timing: tm}, n)
+}
+
+// benchNodesWith is benchNodes with the options of every node.
+func benchNodesWith(b *testing.B, opts base.Options, n int) ([]*benchNode, <-chan elected) {
+	b.Helper()
 	store := memory.NewStore()
 	ch := make(chan elected, 64)
 	var nodes []*benchNode
@@ -33,7 +39,7 @@ func benchNodes(b *testing.B, tm heartbeat.Timing, n int) ([]*benchNode, <-chan 
 		}
 		link := faulty.Wrap(be)
 		id := fmt.Sprintf("node-%d", i)
-		f, err := base.New(link, id, base.Options{Timing: tm})
+		f, err := base.New(link, id, opts)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -124,6 +130,35 @@ func BenchmarkHandover(b *testing.B) {
 	}
 	b.StopTimer()
 	_ = nodes
+	report(b, samples)
+}
+
+// BenchmarkTransfer measures a transfer: from the call of TransferTo on the
+// leader (which reads the participants, steps down and writes the vacancy
+// reserved for the target) to the moment the target is elected (its
+// Elected event's At). Three participating nodes, default timings; the
+// target is the next node in turn.
+//
+//	go test -run '^$' -bench Transfer -benchtime 500x ./memory/
+func BenchmarkTransfer(b *testing.B) {
+	nodes, ch := benchNodesWith(b, base.Options{Participate: true}, 3)
+	leader := nextElected(b, ch, nil).node
+	samples := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		target := nodes[(slices.Index(nodes, leader)+1)%len(nodes)]
+		start := time.Now()
+		if err := leader.feed.TransferTo(context.Background(), target.id); err != nil {
+			b.Fatal(err)
+		}
+		e := nextElected(b, ch, leader)
+		if e.node != target {
+			b.Fatalf("%s elected after the transfer to %s", e.node.id, target.id)
+		}
+		samples = append(samples, e.at.Sub(start))
+		leader = e.node
+	}
+	b.StopTimer()
 	report(b, samples)
 }
 

@@ -11,6 +11,7 @@
 package memory
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -31,6 +32,7 @@ type Store struct {
 	mu      sync.Mutex
 	records map[string]heartbeat.Record
 	others  map[string]json.RawMessage
+	present map[string]map[string]base.Presence // election -> node -> presence
 	subs    map[*subscription]struct{}
 	lastTS  time.Time
 	writes  uint64
@@ -41,6 +43,7 @@ func NewStore() *Store {
 	return &Store{
 		records: make(map[string]heartbeat.Record),
 		others:  make(map[string]json.RawMessage),
+		present: make(map[string]map[string]base.Presence),
 		subs:    make(map[*subscription]struct{}),
 	}
 }
@@ -147,7 +150,10 @@ type Conn struct {
 	subs   map[*subscription]struct{}
 }
 
-var _ base.BatchStore = (*Conn)(nil)
+var (
+	_ base.BatchStore    = (*Conn)(nil)
+	_ base.PresenceStore = (*Conn)(nil)
+)
 
 func (c *Conn) check(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
@@ -241,6 +247,7 @@ func (s *Store) write(expected, next heartbeat.Record) (heartbeat.Record, error)
 		Timestamp: s.now(),
 		Value:     next.Value,
 		Lease:     next.Lease,
+		Successor: next.Successor,
 	}.Clone()
 	s.records[next.Election] = rec
 	s.writes++
@@ -296,6 +303,61 @@ func (c *Conn) Close() error {
 		s.close(fmt.Errorf("memory: %w", base.ErrClosed))
 	}
 	return nil
+}
+
+// Present writes the presence record of p.Node in election, stamped with
+// the Store's clock. Presence records are not announced on the changefeed.
+func (c *Conn) Present(ctx context.Context, election string, p base.Presence) error {
+	if err := c.check(ctx); err != nil {
+		return err
+	}
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("memory: %w: %w", base.ErrInvalidConfig, err)
+	}
+	s := c.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.present[election]
+	if m == nil {
+		m = make(map[string]base.Presence)
+		s.present[election] = m
+	}
+	p.Value = bytes.Clone(p.Value)
+	p.Timestamp = s.now()
+	m[p.Node] = p
+	return nil
+}
+
+// Absent deletes the presence record of node in election.
+func (c *Conn) Absent(ctx context.Context, election, node string) error {
+	if err := c.check(ctx); err != nil {
+		return err
+	}
+	s := c.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.present[election], node)
+	if len(s.present[election]) == 0 {
+		delete(s.present, election)
+	}
+	return nil
+}
+
+// Participants returns every presence record of election and the Store's
+// clock.
+func (c *Conn) Participants(ctx context.Context, election string) ([]base.Presence, time.Time, error) {
+	if err := c.check(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
+	s := c.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]base.Presence, 0, len(s.present[election]))
+	for _, p := range s.present[election] {
+		p.Value = bytes.Clone(p.Value)
+		out = append(out, p)
+	}
+	return out, s.now(), nil
 }
 
 // Writes returns how many records the Store has written (every successful

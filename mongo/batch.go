@@ -95,5 +95,5 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 func (w write) wrote(rec heartbeat.Record) bool {
 	n := w.next
 	return rec.Revision == w.expected.Revision+1 && rec.Leader == n.Leader && rec.Term == n.Term &&
-		bytes.Equal(rec.Value, n.Value) && leaseMicros(rec.Lease) == leaseMicros(n.Lease)
+		bytes.Equal(rec.Value, n.Value) && leaseMicros(rec.Lease) == leaseMicros(n.Lease) && rec.Successor == n.Successor
 }

@@ -23,6 +23,10 @@ const (
 	// microseconds, rounded up. Documents written before it existed lack
 	// it: they decode with Lease 0.
 	fieldLease = "lease_us"
+	// fieldSuccessor is the node a vacancy is reserved for (a transfer),
+	// "" otherwise. Documents written before it existed lack it: they
+	// decode with no successor.
+	fieldSuccessor = "successor"
 
 	// maxLeaseMicros is heartbeat.MaxLease in microseconds, the largest
 	// lease a document may hold.
@@ -91,6 +95,17 @@ func decodeRecord(doc bson.Raw, election string) (heartbeat.Record, error) {
 			return bad("field %q is not a whole number of microseconds in [0, %d]", fieldLease, maxLeaseMicros)
 		}
 		rec.Lease = time.Duration(us) * time.Microsecond
+	}
+	if succ := doc.Lookup(fieldSuccessor); succ.Type != 0 && succ.Type != bson.TypeNull {
+		if rec.Successor, ok = succ.StringValueOK(); !ok {
+			return bad("field %q is %s, not a string", fieldSuccessor, typeName(succ))
+		}
+	}
+	if rec.Leader != "" {
+		// Only a vacancy is reserved. A successor on a led record comes
+		// from a writer that predates the field: its claim's $set left
+		// the reserved vacancy's successor in place.
+		rec.Successor = ""
 	}
 	if rec.Leader == "" {
 		// A vacant record grants nobody a lease. A lease on one comes from

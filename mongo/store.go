@@ -381,6 +381,7 @@ func prepare(expected, next heartbeat.Record) (write, error) {
 			{Key: fieldTerm, Value: int64(next.Term)},
 			{Key: fieldValue, Value: bson.Binary{Data: value}},
 			{Key: fieldLease, Value: leaseMicros(next.Lease)},
+			{Key: fieldSuccessor, Value: next.Successor},
 		}},
 		{Key: "$inc", Value: bson.D{{Key: fieldRevision, Value: int64(1)}}},
 		{Key: "$currentDate", Value: bson.D{{Key: fieldTimestamp, Value: true}}},

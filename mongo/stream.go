@@ -290,6 +290,9 @@ func (s *Store) translate(ev *changeEvent, st *streamState) []base.Notification 
 		return nil // an event type this store does not know
 	}
 	key := ev.DocumentKey.Lookup("_id")
+	if id, isString := key.StringValueOK(); isString && base.IsPresenceKey(id) {
+		return nil // a participant's refresh wakes nobody
+	}
 	if id, isString := key.StringValueOK(); isString {
 		doc, hasDoc := ev.FullDocument.DocumentOK()
 		marked := hasDoc && doc.Lookup(fieldMark).Type != 0

@@ -181,6 +181,42 @@ func TestDecodeLease(t *testing.T) {
 	}
 }
 
+func TestDecodeSuccessor(t *testing.T) {
+	doc := func(leader string, successor any) bson.Raw {
+		d := bson.D{{Key: "_id", Value: "e"}, {Key: "leaderfeed", Value: 1}, {Key: "leader", Value: leader},
+			{Key: "term", Value: 3}, {Key: "revision", Value: 9}, {Key: "ts", Value: time.Now()}, {Key: "value", Value: []byte{}}}
+		if successor != "missing" {
+			d = append(d, bson.E{Key: "successor", Value: successor})
+		}
+		raw, _ := bson.Marshal(d)
+		return raw
+	}
+	for name, c := range map[string]struct {
+		doc  bson.Raw
+		want string
+	}{
+		"missing":  {doc("", "missing"), ""},
+		"null":     {doc("", nil), ""},
+		"reserved": {doc("", "b"), "b"},
+		// An older version's claim leaves the successor of the reserved
+		// vacancy it claimed in place: ignored on a led record.
+		"led, stale successor": {doc("a", "b"), ""},
+	} {
+		r, err := decodeRecord(c.doc, "e")
+		if err != nil || r.Successor != c.want {
+			t.Errorf("%s: successor %q, %v; want %q", name, r.Successor, err, c.want)
+		}
+	}
+	for name, d := range map[string]bson.Raw{
+		"number":            doc("", 5),
+		"control character": doc("", "a\nb"),
+	} {
+		if _, err := decodeRecord(d, "e"); !errors.Is(err, base.ErrMalformedRecord) {
+			t.Errorf("successor %s: %v, want ErrMalformedRecord", name, err)
+		}
+	}
+}
+
 func TestLeaseMicros(t *testing.T) {
 	for lease, want := range map[time.Duration]int64{
 		0: 0, 1: 1, time.Microsecond: 1, time.Microsecond + 1: 2, 1500*time.Millisecond + 250*time.Microsecond: 1500250,

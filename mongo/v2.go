@@ -115,6 +115,11 @@ func (c *v2Collection) FindOneAndUpdate(ctx context.Context, filter, update bson
 	return raw, classify(err)
 }
 
+func (c *v2Collection) DeleteOne(ctx context.Context, id string) error {
+	_, err := c.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}})
+	return classify(err)
+}
+
 func (c *v2Collection) Find(ctx context.Context, filter bson.D) ([]bson.Raw, error) {
 	cur, err := c.coll.Find(ctx, filter)
 	if err != nil {

@@ -989,7 +989,7 @@ func TestCreate(t *testing.T) {
 		}
 	})
 
-	t.Run("a table of an older version gains lease_us", func(t *testing.T) {
+	t.Run("a table of an older version gains lease_us and successor", func(t *testing.T) {
 		table := uniqueName(t)
 		quoted := pgx.Identifier{"public", table}.Sanitize()
 		mustExec(t, pool, "CREATE TABLE "+quoted+` (election text PRIMARY KEY, leader text NOT NULL DEFAULT '',
@@ -1007,8 +1007,8 @@ func TestCreate(t *testing.T) {
 			t.Fatalf("Create on an old table: %v", err)
 		}
 		got, err := b.Get(ctx)
-		if err != nil || got.Revision != 7 || got.Lease != 0 {
-			t.Fatalf("Get after the upgrade = %+v, %v; want revision 7 and no lease", got, err)
+		if err != nil || got.Revision != 7 || got.Lease != 0 || got.Successor != "" {
+			t.Fatalf("Get after the upgrade = %+v, %v; want revision 7, no lease and no successor", got, err)
 		}
 		r := hb(t, b, got, "b", 4, nil)
 		if r.Revision != 8 {
@@ -1035,13 +1035,29 @@ func TestCreate(t *testing.T) {
 		}
 	})
 
+	t.Run("a reserved vacancy claimed by an older version (successor left in place) reads with no successor", func(t *testing.T) {
+		opts := Options{Table: uniqueName(t)}
+		b := open(t, pool, "e", opts)
+		r, err := b.Heartbeat(ctx, heartbeat.Record{}, heartbeat.Record{Term: 1, Successor: "b"})
+		if err != nil || r.Successor != "b" {
+			t.Fatalf("reserved vacancy: %+v, %v", r, err)
+		}
+		// What an older version's claim does: it does not know successor.
+		mustExec(t, pool, "UPDATE "+pgx.Identifier{"public", opts.Table}.Sanitize()+
+			" SET leader = 'c', term = 2, revision = revision + 1 WHERE election = 'e'")
+		got, err := b.Get(ctx)
+		if err != nil || got.Leader != "c" || got.Successor != "" {
+			t.Fatalf("Get = %+v, %v; want leader c and no successor", got, err)
+		}
+	})
+
 	t.Run("a table with the row-level trigger of an older version is upgraded", func(t *testing.T) {
 		opts := Options{Table: uniqueName(t), ChannelPrefix: "lf_up"}
 		quoted := pgx.Identifier{"public", opts.Table}.Sanitize()
 		old := pgx.Identifier{"public", opts.Table + "_old_notify"}.Sanitize()
 		mustExec(t, pool, "CREATE TABLE "+quoted+` (election text PRIMARY KEY, leader text NOT NULL DEFAULT '',
 			term bigint NOT NULL DEFAULT 0, revision bigint NOT NULL, ts timestamptz NOT NULL DEFAULT clock_timestamp(),
-			value bytea NOT NULL DEFAULT ''::bytea, lease_us bigint NOT NULL DEFAULT 0)`)
+			value bytea NOT NULL DEFAULT ''::bytea, lease_us bigint NOT NULL DEFAULT 0, successor text NOT NULL DEFAULT '')`)
 		mustExec(t, pool, "CREATE FUNCTION "+old+"() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM pg_notify(TG_NAME, 'old'); RETURN NULL; END$$")
 		mustExec(t, pool, "CREATE TRIGGER lf_up AFTER INSERT OR UPDATE OR DELETE ON "+quoted+" FOR EACH ROW EXECUTE FUNCTION "+old+"()")
 		checker, _ := NewStore(pool, Options{Table: opts.Table, ChannelPrefix: opts.ChannelPrefix, NoCreate: true})

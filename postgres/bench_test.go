@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,4 +138,40 @@ func BenchmarkHandover(b *testing.B) {
 		}
 		l = c.WaitLeader(b, 5*time.Second, l)
 	}
+}
+
+// BenchmarkTransfer measures a transfer on PostgreSQL: from the leader's
+// TransferTo (which reads the participants, steps down and writes the
+// vacancy reserved for the target) to the target's election (its Elected
+// event's At), in a cluster of three participants, the target being the
+// next node in turn. It reports p50, p99 and max.
+//
+//	go test -run '^$' -bench Transfer -benchtime 500x ./postgres/
+func BenchmarkTransfer(b *testing.B) {
+	pool := newPool(b)
+	table := uniqueName(b)
+	c := basetest.NewClusterWith(b, func(e string) (base.Backend, error) {
+		return New(pool, e, Options{Table: table})
+	}, feedTiming, 3, 0, func(_ int, o *base.Options) { o.Participate = true })
+	l := c.WaitLeader(b, 5*time.Second)
+	var samples []time.Duration
+	for b.Loop() {
+		to := c.Nodes[(slices.Index(c.Nodes, l)+1)%len(c.Nodes)]
+		mark := len(to.Events())
+		start := time.Now()
+		if err := l.Feed.TransferTo(context.Background(), to.ID); err != nil {
+			b.Fatal(err)
+		}
+		e, _ := to.WaitEvent(b, mark, 5*time.Second, "elected", func(e base.Event) bool { return e.Type == base.EventElected })
+		samples = append(samples, e.At.Sub(start))
+		l = to
+	}
+	slices.Sort(samples)
+	q := func(p float64) float64 {
+		return float64(samples[int(p*float64(len(samples)-1))]) / float64(time.Millisecond)
+	}
+	b.ReportMetric(q(0.5), "p50-ms")
+	b.ReportMetric(q(0.99), "p99-ms")
+	b.ReportMetric(q(1), "max-ms")
+	b.ReportMetric(0, "ns/op")
 }

@@ -218,6 +218,7 @@ type payload struct {
 	TS     *json.Number      `json:"ts"`
 	V      *string           `json:"v"`
 	LS     *json.Number      `json:"ls"`
+	SC     *string           `json:"sc"`
 	Key    json.RawMessage   `json:"key"`
 	Old    json.RawMessage   `json:"old"`
 	New    json.RawMessage   `json:"new"`
@@ -278,7 +279,7 @@ func (f *feed) record(election string, p *payload) base.Notification {
 	value, err := decodeBase64(election, p.V)
 	var r heartbeat.Record
 	if err == nil {
-		r, err = decodeRecord(election, p.L, num(p.N), num(p.R), num(p.TS), value, num(p.LS))
+		r, err = decodeRecord(election, p.L, num(p.N), num(p.R), num(p.TS), value, num(p.LS), p.SC)
 	}
 	if err != nil {
 		return base.Notification{Type: base.Ignored, Err: err, Election: election}

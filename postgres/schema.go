@@ -22,10 +22,12 @@ const createLockKey int64 = 0x4c46437265617465
 // call it, so that one statement that writes many records (a batch) sends
 // them in a few notifications, each a chunk of records under the 8,000-byte
 // payload limit: {"k":"b","s":schema,"t":table,"rs":[record, ...]}, a
-// record being {"op","e","l","n","r","ts","v","ls"}, or {"op","e","big"}
-// when it does not fit in a notification, or {"op":"D","e"} for a deleted
-// row. TG_ARGV[0] is the channel. A key longer than any valid election name
-// cannot be an election of ours and is not announced.
+// record being {"op","e","l","n","r","ts","v","ls","sc"}, or
+// {"op","e","big"} when it does not fit in a notification, or
+// {"op":"D","e"} for a deleted row. TG_ARGV[0] is the channel. A key longer
+// than any valid election name cannot be an election of ours and is not
+// announced, nor is a presence row (its key holds chr(31), see
+// base.PresenceKey): a participant's refresh wakes no follower.
 const recordFunctionBody = `
 DECLARE
   op text := left(TG_OP, 1);
@@ -38,24 +40,24 @@ BEGIN
   lim := 7997 - octet_length(head);
   IF TG_OP = 'DELETE' THEN
     OPEN cur FOR SELECT json_build_object('op', 'D', 'e', o.election)::text
-      FROM lf_old AS o WHERE octet_length(o.election) <= 1024;
+      FROM lf_old AS o WHERE octet_length(o.election) <= 1024 AND strpos(o.election, chr(31)) = 0;
   ELSIF TG_OP = 'INSERT' THEN
     OPEN cur FOR SELECT CASE WHEN octet_length(x.j) > lim THEN json_build_object('op', op, 'e', x.election, 'big', true)::text ELSE x.j END
       FROM (SELECT n.election, json_build_object('op', op, 'e', n.election, 'l', n.leader, 'n', n.term, 'r', n.revision,
               'ts', CASE WHEN isfinite(n.ts) THEN (extract(epoch FROM n.ts) * 1000000)::bigint END,
-              'v', translate(encode(n.value, 'base64'), E'\n', ''), 'ls', n.lease_us)::text AS j
-            FROM lf_new AS n WHERE octet_length(n.election) <= 1024) AS x;
+              'v', translate(encode(n.value, 'base64'), E'\n', ''), 'ls', n.lease_us, 'sc', n.successor)::text AS j
+            FROM lf_new AS n WHERE octet_length(n.election) <= 1024 AND strpos(n.election, chr(31)) = 0) AS x;
   ELSE
     OPEN cur FOR SELECT y.item FROM (
         SELECT 0 AS g, json_build_object('op', 'D', 'e', o.election)::text AS item
           FROM lf_old AS o
-         WHERE octet_length(o.election) <= 1024 AND NOT EXISTS (SELECT 1 FROM lf_new AS n WHERE n.election = o.election)
+         WHERE octet_length(o.election) <= 1024 AND strpos(o.election, chr(31)) = 0 AND NOT EXISTS (SELECT 1 FROM lf_new AS n WHERE n.election = o.election)
         UNION ALL
         SELECT 1, CASE WHEN octet_length(x.j) > lim THEN json_build_object('op', op, 'e', x.election, 'big', true)::text ELSE x.j END
           FROM (SELECT n.election, json_build_object('op', op, 'e', n.election, 'l', n.leader, 'n', n.term, 'r', n.revision,
                   'ts', CASE WHEN isfinite(n.ts) THEN (extract(epoch FROM n.ts) * 1000000)::bigint END,
-                  'v', translate(encode(n.value, 'base64'), E'\n', ''), 'ls', n.lease_us)::text AS j
-                FROM lf_new AS n WHERE octet_length(n.election) <= 1024) AS x
+                  'v', translate(encode(n.value, 'base64'), E'\n', ''), 'ls', n.lease_us, 'sc', n.successor)::text AS j
+                FROM lf_new AS n WHERE octet_length(n.election) <= 1024 AND strpos(n.election, chr(31)) = 0) AS x
       ) AS y ORDER BY y.g;
   END IF;
   LOOP
@@ -145,11 +147,13 @@ var columns = []struct{ name, typ, ddl string }{
 	{"ts", "timestamp with time zone", "timestamptz NOT NULL DEFAULT clock_timestamp()"},
 	{"value", "bytea", "bytea NOT NULL DEFAULT ''::bytea"},
 	{"lease_us", "bigint", "bigint NOT NULL DEFAULT 0"},
+	{"successor", "text", "text NOT NULL DEFAULT ''"},
 }
 
 // addedColumns are the columns added after the first release: Create adds
-// them to a table made before (an existing row reads as having no lease).
-var addedColumns = []string{"lease_us"}
+// them to a table made before (an existing row reads as having no lease
+// and no successor).
+var addedColumns = []string{"lease_us", "successor"}
 
 func (d ddl) addColumns() []string {
 	var out []string

@@ -47,7 +47,7 @@ type Store struct {
 var _ base.BatchStore = (*Store)(nil)
 
 // columns of a record, in the order scanRecord reads them.
-const recordCols = "election, leader, term, revision, ts, value, lease_us"
+const recordCols = "election, leader, term, revision, ts, value, lease_us, successor"
 
 // NewStore returns a Store on the election table that opts name, in the
 // database that pool reaches. The pool stays the caller's: Close never
@@ -66,11 +66,11 @@ func NewStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	s := &Store{pool: pool, opts: o, ddl: newDDL(o), ctx: ctx, cancel: cancel, feeds: map[*feed]uint32{}}
 	t := s.ddl.table
 	s.getSQL = "SELECT " + recordCols + " FROM " + t + " WHERE election = $1"
-	s.insertSQL = "INSERT INTO " + t + " AS t (election, leader, term, value, lease_us, revision, ts)" +
-		" VALUES ($1, $2, $3, $4, $5, 1, clock_timestamp()) ON CONFLICT (election) DO NOTHING RETURNING " + recordCols
+	s.insertSQL = "INSERT INTO " + t + " AS t (election, leader, term, value, lease_us, successor, revision, ts)" +
+		" VALUES ($1, $2, $3, $4, $5, $6, 1, clock_timestamp()) ON CONFLICT (election) DO NOTHING RETURNING " + recordCols
 	// The compare-and-set compares the write's identity (revision, leader,
 	// term), not the revision alone: see base.Backend.Heartbeat.
-	s.updateSQL = "UPDATE " + t + " SET leader = $2, term = $3, value = $4, lease_us = $5, revision = revision + 1," +
+	s.updateSQL = "UPDATE " + t + " SET leader = $2, term = $3, value = $4, lease_us = $5, successor = $9, revision = revision + 1," +
 		" ts = clock_timestamp() WHERE election = $1 AND revision = $6 AND leader = $7 AND term = $8 RETURNING " + recordCols
 	// The batched compare-and-set: the same comparison, one row of unnest
 	// per write. The rows are locked first, in the order of their keys, so
@@ -78,18 +78,19 @@ func NewStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	// followers claiming the vacancies of a dead leader) queue behind each
 	// other instead of deadlocking.
 	s.batchUpdateSQL = "WITH v AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[]," +
-		" $5::bigint[], $6::bigint[], $7::text[], $8::bigint[])" +
-		" AS v(election, leader, term, value, lease_us, exp_rev, exp_leader, exp_term))," +
+		" $5::bigint[], $6::bigint[], $7::text[], $8::bigint[], $9::text[])" +
+		" AS v(election, leader, term, value, lease_us, exp_rev, exp_leader, exp_term, successor))," +
 		" l AS MATERIALIZED (SELECT x.election FROM " + t + " AS x WHERE x.election = ANY($1::text[])" +
 		" ORDER BY x.election FOR UPDATE)" +
-		" UPDATE " + t + " AS t SET leader = v.leader, term = v.term, value = v.value, lease_us = v.lease_us," +
+		" UPDATE " + t + " AS t SET leader = v.leader, term = v.term, value = v.value, lease_us = v.lease_us, successor = v.successor," +
 		" revision = t.revision + 1, ts = clock_timestamp()" +
 		" FROM v JOIN l ON l.election = v.election" +
 		" WHERE t.election = v.election AND t.revision = v.exp_rev AND t.leader = v.exp_leader AND t.term = v.exp_term" +
-		" RETURNING t.election, t.leader, t.term, t.revision, t.ts, t.value, t.lease_us"
-	s.batchInsertSQL = "INSERT INTO " + t + " AS t (election, leader, term, value, lease_us, revision, ts)" +
-		" SELECT v.election, v.leader, v.term, v.value, v.lease_us, 1, clock_timestamp()" +
-		" FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::bigint[]) AS v(election, leader, term, value, lease_us)" +
+		" RETURNING t.election, t.leader, t.term, t.revision, t.ts, t.value, t.lease_us, t.successor"
+	s.batchInsertSQL = "INSERT INTO " + t + " AS t (election, leader, term, value, lease_us, successor, revision, ts)" +
+		" SELECT v.election, v.leader, v.term, v.value, v.lease_us, v.successor, 1, clock_timestamp()" +
+		" FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::bigint[], $6::text[])" +
+		" AS v(election, leader, term, value, lease_us, successor)" +
 		" ORDER BY v.election ON CONFLICT (election) DO NOTHING RETURNING " + recordCols
 	s.batchGet = "SELECT " + recordCols + " FROM " + t + " WHERE election = ANY($1::text[])"
 	return s, nil
@@ -221,10 +222,10 @@ func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 	}
 	var row pgx.Row
 	if expected.Revision == 0 {
-		row = s.pool.QueryRow(ctx, s.insertSQL, next.Election, next.Leader, int64(next.Term), valueOf(next), leaseMicros(next.Lease))
+		row = s.pool.QueryRow(ctx, s.insertSQL, next.Election, next.Leader, int64(next.Term), valueOf(next), leaseMicros(next.Lease), next.Successor)
 	} else {
 		row = s.pool.QueryRow(ctx, s.updateSQL, next.Election, next.Leader, int64(next.Term), valueOf(next), leaseMicros(next.Lease),
-			int64(expected.Revision), expected.Leader, int64(expected.Term))
+			int64(expected.Revision), expected.Leader, int64(expected.Term), next.Successor)
 	}
 	stored, err := scanRecord(row)
 	if err == nil {
@@ -273,14 +274,14 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 	out := make([]base.WriteResult, len(writes))
 	index := make(map[string]int, len(writes)) // election -> write, of the writes sent
 	var upd struct {
-		elections, leaders, expLeaders   []string
-		terms, leases, expRevs, expTerms []int64
-		values                           [][]byte
+		elections, leaders, expLeaders, successors []string
+		terms, leases, expRevs, expTerms           []int64
+		values                                     [][]byte
 	}
 	var ins struct {
-		elections, leaders []string
-		terms, leases      []int64
-		values             [][]byte
+		elections, leaders, successors []string
+		terms, leases                  []int64
+		values                         [][]byte
 	}
 	for i, w := range writes {
 		if err := checkWrite(w.Expected, w.Next); err != nil {
@@ -299,6 +300,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 			ins.terms = append(ins.terms, int64(w.Next.Term))
 			ins.values = append(ins.values, valueOf(w.Next))
 			ins.leases = append(ins.leases, leaseMicros(w.Next.Lease))
+			ins.successors = append(ins.successors, w.Next.Successor)
 			continue
 		}
 		upd.elections = append(upd.elections, e)
@@ -309,6 +311,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 		upd.expRevs = append(upd.expRevs, int64(w.Expected.Revision))
 		upd.expLeaders = append(upd.expLeaders, w.Expected.Leader)
 		upd.expTerms = append(upd.expTerms, int64(w.Expected.Term))
+		upd.successors = append(upd.successors, w.Next.Successor)
 	}
 	if len(index) == 0 {
 		return out, nil
@@ -317,10 +320,10 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 	var batch pgx.Batch
 	if len(upd.elections) > 0 {
 		batch.Queue(s.batchUpdateSQL, upd.elections, upd.leaders, upd.terms, upd.values, upd.leases,
-			upd.expRevs, upd.expLeaders, upd.expTerms)
+			upd.expRevs, upd.expLeaders, upd.expTerms, upd.successors)
 	}
 	if len(ins.elections) > 0 {
-		batch.Queue(s.batchInsertSQL, ins.elections, ins.leaders, ins.terms, ins.values, ins.leases)
+		batch.Queue(s.batchInsertSQL, ins.elections, ins.leaders, ins.terms, ins.values, ins.leases, ins.successors)
 	}
 	written := make(map[string]bool, len(index))
 	br := s.pool.SendBatch(ctx, &batch)
@@ -442,13 +445,13 @@ func scanRecord(row pgx.Row) (heartbeat.Record, error) {
 // well as the record, so that a malformed row still names its election.
 func scanRecordRow(row pgx.Row) (string, heartbeat.Record, error) {
 	var (
-		election         string
-		leader           *string
-		term, rev, lease *int64
-		ts               *time.Time
-		value            []byte
+		election          string
+		leader, successor *string
+		term, rev, lease  *int64
+		ts                *time.Time
+		value             []byte
 	)
-	if err := row.Scan(&election, &leader, &term, &rev, &ts, &value, &lease); err != nil {
+	if err := row.Scan(&election, &leader, &term, &rev, &ts, &value, &lease, &successor); err != nil {
 		var scanErr pgx.ScanArgError
 		if errors.As(err, &scanErr) && election != "" {
 			return election, heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %w", election, base.ErrMalformedRecord, err)
@@ -460,7 +463,7 @@ func scanRecordRow(row pgx.Row) (string, heartbeat.Record, error) {
 		m := ts.UnixMicro()
 		micros = &m
 	}
-	r, err := decodeRecord(election, leader, term, rev, micros, value, lease)
+	r, err := decodeRecord(election, leader, term, rev, micros, value, lease, successor)
 	return election, r, err
 }
 
@@ -469,8 +472,11 @@ func scanRecordRow(row pgx.Row) (string, heartbeat.Record, error) {
 //
 // leaseMicros nil (a notification of a trigger from before the column
 // existed) reads as no lease. A vacant row's lease is ignored: a process of
-// an older version writes a vacancy without touching lease_us.
-func decodeRecord(election string, leader *string, term, rev, tsMicros *int64, value []byte, leaseMicros *int64) (heartbeat.Record, error) {
+// an older version writes a vacancy without touching lease_us. Likewise
+// successor nil reads as none, and a led row's successor is ignored: a
+// process of an older version claims a reserved vacancy without clearing
+// it.
+func decodeRecord(election string, leader *string, term, rev, tsMicros *int64, value []byte, leaseMicros *int64, successor *string) (heartbeat.Record, error) {
 	bad := func(format string, args ...any) (heartbeat.Record, error) {
 		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %s", election, base.ErrMalformedRecord, fmt.Sprintf(format, args...))
 	}
@@ -502,6 +508,9 @@ func decodeRecord(election string, leader *string, term, rev, tsMicros *int64, v
 	}
 	if leaseMicros != nil && r.Leader != "" {
 		r.Lease = time.Duration(*leaseMicros) * time.Microsecond
+	}
+	if successor != nil && r.Leader == "" {
+		r.Successor = *successor
 	}
 	if err := r.Validate(); err != nil {
 		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %w", election, base.ErrMalformedRecord, err)

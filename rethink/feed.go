@@ -122,6 +122,9 @@ func (s *Store) notification(raw json.RawMessage) (n base.Notification, ok bool,
 		return n, false, fmt.Errorf("changefeed message without a document id: %.200s", raw)
 	}
 	var election string
+	if json.Unmarshal(keyed.ID, &election) == nil && base.IsPresenceKey(election) {
+		return n, false, nil // a participant's refresh wakes nobody
+	}
 	if json.Unmarshal(keyed.ID, &election) == nil && (isElectionDoc(it.NewVal) || isElectionDoc(it.OldVal)) {
 		switch {
 		case isNull(it.NewVal):

@@ -27,6 +27,10 @@ const (
 	// microseconds, rounded up. Documents written before it existed lack
 	// it: they decode with Lease 0.
 	fieldLease = "lease_us"
+	// fieldSuccessor is the node a vacancy is reserved for (a transfer),
+	// "" otherwise. Documents written before it existed lack it: they
+	// decode with no successor.
+	fieldSuccessor = "successor"
 
 	// formatVersion is the value of the mark field.
 	formatVersion = 1
@@ -61,6 +65,7 @@ func encodeRecord(election string, rev uint64, next heartbeat.Record) map[string
 		fieldTimestamp: r.Now(),
 		fieldValue:     value,
 		fieldLease:     leaseMicros(next.Lease),
+		fieldSuccessor: next.Successor,
 	}
 }
 
@@ -115,6 +120,17 @@ func decodeRecord(election string, raw json.RawMessage) (heartbeat.Record, error
 	}
 	if rec.Lease, err = decodeLease(doc[fieldLease]); err != nil {
 		return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldLease, err)
+	}
+	if raw := doc[fieldSuccessor]; !isNull(raw) {
+		if err := unmarshalString(raw, &rec.Successor); err != nil {
+			return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldSuccessor, err)
+		}
+	}
+	if rec.Leader != "" {
+		// Only a vacancy is reserved. A successor on a led record comes
+		// from a writer that predates the field: its update merged its
+		// claim into the reserved vacancy, successor and all.
+		rec.Successor = ""
 	}
 	if rec.Leader == "" {
 		// A vacant record grants nobody a lease. A lease on one comes from

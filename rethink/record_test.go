@@ -65,6 +65,37 @@ func longName() string {
 	return string(b)
 }
 
+func TestDecodeSuccessor(t *testing.T) {
+	const ts = `{"$reql_type$":"TIME","epoch_time":1700000000.123,"timezone":"+00:00"}`
+	doc := func(leader, successor string) []byte {
+		d := `{"id":"e","leaderfeed":1,"leader":"` + leader + `","term":3,"revision":9,"timestamp":` + ts
+		if successor != "" {
+			d += `,"successor":` + successor
+		}
+		return []byte(d + "}")
+	}
+	for name, c := range map[string]struct {
+		doc  []byte
+		want string
+	}{
+		"missing":  {doc("", ""), ""},
+		"null":     {doc("", "null"), ""},
+		"reserved": {doc("", `"b"`), "b"},
+		// An older writer's claim merged into a reserved vacancy.
+		"led, stale successor": {doc("a", `"b"`), ""},
+	} {
+		got, err := decodeRecord("e", c.doc)
+		if err != nil || got.Successor != c.want {
+			t.Errorf("%s: successor %q, %v; want %q", name, got.Successor, err, c.want)
+		}
+	}
+	for name, d := range map[string][]byte{"number": doc("", "5"), "control character": doc("", `"a\u0001b"`)} {
+		if _, err := decodeRecord("e", d); !errors.Is(err, base.ErrMalformedRecord) {
+			t.Errorf("successor %s: %v, want ErrMalformedRecord", name, err)
+		}
+	}
+}
+
 func TestLeaseMicros(t *testing.T) {
 	for lease, want := range map[time.Duration]int64{
 		0: 0, 1: 1, time.Microsecond: 1, time.Microsecond + 1: 2, 1500*time.Millisecond + 250*time.Microsecond: 1500250,

@@ -381,6 +381,7 @@ func casCondition(row, revision, leader, term r.Term) r.Term {
 	storedTerm := row.Field(fieldTerm).Default(nil)
 	value := row.Field(fieldValue).Default(nil)
 	lease := row.Field(fieldLease).Default(nil)
+	successor := row.Field(fieldSuccessor).Default(nil)
 	return r.And(
 		row.Field(fieldMark).Default(nil).Eq(formatVersion),
 		row.Field(fieldRevision).Default(nil).Eq(revision),
@@ -396,6 +397,11 @@ func casCondition(row, revision, leader, term r.Term) r.Term {
 		// Missing or null: written before the field existed.
 		r.Or(lease.TypeOf().Eq("NULL"),
 			r.And(lease.TypeOf().Eq("NUMBER"), lease.Ge(0), lease.Le(maxLeaseMicros), lease.Floor().Eq(lease))),
+		// Missing or null: written before the field existed; ignored on a
+		// led record (see decodeRecord).
+		r.Or(successor.TypeOf().Eq("NULL"),
+			r.And(successor.TypeOf().Eq("STRING"),
+				r.Or(storedLeader.Ne(""), successor.Match(`^[^\x00-\x1f\x7f]{0,127}$`).Ne(nil)))),
 	)
 }
 

@@ -81,6 +81,15 @@ type Cluster struct {
 // Checker found a violation.
 func NewCluster(t testing.TB, open func(election string) (base.Backend, error), tm heartbeat.Timing, n, observers int) *Cluster {
 	t.Helper()
+	return NewClusterWith(t, open, tm, n, observers, nil)
+}
+
+// NewClusterWith is NewCluster with per-node options: opts, when not nil,
+// is called for node i (campaigners first, then observers) with the
+// options NewCluster would use, and may change them (Participate,
+// Priority, ...).
+func NewClusterWith(t testing.TB, open func(election string) (base.Backend, error), tm heartbeat.Timing, n, observers int, opts func(i int, o *base.Options)) *Cluster {
+	t.Helper()
 	tm = fillTiming(tm)
 	c := &Cluster{Election: Election(), Timing: tm, Checker: NewChecker()}
 	t.Cleanup(func() {
@@ -111,7 +120,11 @@ func NewCluster(t testing.TB, open func(election string) (base.Backend, error), 
 		if i >= n {
 			node.ID = fmt.Sprintf("observer-%d", i-n)
 		}
-		feed, err := base.New(f, node.ID, base.Options{Timing: tm, ObserveOnly: i >= n, Value: []byte("value of " + node.ID)})
+		o := base.Options{Timing: tm, ObserveOnly: i >= n, Value: []byte("value of " + node.ID)}
+		if opts != nil {
+			opts(i, &o)
+		}
+		feed, err := base.New(f, node.ID, o)
 		if err != nil {
 			_ = b.Close()
 			t.Fatalf("base.New: %v", err)

@@ -42,8 +42,11 @@ func Run(t *testing.T, h Harness) {
 	s := &suite{h: h}
 	t.Run("Contract", s.contract)
 	t.Run("Feed", s.feeds)
+	t.Run("Transfer", s.transfers)
 	if h.OpenStore != nil {
 		t.Run("Store", s.stores)
+		t.Run("PresenceStore", s.presenceStore)
+		t.Run("BatchSuccessor", s.batchSuccessor)
 	} else {
 		t.Log("basetest: Harness.OpenStore is nil; the Store rules (many elections, one changefeed, batches) did not run")
 	}

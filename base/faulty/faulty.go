@@ -30,6 +30,12 @@ const (
 	MethodGet       Method = "Get"
 	MethodHeartbeat Method = "Heartbeat"
 	MethodSubscribe Method = "Subscribe"
+	// The presence capability (base.PresenceBackend): Present, Absent and
+	// Participants. A wrapped backend without it fails them with
+	// base.ErrUnsupported.
+	MethodPresent      Method = "Present"
+	MethodAbsent       Method = "Absent"
+	MethodParticipants Method = "Participants"
 )
 
 // Fault is a failure injected into calls of one method.
@@ -319,4 +325,56 @@ func (s *faultySub) fail(ctx context.Context, err error) {
 	case s.out <- base.Notification{Type: base.Failed, Err: err}:
 	case <-ctx.Done():
 	}
+}
+
+var _ base.PresenceBackend = (*Backend)(nil)
+
+func (f *Backend) presence() (base.PresenceBackend, error) {
+	pb, ok := f.Backend.(base.PresenceBackend)
+	if !ok {
+		return nil, fmt.Errorf("faulty: the wrapped backend (%T) has no presence capability: %w", f.Backend, base.ErrUnsupported)
+	}
+	return pb, nil
+}
+
+// Present injects faults into the wrapped backend's Present.
+func (f *Backend) Present(ctx context.Context, p base.Presence) error {
+	pb, err := f.presence()
+	if err != nil {
+		return err
+	}
+	if after, err := f.before(ctx, MethodPresent); err != nil {
+		if after {
+			_ = pb.Present(ctx, p)
+		}
+		return err
+	}
+	return pb.Present(ctx, p)
+}
+
+// Absent injects faults into the wrapped backend's Absent.
+func (f *Backend) Absent(ctx context.Context, node string) error {
+	pb, err := f.presence()
+	if err != nil {
+		return err
+	}
+	if after, err := f.before(ctx, MethodAbsent); err != nil {
+		if after {
+			_ = pb.Absent(ctx, node)
+		}
+		return err
+	}
+	return pb.Absent(ctx, node)
+}
+
+// Participants injects faults into the wrapped backend's Participants.
+func (f *Backend) Participants(ctx context.Context) ([]base.Presence, time.Time, error) {
+	pb, err := f.presence()
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if _, err := f.before(ctx, MethodParticipants); err != nil {
+		return nil, time.Time{}, err
+	}
+	return pb.Participants(ctx)
 }

@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/256dpi/lungo"
 	v1bson "go.mongodb.org/mongo-driver/bson"
@@ -103,9 +104,11 @@ func (c *collection) DatabaseName() string { return c.db.Name() }
 func (c *collection) Name() string         { return c.coll.Name() }
 
 // Hello answers as a replica set member: lungo has no hello command and
-// always supports change streams.
+// always supports change streams. Its localTime is this process's clock,
+// the clock lungo's $currentDate reads.
 func (c *collection) Hello(context.Context) (bson.Raw, error) {
-	return bson.Marshal(bson.D{{Key: "isWritablePrimary", Value: true}, {Key: "setName", Value: "lungo"}})
+	return bson.Marshal(bson.D{{Key: "isWritablePrimary", Value: true}, {Key: "setName", Value: "lungo"},
+		{Key: "localTime", Value: bson.NewDateTimeFromTime(time.Now())}})
 }
 
 func (c *collection) Exists(ctx context.Context) (bool, error) {
@@ -140,6 +143,11 @@ func (c *collection) FindOneAndUpdate(ctx context.Context, filter, update bson.D
 	opts := v1options.FindOneAndUpdate().SetReturnDocument(v1options.After).SetUpsert(upsert)
 	raw, err := c.coll.FindOneAndUpdate(ctx, f, u, opts).Raw()
 	return bson.Raw(raw), classify(err)
+}
+
+func (c *collection) DeleteOne(ctx context.Context, id string) error {
+	_, err := c.coll.DeleteOne(ctx, v1bson.D{{Key: "_id", Value: id}})
+	return classify(err)
 }
 
 func (c *collection) Find(ctx context.Context, filter bson.D) ([]bson.Raw, error) {

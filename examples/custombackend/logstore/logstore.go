@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -144,11 +145,15 @@ type stored struct {
 	Time     time.Time `json:"ts"`
 	Value    []byte    `json:"value,omitempty"`
 	LeaseUS  int64     `json:"lease_us,omitempty"` // the writer's lease, µs
+	// Successor: the node a vacancy is reserved for (a transfer); absent
+	// in every other record, and in records of versions before it.
+	Successor string `json:"successor,omitempty"`
 }
 
 func encode(r heartbeat.Record) json.RawMessage {
 	data, err := json.Marshal(stored{Mark: 1, Leader: r.Leader, Term: r.Term, Revision: r.Revision, Time: r.Timestamp, Value: r.Value,
-		LeaseUS: int64((r.Lease + time.Microsecond - 1) / time.Microsecond)}) // rounded up: never a shorter lease
+		LeaseUS:   int64((r.Lease + time.Microsecond - 1) / time.Microsecond), // rounded up: never a shorter lease
+		Successor: r.Successor})
 	if err != nil {
 		panic(err) // cannot happen: every field marshals
 	}
@@ -166,7 +171,7 @@ func decode(election string, doc json.RawMessage) (heartbeat.Record, error) {
 		err = fmt.Errorf("not an election record: %s", doc)
 	}
 	r := heartbeat.Record{Election: election, Leader: s.Leader, Term: s.Term, Revision: s.Revision, Timestamp: s.Time, Value: s.Value,
-		Lease: time.Duration(s.LeaseUS) * time.Microsecond}
+		Lease: time.Duration(s.LeaseUS) * time.Microsecond, Successor: s.Successor}
 	if err == nil && (s.LeaseUS < 0 || s.LeaseUS > heartbeat.MaxLease.Microseconds()) {
 		err = fmt.Errorf("lease of %d µs is out of range", s.LeaseUS)
 	}
@@ -179,13 +184,26 @@ func decode(election string, doc json.RawMessage) (heartbeat.Record, error) {
 	return r, nil
 }
 
-// isRecord reports whether doc is an election record (of any election).
-func isRecord(doc json.RawMessage) bool {
+// Marks of the documents of leaderfeed in the table.
+const (
+	markRecord   = 1 // an election record, under the election's name
+	markPresence = 2 // a presence record, under base.PresenceKey
+)
+
+// mark returns the leaderfeed mark of doc: 0 for the application's own
+// documents.
+func mark(doc json.RawMessage) int {
 	var s struct {
 		Mark int `json:"leaderfeed"`
 	}
-	return json.Unmarshal(doc, &s) == nil && s.Mark == 1
+	if json.Unmarshal(doc, &s) != nil {
+		return 0
+	}
+	return s.Mark
 }
+
+// isRecord reports whether doc is an election record (of any election).
+func isRecord(doc json.RawMessage) bool { return mark(doc) == markRecord }
 
 // Store is the base.Store of a Log: a connection to it, as a database
 // client would be. Each base.Elections needs a Store of its own; all of
@@ -282,6 +300,7 @@ func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 		Timestamp: l.now(),
 		Value:     bytes.Clone(next.Value),
 		Lease:     next.Lease,
+		Successor: next.Successor,
 	}
 	l.write(election, encode(r))
 	return r, nil
@@ -330,7 +349,11 @@ func (s *Store) follow(ctx context.Context, cursor uint64, out chan<- base.Notif
 			return
 		}
 		for _, e := range entries {
-			if !send(notification(e)) {
+			n, ok := notification(e)
+			if !ok {
+				continue
+			}
+			if !send(n) {
 				fail(closed) // sends nothing if ctx is done
 				return
 			}
@@ -349,22 +372,26 @@ func (s *Store) follow(ctx context.Context, cursor uint64, out chan<- base.Notif
 
 // notification turns a log entry into what the feed sends: a document with
 // the election mark is an election record (of the election its key names),
-// any other document the application's.
-func notification(e entry) base.Notification {
+// a presence record is not sent at all (false), any other document is the
+// application's.
+func notification(e entry) (base.Notification, bool) {
+	if mark(e.new) == markPresence || (e.new == nil && mark(e.old) == markPresence) {
+		return base.Notification{}, false // presence records are nobody's news
+	}
 	if isRecord(e.new) || (e.new == nil && isRecord(e.old)) {
 		if e.op == base.Delete {
-			return base.Notification{Type: base.RecordDeleted, Election: e.key, Record: heartbeat.Record{Election: e.key}}
+			return base.Notification{Type: base.RecordDeleted, Election: e.key, Record: heartbeat.Record{Election: e.key}}, true
 		}
 		r, err := decode(e.key, e.new)
 		if err != nil {
-			return base.Notification{Type: base.Ignored, Election: e.key, Err: err}
+			return base.Notification{Type: base.Ignored, Election: e.key, Err: err}, true
 		}
-		return base.Notification{Type: base.RecordChanged, Record: r}
+		return base.Notification{Type: base.RecordChanged, Record: r}, true
 	}
 	key, _ := json.Marshal(e.key)
 	return base.Notification{Type: base.OtherChanged, Change: base.Change{
 		Table: Table, Op: e.op, Key: key, Old: e.old, New: e.new,
-	}}
+	}}, true
 }
 
 // Close ends s's subscriptions; afterwards every method fails with
@@ -372,4 +399,76 @@ func notification(e entry) base.Notification {
 func (s *Store) Close() error {
 	s.once.Do(func() { close(s.closed) })
 	return nil
+}
+
+// presenceDoc is the JSON form of a presence record in the table, under
+// base.PresenceKey(election, node): a key no election has.
+type presenceDoc struct {
+	Mark     int       `json:"leaderfeed"` // 2: a presence record
+	Node     string    `json:"node"`
+	Value    []byte    `json:"value,omitempty"`
+	Priority int       `json:"priority"`
+	CanLead  bool      `json:"can_lead"`
+	Time     time.Time `json:"ts"`
+}
+
+var _ base.PresenceStore = (*Store)(nil)
+
+// Present writes the presence record of p.Node in election, stamped with
+// the Log's clock. Its log entry is skipped by every feed: a refresh wakes
+// no follower.
+func (s *Store) Present(ctx context.Context, election string, p base.Presence) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("logstore: %w: %w", base.ErrInvalidConfig, err)
+	}
+	l := s.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	data, err := json.Marshal(presenceDoc{Mark: markPresence, Node: p.Node, Value: p.Value, Priority: p.Priority, CanLead: p.CanLead, Time: l.now()})
+	if err != nil {
+		return fmt.Errorf("logstore: presence of %q: %w", p.Node, err)
+	}
+	l.write(base.PresenceKey(election, p.Node), data)
+	return nil
+}
+
+// Absent deletes the presence record of node in election.
+func (s *Store) Absent(ctx context.Context, election, node string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	l := s.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if key := base.PresenceKey(election, node); l.docs[key] != nil {
+		l.write(key, nil)
+	}
+	return nil
+}
+
+// Participants returns the presence records of election and the Log's
+// clock, read under one lock.
+func (s *Store) Participants(ctx context.Context, election string) ([]base.Presence, time.Time, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
+	l := s.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prefix := base.PresenceKey(election, "")
+	var out []base.Presence
+	for key, doc := range l.docs {
+		var d presenceDoc
+		if !strings.HasPrefix(key, prefix) || json.Unmarshal(doc, &d) != nil || d.Mark != markPresence {
+			continue
+		}
+		p := base.Presence{Node: d.Node, Value: d.Value, Priority: d.Priority, CanLead: d.CanLead, Timestamp: d.Time}
+		if p.Validate() == nil {
+			out = append(out, p)
+		}
+	}
+	return out, l.now(), nil
 }

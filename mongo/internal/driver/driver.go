@@ -76,6 +76,10 @@ type Collection interface {
 	// Find returns the documents matching filter, read as FindOne reads.
 	Find(ctx context.Context, filter bson.D) ([]bson.Raw, error)
 
+	// DeleteOne deletes the document with _id id, with majority write
+	// concern where the store has one; nil when there is none.
+	DeleteOne(ctx context.Context, id string) error
+
 	// UpdateBatch applies ops in one unordered bulk write (UpdateOne
 	// operations, with majority write concern where the store has one),
 	// then reads the documents whose _id is in ids with one find, which

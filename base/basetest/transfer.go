@@ -1,0 +1,393 @@
+package basetest
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+)
+
+// Presence timing of the transfer and priority rules: short, so that the
+// rules run in a second or two, and wide enough for a loaded machine.
+const (
+	presenceInterval = 60 * time.Millisecond
+	presenceTTL      = 4 * presenceInterval
+	hysteresis       = 300 * time.Millisecond
+)
+
+// participate makes every node a participant with the rules' presence
+// timing; priority, when not nil, gives node i's priority.
+func participate(priority func(i int) int) func(i int, o *base.Options) {
+	return func(i int, o *base.Options) {
+		o.Participate = true
+		o.PresenceInterval, o.PresenceTTL, o.PriorityHysteresis = presenceInterval, presenceTTL, hysteresis
+		if priority != nil {
+			o.Priority = priority(i)
+		}
+	}
+}
+
+// presenceBackend returns whether the harness's backends keep presence
+// records, skipping the test with the reason when they do not.
+func (s *suite) needPresence(t *testing.T) {
+	t.Helper()
+	b := s.open(t, Election())
+	pb, ok := b.(base.PresenceBackend)
+	if !ok {
+		t.Skipf("the backend (%T) has no presence capability (base.PresenceBackend)", b)
+	}
+	if _, _, err := pb.Participants(ctxFor(t)); errors.Is(err, base.ErrUnsupported) {
+		t.Skipf("the store keeps no presence records: %v", err)
+	} else if err != nil {
+		t.Fatalf("Participants: %v", err)
+	}
+}
+
+// waitParticipants waits up to d until n's Participants satisfy pass, and
+// returns them.
+func waitParticipants(t *testing.T, n *Node, d time.Duration, what string, pass func([]base.Presence) bool) []base.Presence {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		ps, err := n.Feed.Participants(ctxFor(t))
+		if err != nil {
+			t.Fatalf("%s: Participants: %v", n.ID, err)
+		}
+		if pass(ps) {
+			return ps
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: participants %v after %v, want %s", n.ID, nodes(ps), d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func nodes(ps []base.Presence) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Node)
+	}
+	return out
+}
+
+func listed(ps []base.Presence, id string) bool {
+	return slices.ContainsFunc(ps, func(p base.Presence) bool { return p.Node == id })
+}
+
+func (s *suite) transfers(t *testing.T) {
+	rule(t, "A vacant record reserved for a successor is stored and returned with it, and other records read with no successor", func(t *testing.T) {
+		b := s.open(t, Election())
+		r1 := write(t, b, heartbeat.Record{}, "node-a", 1, nil)
+		if r1.Successor != "" {
+			t.Fatalf("a record written without a successor reads %q", r1.Successor)
+		}
+		ch, _ := subscribe(t, b)
+		r2, err := b.Heartbeat(ctxFor(t), r1, heartbeat.Record{Election: b.Election(), Term: 1, Successor: "node-b"})
+		if err != nil {
+			t.Fatalf("Heartbeat of a reserved vacancy: %v", err)
+		}
+		if r2.Successor != "node-b" || r2.Leader != "" || r2.Revision != 2 {
+			t.Fatalf("stored %v, want a vacancy of revision 2 reserved for node-b", r2)
+		}
+		got, err := b.Get(ctxFor(t))
+		if err != nil || !got.Equal(r2) {
+			t.Fatalf("Get = %v, %v; Heartbeat returned %v", got, err, r2)
+		}
+		n := next(t, ch, feedWait, "the reserved vacancy", func(n base.Notification) bool {
+			return n.Type == base.RecordChanged && n.Record.Revision == 2
+		})
+		if n.Record.Successor != "node-b" {
+			t.Fatalf("the feed brought %v, want the successor node-b", n.Record)
+		}
+		r3 := write(t, b, r2, "node-b", 2, nil)
+		if r3.Successor != "" {
+			t.Fatalf("the successor's claim reads successor %q, want none", r3.Successor)
+		}
+		if _, err := b.Heartbeat(ctxFor(t), r3, heartbeat.Record{Election: b.Election(), Leader: "node-b", Term: 2, Successor: "node-c"}); !errors.Is(err, heartbeat.ErrInvalidRecord) {
+			t.Fatalf("a led record with a successor: %v, want an error matching heartbeat.ErrInvalidRecord", err)
+		}
+	})
+
+	rule(t, "Participants lists the live participants (observe-only ones as unable to lead), not the nodes that do not participate; a stopped one leaves at once, a crashed one after PresenceTTL", func(t *testing.T) {
+		s.needPresence(t)
+		c := NewClusterWith(t, s.open1(t), s.h.Timing, 4, 1, func(i int, o *base.Options) {
+			if i != 3 { // node-3 does not participate
+				participate(nil)(i, o)
+			}
+		})
+		all := []string{"node-0", "node-1", "node-2", "observer-0"}
+		ps := waitParticipants(t, c.Nodes[3], feedWait, "node-0..2 and observer-0", func(ps []base.Presence) bool {
+			return slices.Equal(nodes(ps), all)
+		})
+		for _, p := range ps {
+			if p.CanLead != (p.Node != "observer-0") || p.Timestamp.IsZero() || string(p.Value) != "value of "+p.Node {
+				t.Fatalf("presence %+v: want CanLead for campaigners only, a store timestamp and the node's value", p)
+			}
+		}
+		if err := c.Nodes[1].Feed.Stop(ctxFor(t)); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		waitParticipants(t, c.Nodes[0], presenceInterval+margin, "node-1 gone once stopped", func(ps []base.Presence) bool {
+			return !listed(ps, "node-1")
+		})
+		c.Nodes[2].Faulty.Partition() // a crash: it refreshes nothing more
+		// Still listed at once: its last refresh is younger than the TTL.
+		if ps, err := c.Nodes[0].Feed.Participants(ctxFor(t)); err != nil || !listed(ps, "node-2") {
+			t.Fatalf("participants %v, %v right after node-2 crashed: want it listed until its presence is PresenceTTL (%v) old", nodes(ps), err, presenceTTL)
+		}
+		waitParticipants(t, c.Nodes[0], presenceTTL+presenceInterval+margin, "node-2 gone after its presence expired", func(ps []base.Presence) bool {
+			return !listed(ps, "node-2")
+		})
+		c.Nodes[2].Faulty.Heal()
+	})
+
+	rule(t, "TransferTo a live participant hands leadership to it in milliseconds, in a new term; the old leader's context ends with ErrTransferred", func(t *testing.T) {
+		s.needPresence(t)
+		c := NewClusterWith(t, s.open1(t), s.h.Timing, 3, 0, participate(nil))
+		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
+		waitParticipants(t, l, feedWait, "three participants", func(ps []base.Presence) bool { return len(ps) == 3 })
+		target := c.Nodes[(slices.Index(c.Nodes, l)+1)%3]
+		ctx, term, _ := l.Feed.LeaderContext()
+		start := time.Now()
+		if err := l.Feed.TransferTo(ctxFor(t), target.ID); err != nil {
+			t.Fatalf("TransferTo(%s): %v", target.ID, err)
+		}
+		if !errors.Is(context.Cause(ctx), base.ErrTransferred) {
+			t.Fatalf("the old leader context ended with %v, want ErrTransferred", context.Cause(ctx))
+		}
+		l2 := c.WaitLeader(t, c.Timing.ElectionTimeoutMin, l)
+		took := time.Since(start)
+		t.Logf("transfer took %v", took)
+		if l2 != target {
+			t.Fatalf("%s leads after the transfer to %s", l2.ID, target.ID)
+		}
+		if term2, _ := l2.Feed.Term(); term2 <= term {
+			t.Fatalf("the successor's term %d is not above the old term %d", term2, term)
+		}
+		e, _ := l.WaitEvent(t, 0, feedWait, "unelected", func(e base.Event) bool { return e.Type == base.EventUnelected })
+		if e.Reason != base.ReasonTransferred {
+			t.Fatalf("unelected with reason %v, want transferred", e.Reason)
+		}
+	})
+
+	rule(t, "Bad transfers fail with distinct errors and the leader keeps leading: to itself, to an unknown node, to an observe-only participant, by a follower", func(t *testing.T) {
+		s.needPresence(t)
+		c := NewClusterWith(t, s.open1(t), s.h.Timing, 2, 1, participate(nil))
+		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
+		waitParticipants(t, l, feedWait, "three participants", func(ps []base.Presence) bool { return len(ps) == 3 })
+		follower := c.Nodes[1-slices.Index(c.Nodes, l)]
+		_, term, _ := l.Feed.LeaderContext()
+		for _, tc := range []struct {
+			by, to string
+			want   error
+		}{
+			{l.ID, l.ID, base.ErrTransferToSelf},
+			{l.ID, "nobody", base.ErrUnknownParticipant},
+			{l.ID, "observer-0", base.ErrTargetCannotLead},
+			{follower.ID, l.ID, base.ErrNotLeader},
+		} {
+			n := l
+			if tc.by != l.ID {
+				n = follower
+			}
+			if err := n.Feed.TransferTo(ctxFor(t), tc.to); !errors.Is(err, tc.want) {
+				t.Errorf("TransferTo(%q) by %s: %v, want an error matching %v", tc.to, tc.by, err, tc.want)
+			}
+		}
+		if err := c.Nodes[2].Feed.TransferTo(ctxFor(t), l.ID); !errors.Is(err, base.ErrObserveOnly) {
+			t.Errorf("TransferTo by an observer: %v, want ErrObserveOnly", err)
+		}
+		if term2, ok := l.Feed.Term(); !ok || term2 != term {
+			t.Fatalf("after the refused transfers the leader leads %v in term %d, want term %d", ok, term2, term)
+		}
+	})
+
+	rule(t, "A transfer to a node that died meanwhile costs no more than a crash: another node leads within the election timeout", func(t *testing.T) {
+		s.needPresence(t)
+		c := NewClusterWith(t, s.open1(t), s.h.Timing, 3, 0, participate(nil))
+		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
+		waitParticipants(t, l, feedWait, "three participants", func(ps []base.Presence) bool { return len(ps) == 3 })
+		target := c.Nodes[(slices.Index(c.Nodes, l)+1)%3]
+		target.Faulty.Partition() // dead, but its presence is still live
+		start := time.Now()
+		if err := l.Feed.TransferTo(ctxFor(t), target.ID); err != nil {
+			t.Fatalf("TransferTo(%s): %v", target.ID, err)
+		}
+		l2 := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+c.Timing.HeartbeatInterval+margin, target)
+		t.Logf("%s leads %v after the transfer to the dead %s (election timeout %v..%v)", l2.ID, time.Since(start), target.ID, c.Timing.ElectionTimeoutMin, c.Timing.ElectionTimeoutMax)
+		if d := time.Since(start); d < c.Timing.ElectionTimeoutMin {
+			t.Fatalf("%s claimed the vacancy reserved for %s after %v, before its election timeout %v", l2.ID, target.ID, d, c.Timing.ElectionTimeoutMin)
+		}
+		target.Faulty.Heal()
+	})
+
+	rule(t, "A leader hands over to a live participant of higher priority once it has been present for the hysteresis, and only to it", func(t *testing.T) {
+		s.needPresence(t)
+		c := NewClusterWith(t, s.open1(t), s.h.Timing, 3, 0, participate(func(i int) int {
+			if i == 2 {
+				return 5
+			}
+			return 0
+		}))
+		preferred := c.Nodes[2]
+		deadline := time.Now().Add(c.Timing.ElectionTimeoutMax + hysteresis + 3*presenceInterval + 2*margin)
+		for !preferred.Feed.IsLeader() {
+			if time.Now().After(deadline) {
+				t.Fatalf("the node of higher priority does not lead (leaders: %v)", ids(c.Leaders()))
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		// It keeps leading: nobody has a higher priority.
+		time.Sleep(hysteresis + 3*presenceInterval)
+		if got := c.WaitLeader(t, 0); got != preferred {
+			t.Fatalf("%s leads, want the preferred %s to keep leading", got.ID, preferred.ID)
+		}
+		handovers := 0
+		for _, n := range c.Nodes {
+			var elected time.Time
+			for _, e := range n.Events() {
+				switch {
+				case e.Type == base.EventElected:
+					elected = e.At
+				case e.Type == base.EventUnelected && e.Reason == base.ReasonTransferred:
+					if n == preferred {
+						t.Fatalf("the node of highest priority transferred leadership away")
+					}
+					handovers++
+					if d := e.At.Sub(elected); d < hysteresis {
+						t.Fatalf("%s handed over %v after it was elected, before the hysteresis %v", n.ID, d, hysteresis)
+					}
+				}
+			}
+		}
+		// The nodes start in order, so node-0 usually wins first and hands
+		// over; when the preferred node won the first election itself,
+		// there was nothing to hand over.
+		// One, unless a lease ran out on a loaded machine and a node of
+		// priority 0 won again, to hand over again.
+		t.Logf("%d handover(s) by priority", handovers)
+	})
+
+	rule(t, "Two participants of equal priority never hand leadership to each other (no flapping)", func(t *testing.T) {
+		s.needPresence(t)
+		c := NewClusterWith(t, s.open1(t), s.h.Timing, 2, 0, participate(func(int) int { return 3 }))
+		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
+		_, term, _ := l.Feed.LeaderContext()
+		time.Sleep(hysteresis + 4*presenceInterval)
+		if got := c.WaitLeader(t, 0); got != l {
+			t.Fatalf("leadership moved from %s to %s between nodes of equal priority", l.ID, got.ID)
+		}
+		if term2, _ := l.Feed.Term(); term2 != term {
+			t.Fatalf("term changed from %d to %d between nodes of equal priority", term, term2)
+		}
+	})
+}
+
+// presenceStore runs the PresenceStore rules when the harness opens Stores
+// that keep presence records.
+func (s *suite) presenceStore(t *testing.T) {
+	rule(t, "Presence records are kept per election and node, stamped by the store, never announced on the changefeed, and deleted by Absent", func(t *testing.T) {
+		if s.h.OpenStore == nil {
+			t.Skip("harness has no OpenStore")
+		}
+		st := s.openStore(t)
+		ps, ok := st.(base.PresenceStore)
+		if !ok {
+			t.Skipf("the store (%T) is not a base.PresenceStore", st)
+		}
+		e, other := Election(), Election()
+		ch := storeSubscribe(t, st)
+		before := time.Now()
+		for _, p := range []base.Presence{
+			{Node: "node-a", Value: []byte("a"), Priority: base.MaxPriority, CanLead: true},
+			{Node: "node-b", Priority: base.MinPriority},
+		} {
+			if err := ps.Present(ctxFor(t), e, p); err != nil {
+				t.Fatalf("Present(%s): %v", p.Node, err)
+			}
+		}
+		if err := ps.Present(ctxFor(t), other, base.Presence{Node: "node-a", CanLead: true}); err != nil {
+			t.Fatalf("Present in another election: %v", err)
+		}
+		got, now, err := ps.Participants(ctxFor(t), e)
+		if err != nil {
+			t.Fatalf("Participants: %v", err)
+		}
+		slices.SortFunc(got, func(a, b base.Presence) int { return a.Priority - b.Priority })
+		if len(got) != 2 || got[0].Node != "node-b" || got[0].Priority != base.MinPriority || got[0].CanLead ||
+			got[1].Node != "node-a" || got[1].Priority != base.MaxPriority || !got[1].CanLead || string(got[1].Value) != "a" {
+			t.Fatalf("Participants = %+v, want node-a (priority %d, can lead, value a) and node-b (priority %d)", got, base.MaxPriority, base.MinPriority)
+		}
+		for _, p := range got {
+			if p.Timestamp.IsZero() || now.Before(p.Timestamp) {
+				t.Fatalf("presence %s stamped %v, store time %v: want a store timestamp not after the store's time", p.Node, p.Timestamp, now)
+			}
+			if d := p.Timestamp.Sub(before); d < -time.Hour || d > time.Hour {
+				t.Errorf("presence timestamp %v is more than an hour from this machine's %v", p.Timestamp, before)
+			}
+		}
+		// Presence writes are not election records: the first notification
+		// after them is the record written next.
+		storeWrite(t, st, heartbeat.Record{}, e, "node-a", 1)
+		n := nextStore(t, ch, "the election record", func(n base.Notification) bool { return n.Type != base.OtherChanged })
+		if n.Type != base.RecordChanged || n.Record.Election != e {
+			t.Fatalf("the changefeed brought %v (election %q) first, want the election record of %s: a presence record was announced", n.Type, n.Election+n.Record.Election, e)
+		}
+		if err := ps.Absent(ctxFor(t), e, "node-a"); err != nil {
+			t.Fatalf("Absent: %v", err)
+		}
+		if err := ps.Absent(ctxFor(t), e, "node-z"); err != nil {
+			t.Fatalf("Absent of a node without a record: %v", err)
+		}
+		got, _, err = ps.Participants(ctxFor(t), e)
+		if err != nil || len(got) != 1 || got[0].Node != "node-b" {
+			t.Fatalf("Participants after Absent(node-a) = %+v, %v; want node-b alone", got, err)
+		}
+		if r, err := st.Get(ctxFor(t), e); err != nil || r.Leader != "node-a" || r.Revision != 1 {
+			t.Fatalf("the election record after presence writes: %v, %v", r, err)
+		}
+	})
+}
+
+// batchSuccessor runs the rule of the successor field through
+// HeartbeatBatch.
+func (s *suite) batchSuccessor(t *testing.T) {
+	rule(t, "HeartbeatBatch stores and returns the successor of a reserved vacancy, as Heartbeat does", func(t *testing.T) {
+		if s.h.OpenStore == nil {
+			t.Skip("harness has no OpenStore")
+		}
+		st := s.openStore(t)
+		bs, ok := st.(base.BatchStore)
+		if !ok {
+			t.Skipf("the store (%T) is not a base.BatchStore", st)
+		}
+		e1, e2 := Election(), Election()
+		r1 := storeWrite(t, st, heartbeat.Record{}, e1, "node-a", 1)
+		res, err := bs.HeartbeatBatch(ctxFor(t), []base.Write{
+			{Expected: r1, Next: heartbeat.Record{Election: e1, Term: 1, Successor: "node-b"}},
+			{Next: heartbeat.Record{Election: e2, Term: 4, Successor: "node-c"}},
+		})
+		if err != nil || len(res) != 2 {
+			t.Fatalf("HeartbeatBatch: %v, %v", res, err)
+		}
+		for i, want := range []string{"node-b", "node-c"} {
+			if res[i].Err != nil || res[i].Record.Successor != want || !res[i].Record.Vacant() {
+				t.Fatalf("write %d: %+v, %v; want a vacancy reserved for %s", i, res[i].Record, res[i].Err, want)
+			}
+			got, err := st.Get(ctxFor(t), res[i].Record.Election)
+			if err != nil || !got.Equal(res[i].Record) {
+				t.Fatalf("Get = %v, %v; the batch returned %v", got, err, res[i].Record)
+			}
+		}
+	})
+}
+
+// open1 is the open function of a cluster on the harness's backends.
+func (s *suite) open1(t *testing.T) func(string) (base.Backend, error) {
+	return func(e string) (base.Backend, error) { return s.h.Open(t, e) }
+}

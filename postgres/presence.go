@@ -1,0 +1,114 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+)
+
+var _ base.PresenceStore = (*Store)(nil)
+
+// presenceValue is what the value column of a presence row holds, as JSON.
+//
+// A presence row lives in the election table under base.PresenceKey
+// (election, chr(31), node): no election name holds a control character,
+// so it never is an election's row, and the triggers skip it (a refresh
+// notifies nobody). Its leader column is the node id, its ts the server's
+// clock_timestamp() of the last refresh; term and revision are 0.
+type presenceValue struct {
+	Priority int    `json:"p"`
+	CanLead  bool   `json:"c"`
+	Value    []byte `json:"v,omitempty"`
+}
+
+// Present upserts the presence row of p.Node in election, stamped with the
+// server's clock: one statement.
+func (s *Store) Present(ctx context.Context, election string, p base.Presence) error {
+	if s.closed.Load() {
+		return fmt.Errorf("postgres: Present: %w", base.ErrClosed)
+	}
+	if err := checkPresence(election, p); err != nil {
+		return err
+	}
+	v, err := json.Marshal(presenceValue{Priority: p.Priority, CanLead: p.CanLead, Value: p.Value})
+	if err != nil {
+		return fmt.Errorf("postgres: Present: %w", err)
+	}
+	_, err = s.pool.Exec(ctx, "INSERT INTO "+s.ddl.table+" AS t (election, leader, term, revision, ts, value)"+
+		" VALUES ($1, $2, 0, 0, clock_timestamp(), $3) ON CONFLICT (election) DO UPDATE"+
+		" SET leader = excluded.leader, value = excluded.value, ts = clock_timestamp()",
+		base.PresenceKey(election, p.Node), p.Node, v)
+	if err != nil {
+		return wrapErr(ctx, "postgres: Present", err)
+	}
+	return nil
+}
+
+func checkPresence(election string, p base.Presence) error {
+	if err := heartbeat.ValidateName("election name", election); err != nil {
+		return fmt.Errorf("postgres: Present: %w: %w", base.ErrInvalidConfig, err)
+	}
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("postgres: Present: %w: %w", base.ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// Absent deletes the presence row of node in election.
+func (s *Store) Absent(ctx context.Context, election, node string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("postgres: Absent: %w", base.ErrClosed)
+	}
+	if _, err := s.pool.Exec(ctx, "DELETE FROM "+s.ddl.table+" WHERE election = $1", base.PresenceKey(election, node)); err != nil {
+		return wrapErr(ctx, "postgres: Absent", err)
+	}
+	return nil
+}
+
+// Participants returns the presence rows of election and the server's
+// clock, in one statement. Rows that do not decode are left out.
+func (s *Store) Participants(ctx context.Context, election string) ([]base.Presence, time.Time, error) {
+	if s.closed.Load() {
+		return nil, time.Time{}, fmt.Errorf("postgres: Participants: %w", base.ErrClosed)
+	}
+	if err := heartbeat.ValidateName("election name", election); err != nil {
+		return nil, time.Time{}, fmt.Errorf("postgres: Participants: %w: %w", base.ErrInvalidConfig, err)
+	}
+	rows, err := s.pool.Query(ctx, "SELECT c.now, t.leader, t.value, t.ts FROM (SELECT clock_timestamp() AS now) AS c"+
+		" LEFT JOIN "+s.ddl.table+" AS t ON starts_with(t.election, $1)", base.PresenceKey(election, ""))
+	if err != nil {
+		return nil, time.Time{}, wrapErr(ctx, "postgres: Participants", err)
+	}
+	defer rows.Close()
+	var (
+		now  time.Time
+		out  []base.Presence
+		node *string
+		val  []byte
+		ts   *time.Time
+	)
+	for rows.Next() {
+		if err := rows.Scan(&now, &node, &val, &ts); err != nil {
+			return nil, time.Time{}, wrapErr(ctx, "postgres: Participants", err)
+		}
+		if node == nil || ts == nil {
+			continue // no presence row (the LEFT JOIN's row of the clock alone)
+		}
+		var v presenceValue
+		if json.Unmarshal(val, &v) != nil {
+			continue
+		}
+		p := base.Presence{Node: *node, Value: v.Value, Priority: v.Priority, CanLead: v.CanLead, Timestamp: *ts}
+		if p.Validate() == nil {
+			out = append(out, p)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, time.Time{}, wrapErr(ctx, "postgres: Participants", err)
+	}
+	return out, now, nil
+}

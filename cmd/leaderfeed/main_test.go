@@ -615,6 +615,14 @@ func TestBadInput(t *testing.T) {
 		{"schema of mongodb", []string{"schema", "--store", "mongodb://h/db"}, exitUsage, "only the postgres backend needs a script"},
 		{"schema bad table", []string{"schema", "--store", "postgres://h/db", "--table", "a-b"}, exitUsage, "Table"},
 	}
+	if os.Getenv("LEADERFEED_POSTGRES_URL") != "" {
+		cases = append(cases, struct {
+			name string
+			args []string
+			code int
+			says string
+		}{"status without the table", []string{"status", "--store", pg, "--election", "e", "--table", "no_such_table_xyz"}, exitFailure, "Create makes it, or apply the SQL of `leaderfeed schema`"})
+	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

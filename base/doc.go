@@ -59,10 +59,10 @@
 // coalesced to the latest in this package, once for every backend) and every election the
 // changes of other records. When the Store is a BatchStore, the renewals
 // of elections with the same heartbeat interval are aligned on a grid of
-// half an interval and written in one batch, so a leading process makes
-// at most two writes per interval (up to ElectionsOptions.MaxBatch
-// elections a write); each write of a batch is the compare-and-set of a
-// single one. Elections gives out one Backend per election at a time.
+// one interval and written in one batch, so a leading process makes one
+// write per interval (one more per ElectionsOptions.MaxBatch elections);
+// each write of a batch is the compare-and-set of a single one. A batched
+// claim or renewal needs no goroutine of its own. Elections gives out one Backend per election at a time.
 // Stop the Feeds before closing the Elections: closing it closes the
 // Store and ends every Feed on it with ErrClosed, without handing over.
 //

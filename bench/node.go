@@ -43,6 +43,9 @@ const (
 	kindLeaderfeed = "leaderfeed"
 	kindAdvisory   = "advisory-lock"
 	kindLease      = "polling-lease"
+	// kindEtcd is etcd's concurrency.Election, every election of the
+	// process on one session (many.go); nodeURLEnv is the etcd endpoint.
+	kindEtcd = "etcd"
 )
 
 var electorKinds = []string{kindLeaderfeed, kindAdvisory, kindLease}
@@ -100,6 +103,7 @@ type nodeFlags struct {
 	bound     time.Duration
 	hb, emin  time.Duration
 	advRetry  time.Duration
+	noBatch   bool
 }
 
 func nodeMain(args []string) error {
@@ -113,6 +117,7 @@ func nodeMain(args []string) error {
 	fs.DurationVar(&nf.hb, "heartbeat", 250*time.Millisecond, "leaderfeed: HeartbeatInterval")
 	fs.DurationVar(&nf.emin, "emin", 500*time.Millisecond, "leaderfeed: ElectionTimeoutMin")
 	fs.DurationVar(&nf.advRetry, "adv-retry", time.Second, "advisory lock: retry (and session check) period")
+	fs.BoolVar(&nf.noBatch, "nobatch", false, "leaderfeed with -elections > 1: one write statement per election (ElectionsOptions.NoBatch) instead of batches")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -140,6 +145,8 @@ func nodeMain(args []string) error {
 		el, err = startAdvisoryNode(ctx, url, nf, out, counter)
 	case kindLease:
 		el, err = startLeaseNode(ctx, url, nf, out, counter)
+	case kindEtcd:
+		el, err = startEtcdNode(ctx, url, nf, out)
 	default:
 		return fmt.Errorf("node: unknown -kind %q (want one of %s)", nf.kind, strings.Join(electorKinds, ", "))
 	}
@@ -187,6 +194,9 @@ func startLFNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, co
 	}
 	pcfg.MaxConns = 4
 	pcfg.ConnConfig.Tracer = counter
+	// Every connection of the process, the LISTEN one too, carries its
+	// name, so that pg_stat_activity tells the processes apart.
+	pcfg.ConnConfig.RuntimeParams["application_name"] = appName(nf.election, nf.id)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, err
@@ -200,7 +210,7 @@ func startLFNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, co
 	if nf.elections > 1 {
 		st, err := postgres.NewStore(pool, pgOptions)
 		if err == nil {
-			n.elections, err = base.NewElections(st, base.ElectionsOptions{})
+			n.elections, err = base.NewElections(st, base.ElectionsOptions{NoBatch: nf.noBatch})
 		}
 		if err != nil {
 			pool.Close()
@@ -263,6 +273,15 @@ func (n *lfNodeElector) stop() {
 		_ = n.elections.Close()
 	}
 	n.pool.Close()
+}
+
+// appName is the application_name of a leaderfeed node's connections.
+func appName(election, id string) string {
+	name := election + "/" + id
+	if len(name) > 63 {
+		name = name[len(name)-63:]
+	}
+	return name
 }
 
 // lockKey is the advisory lock key of an election.

@@ -36,8 +36,9 @@ const (
 type ElectionsOptions struct {
 	// Logger receives the shared changefeed's failures. Default: discard.
 	Logger *slog.Logger
-	// NoBatch turns batching off even when the Store is a BatchStore:
-	// every write is a compare-and-set of its own.
+	// NoBatch turns batching off even when the Store is a BatchStore or
+	// a BatchReader: every write is a compare-and-set of its own, every
+	// read a Get of its own.
 	NoBatch bool
 	// MaxBatch bounds the writes of one batch. Default DefaultMaxBatch.
 	MaxBatch int
@@ -63,17 +64,19 @@ type ElectionsOptions struct {
 // Elections owns the Store: Close closes it. Its methods are safe for
 // concurrent use.
 type Elections struct {
-	store    Store
-	batch    BatchStore // nil: no batching
-	log      *slog.Logger
-	maxBatch int
-	window   time.Duration
-	epoch    time.Time // origin of the renewal grid
-	ctx      context.Context
-	cancel   context.CancelFunc
-	owned    bool // made by Open: closing its one Backend closes it
-	wg       sync.WaitGroup
-	writes   chan *writeReq
+	store     Store
+	batch     BatchStore // nil: no batching
+	log       *slog.Logger
+	maxBatch  int
+	window    time.Duration
+	epoch     time.Time // origin of the renewal grid
+	ctx       context.Context
+	cancel    context.CancelFunc
+	owned     bool // made by Open: closing its one Backend closes it
+	wg        sync.WaitGroup
+	writes    chan *writeReq
+	batchRead BatchReader // nil: every Get alone
+	reads     chan *readReq
 
 	started, created onceCall
 
@@ -109,6 +112,12 @@ func NewElections(s Store, opts ElectionsOptions) (*Elections, error) {
 		e.writes = make(chan *writeReq, opts.MaxBatch)
 		e.wg.Add(1)
 		go e.batcher()
+	}
+	if br, ok := s.(BatchReader); ok && !opts.NoBatch {
+		e.batchRead = br
+		e.reads = make(chan *readReq, opts.MaxBatch)
+		e.wg.Add(1)
+		go e.reader()
 	}
 	return e, nil
 }
@@ -263,6 +272,9 @@ func (b *electionBackend) Create(ctx context.Context) error {
 func (b *electionBackend) Get(ctx context.Context) (heartbeat.Record, error) {
 	if err := b.check(ctx); err != nil {
 		return heartbeat.Record{}, err
+	}
+	if b.e.batchRead != nil {
+		return b.e.read(ctx, b.name)
 	}
 	return b.e.store.Get(ctx, b.name)
 }

@@ -266,3 +266,73 @@ func TestElectionsObservers(t *testing.T) {
 		}
 	})
 }
+
+// readCounter counts a store's reads; the first Get waits for gate, so
+// that the reads of the other elections pile up behind it.
+type readCounter struct {
+	*memory.Conn
+	gate            chan struct{}
+	first           sync.Once
+	gets, getBatchs atomic.Int64
+	batchedReads    atomic.Int64
+}
+
+func (c *readCounter) Get(ctx context.Context, election string) (heartbeat.Record, error) {
+	c.gets.Add(1)
+	c.first.Do(func() { <-c.gate })
+	return c.Conn.Get(ctx, election)
+}
+
+func (c *readCounter) GetBatch(ctx context.Context, elections []string) ([]base.ReadResult, error) {
+	c.getBatchs.Add(1)
+	c.batchedReads.Add(int64(len(elections)))
+	return c.Conn.GetBatch(ctx, elections)
+}
+
+// Elections whose Feeds read their records at once (all starting, or all
+// reopening the shared changefeed after it failed) read them in one
+// GetBatch while a read is in flight, not one Get each.
+func TestElectionsBatchReads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rc := &readCounter{Conn: memory.NewStore().Conn(), gate: make(chan struct{})}
+		els, err := base.NewElections(rc, base.ElectionsOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 40
+		feeds := make([]*base.Feed, n)
+		for i := range feeds {
+			f, err := els.Feed(fmt.Sprintf("e%02d", i), "node", base.Options{Timing: timing})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			feeds[i] = f
+		}
+		synctest.Wait() // every Feed waits for its read; the first holds the store
+		close(rc.gate)
+		synctest.Wait() // the reads that waited are answered; no time has passed
+		gets, batches, batched := rc.gets.Load(), rc.getBatchs.Load(), rc.batchedReads.Load()
+		// Each Feed reads at start and when its feed is open; the reads
+		// that find the reader busy share a batch.
+		if calls, reads := gets+batches, gets+batched; batches == 0 || reads < 3*calls {
+			t.Errorf("%d elections read in %d Gets and %d GetBatch calls of %d elections; want at least three reads a call on average", n, gets, batches, batched)
+		}
+		t.Logf("%d elections: %d Gets, %d GetBatch calls of %d elections", n, gets, batches, batched)
+		for _, f := range feeds {
+			for !f.IsLeader() {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		var wg sync.WaitGroup
+		for _, f := range feeds {
+			wg.Go(func() { _ = f.Stop(context.Background()) })
+		}
+		wg.Wait()
+		if err := els.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -74,6 +74,7 @@ type config struct {
 	manyElections int
 	manyWindow    time.Duration
 	manySamples   int
+	manyTTL       int
 	postmaster    int // many: the local server's postmaster pid; 0: not local
 }
 
@@ -123,6 +124,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.many, "many", true, "on PostgreSQL, many elections across three processes: statements, server CPU and LISTEN connections batched and not, crash of the process leading them all, etcd side by side")
 	fs.IntVar(&c.manyElections, "many-elections", 1000, "many: elections")
 	fs.DurationVar(&c.manyWindow, "many-window", 10*time.Second, "many: steady-state window of each phase")
+	fs.IntVar(&c.manyTTL, "many-ttl", 4, "many: the dead-leader bound in seconds of the many elections (etcd's session TTL, leaderfeed's ElectionTimeoutMax; 4: leaderfeed's default timing, heartbeat 1 s)")
 	fs.IntVar(&c.manySamples, "many-samples", 20, "many: handover and crash samples of one election, alone and beside the many")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -137,8 +139,8 @@ func parseFlags(args []string) (config, error) {
 	if c.costElections, err = parseSizes("cost-elections", *costSizes); err != nil {
 		return c, err
 	}
-	if c.ttl < 1 {
-		return c, errors.New("-ttl must be at least 1 (etcd's lease TTLs are whole seconds)")
+	if c.ttl < 1 || c.manyTTL < 1 {
+		return c, errors.New("-ttl and -many-ttl must be at least 1 (etcd's lease TTLs are whole seconds)")
 	}
 	for _, v := range []struct {
 		name string

@@ -102,8 +102,10 @@ type nodeFlags struct {
 	id        string
 	bound     time.Duration
 	hb, emin  time.Duration
+	lease     time.Duration
 	advRetry  time.Duration
 	noBatch   bool
+	debug     bool
 }
 
 func nodeMain(args []string) error {
@@ -116,7 +118,9 @@ func nodeMain(args []string) error {
 	fs.DurationVar(&nf.bound, "bound", time.Second, "dead-leader bound: leaderfeed's ElectionTimeoutMax, the lease's TTL")
 	fs.DurationVar(&nf.hb, "heartbeat", 250*time.Millisecond, "leaderfeed: HeartbeatInterval")
 	fs.DurationVar(&nf.emin, "emin", 500*time.Millisecond, "leaderfeed: ElectionTimeoutMin")
+	fs.DurationVar(&nf.lease, "lease", 0, "leaderfeed: LeaseDuration (default: derived, heartbeat + (emin - heartbeat) / 2)")
 	fs.DurationVar(&nf.advRetry, "adv-retry", time.Second, "advisory lock: retry (and session check) period")
+	fs.BoolVar(&nf.debug, "debug", false, "leaderfeed: report failed and slow renewals and failed claims on stderr")
 	fs.BoolVar(&nf.noBatch, "nobatch", false, "leaderfeed with -elections > 1: one write statement per election (ElectionsOptions.NoBatch) instead of batches")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -201,7 +205,10 @@ func startLFNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, co
 	if err != nil {
 		return nil, err
 	}
-	tm := heartbeat.Timing{HeartbeatInterval: nf.hb, ElectionTimeoutMin: nf.emin, ElectionTimeoutMax: nf.bound}.WithDefaults()
+	tm := heartbeat.Timing{HeartbeatInterval: nf.hb, ElectionTimeoutMin: nf.emin, ElectionTimeoutMax: nf.bound, LeaseDuration: nf.lease}.WithDefaults()
+	if err := tm.Validate(); err != nil {
+		return nil, err
+	}
 	clock := newMonoClock()
 	n := &lfNodeElector{out: out, pool: pool}
 	// Many elections in one process share a Store through base.Elections
@@ -217,11 +224,27 @@ func startLFNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, co
 			return nil, err
 		}
 	}
+	// With -debug, failed renewals and claims go to stderr.
+	var trace *base.Trace
+	if nf.debug {
+		trace = &base.Trace{
+			RenewDone: func(ri base.RenewInfo) {
+				if ri.Err != nil || ri.Latency > tm.LeaseDuration-tm.HeartbeatInterval {
+					fmt.Fprintf(os.Stderr, "bench node %s: renewal of term %d: %v after %v\n", nf.id, ri.Term, ri.Err, ri.Latency)
+				}
+			},
+			ClaimDone: func(ci base.ClaimInfo) {
+				if ci.Err != nil && !errors.Is(ci.Err, base.ErrConflict) {
+					fmt.Fprintf(os.Stderr, "bench node %s: claim of term %d: %v after %v\n", nf.id, ci.Term, ci.Err, ci.Latency)
+				}
+			},
+		}
+	}
 	for i := range nf.elections {
 		name := electionN(nf.election, i, nf.elections)
 		var f *base.Feed
 		if n.elections != nil {
-			f, err = n.elections.Feed(name, nf.id, base.Options{Timing: tm})
+			f, err = n.elections.Feed(name, nf.id, base.Options{Timing: tm, Trace: trace})
 		} else {
 			var b base.Backend
 			if b, err = postgres.New(pool, name, pgOptions); err == nil {

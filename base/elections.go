@@ -165,7 +165,7 @@ func (e *Elections) newBackend(election string, observer bool) (Backend, error) 
 	if e.closed {
 		return nil, fmt.Errorf("leaderfeed: election %q: %w", election, ErrClosed)
 	}
-	b := &electionBackend{e: e, name: election, observer: observer, subs: make(map[*feedSub]struct{})}
+	b := &electionBackend{e: e, name: election, slot: renewalSlot(election), observer: observer, subs: make(map[*feedSub]struct{})}
 	if observer {
 		return b, nil
 	}
@@ -229,6 +229,7 @@ func (e *Elections) isClosed() bool {
 type electionBackend struct {
 	e        *Elections
 	name     string
+	slot     uint32       // renewalSlot(name)
 	observer bool         // made by Observer: writes nothing
 	interval atomic.Int64 // the Feed's heartbeat interval, from AlignRenewal
 
@@ -300,20 +301,40 @@ func (b *electionBackend) Heartbeat(ctx context.Context, expected, next heartbea
 }
 
 // AlignRenewal returns when a renewal due at due is sent: the latest
-// instant of a grid of one heartbeat interval at or before due, when
-// writes are batched, so that the renewals of every election with that
-// interval fall on the same instants and share one batch an interval. A
-// leader that renewed at an instant of the grid is due again at the next
-// one, so it keeps its place; a new leader renews at the first instant
-// after its claim, less than an interval early. Renewing early is safe: a
-// lease runs from its renewal's send time.
+// instant at or before due of the election's renewal grid, when writes are
+// batched. The grid has one instant per heartbeat interval, shifted by
+// half an interval for half of the elections (by a hash of the name,
+// renewalSlots): the renewals of every election with that interval fall on
+// two instants an interval and go out in two batches, each half as large
+// as one, so that a process with thousands of elections wakes, writes and
+// takes in the replies of half of them at a time. A leader that renewed at
+// an instant of its grid is due again at the next one, so it keeps its
+// place; a new leader renews at the first instant after its claim, less
+// than an interval early. Renewing early is safe: a lease runs from its
+// renewal's send time.
 func (b *electionBackend) AlignRenewal(due time.Time, interval time.Duration) time.Time {
 	if b.e.batch == nil || interval <= 0 {
 		return due
 	}
 	b.interval.Store(int64(interval))
-	k := due.Sub(b.e.epoch) / interval
-	return b.e.epoch.Add(k * interval)
+	origin := b.e.epoch.Add(interval * time.Duration(b.slot) / renewalSlots)
+	k := due.Sub(origin) / interval
+	return origin.Add(k * interval)
+}
+
+// renewalSlots is the number of instants per heartbeat interval on which
+// the renewals of a batching Elections fall (AlignRenewal).
+const renewalSlots = 2
+
+// renewalSlot returns the slot of election's renewals, by a hash of its
+// name (FNV-1a), in [0, renewalSlots).
+func renewalSlot(election string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(election); i++ {
+		h ^= uint32(election[i])
+		h *= 16777619
+	}
+	return h % renewalSlots
 }
 
 func (b *electionBackend) Subscribe(ctx context.Context) (<-chan Notification, error) {

@@ -79,7 +79,7 @@ func TestElectionsRejectsBadInput(t *testing.T) {
 }
 
 // Renewals of many elections led by one process are aligned and batched:
-// one write statement per heartbeat interval, one changefeed.
+// at most two write statements per heartbeat interval, one changefeed.
 func TestElectionsBatchRenewals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
@@ -117,8 +117,8 @@ func TestElectionsBatchRenewals(t *testing.T) {
 		if written < n*intervals {
 			t.Fatalf("%d records written in %d intervals by %d leaders, want at least %d (one renewal each per interval)", written, intervals, n, n*intervals)
 		}
-		if stmts > intervals+1 {
-			t.Fatalf("%d write statements in %d heartbeat intervals for %d elections, want one per interval", stmts, intervals, n)
+		if stmts > 2*intervals+1 {
+			t.Fatalf("%d write statements in %d heartbeat intervals for %d elections, want at most two per interval", stmts, intervals, n)
 		}
 		if got := cc.subscribes.Load(); got != 1 {
 			t.Fatalf("%d changefeeds for %d elections, want 1", got, n)

@@ -315,10 +315,11 @@ func TestElectionsBatchReads(t *testing.T) {
 		close(rc.gate)
 		synctest.Wait() // the reads that waited are answered; no time has passed
 		gets, batches, batched := rc.gets.Load(), rc.getBatchs.Load(), rc.batchedReads.Load()
-		// Each Feed reads at start and when its feed is open; the reads
-		// that find the reader busy share a batch.
-		if calls, reads := gets+batches, gets+batched; batches == 0 || reads < 3*calls {
-			t.Errorf("%d elections read in %d Gets and %d GetBatch calls of %d elections; want at least three reads a call on average", n, gets, batches, batched)
+		// The reads that waited behind the held one went out in batches;
+		// reads that find the reader idle (a Feed's second read, when its
+		// feed is open) go alone at once, as they should.
+		if batches == 0 || batched < n-1 {
+			t.Errorf("%d elections read in %d Gets and %d GetBatch calls of %d elections; want the %d reads that waited in batches", n, gets, batches, batched, n-1)
 		}
 		t.Logf("%d elections: %d Gets, %d GetBatch calls of %d elections", n, gets, batches, batched)
 		for _, f := range feeds {

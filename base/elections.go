@@ -892,7 +892,7 @@ func (b *electionBackend) submitWrite(ctx context.Context, deadline time.Time, e
 // instant (AlignRenewal), but the Feeds of thousands of elections take
 // a while to wake and hand them over, longer on a loaded machine. So a
 // batch of renewals only keeps waiting past its window while renewals
-// keep coming (the last came less than a fifth of a window ago), and
+// keep coming (the last came less than half a window ago), and
 // never longer than three windows: one batch carries the renewals of
 // one instant, and a renewal spends at most three windows of its lease's
 // margin here.
@@ -973,7 +973,7 @@ func newGather(pending []*writeReq) *gather {
 		if i == 0 {
 			g.flushAt, g.last = r.flush, r.arrived
 			window := r.flush.Sub(r.arrived)
-			g.quiet, g.limit = window/5, r.arrived.Add(3*window)
+			g.quiet, g.limit = window/2, r.arrived.Add(3*window)
 		}
 		g.add(r)
 	}

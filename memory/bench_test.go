@@ -200,6 +200,7 @@ type renewals struct {
 	latencies []time.Duration
 	at        []time.Time
 	failed    int
+	errs      map[string]int // failed renewals by error
 }
 
 func (r *renewals) done(ri base.RenewInfo) {
@@ -212,6 +213,10 @@ func (r *renewals) done(ri base.RenewInfo) {
 	r.at = append(r.at, time.Now())
 	if ri.Err != nil {
 		r.failed++
+		if r.errs == nil {
+			r.errs = map[string]int{}
+		}
+		r.errs[ri.Err.Error()]++
 	}
 }
 
@@ -281,6 +286,9 @@ func benchManyElections(b *testing.B, tm heartbeat.Timing, n int, batch bool) {
 		b.ReportMetric(float64(lat[len(lat)-1])/float64(time.Millisecond), "renew-max-ms")
 	}
 	b.ReportMetric(float64(failed), "renew-failures")
+	if failed > 0 {
+		b.Logf("failed renewals by error: %v", ren.errs)
+	}
 	b.ReportMetric(float64(goroutines), "goroutines")
 	intervals := float64(b.N)
 	b.ReportMetric(float64(sc.stmts.Load()-stmts0)/intervals, "statements/interval")

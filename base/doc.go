@@ -70,11 +70,12 @@
 // once, hands each election the notifications of its record (queued and
 // coalesced to the latest in this package, once for every backend) and every election the
 // changes of other records. When the Store is a BatchStore, the renewals
-// of elections with the same heartbeat interval are aligned on a grid of
-// half an interval and written in one batch, so a leading process makes
-// at most two writes per interval (up to ElectionsOptions.MaxBatch
-// elections a write); each write of a batch is the compare-and-set of a
-// single one. Elections gives out one Backend per election at a time.
+// of elections with the same heartbeat interval fall on two instants per
+// interval (half of the elections each, by name) and are written in one
+// batch an instant, so a leading process makes two writes per interval
+// (one more per ElectionsOptions.MaxBatch elections an instant); each
+// write of a batch is the compare-and-set of a single one. A batched claim
+// or renewal needs no goroutine of its own. Elections gives out one Backend per election at a time.
 // Stop the Feeds before closing the Elections: closing it closes the
 // Store and ends every Feed on it with ErrClosed, without handing over.
 //

@@ -36,8 +36,9 @@ const (
 type ElectionsOptions struct {
 	// Logger receives the shared changefeed's failures. Default: discard.
 	Logger *slog.Logger
-	// NoBatch turns batching off even when the Store is a BatchStore:
-	// every write is a compare-and-set of its own.
+	// NoBatch turns batching off even when the Store is a BatchStore or
+	// a BatchReader: every write is a compare-and-set of its own, every
+	// read a Get of its own.
 	NoBatch bool
 	// MaxBatch bounds the writes of one batch. Default DefaultMaxBatch.
 	MaxBatch int
@@ -63,17 +64,19 @@ type ElectionsOptions struct {
 // Elections owns the Store: Close closes it. Its methods are safe for
 // concurrent use.
 type Elections struct {
-	store    Store
-	batch    BatchStore // nil: no batching
-	log      *slog.Logger
-	maxBatch int
-	window   time.Duration
-	epoch    time.Time // origin of the renewal grid
-	ctx      context.Context
-	cancel   context.CancelFunc
-	owned    bool // made by Open: closing its one Backend closes it
-	wg       sync.WaitGroup
-	writes   chan *writeReq
+	store     Store
+	batch     BatchStore // nil: no batching
+	log       *slog.Logger
+	maxBatch  int
+	window    time.Duration
+	epoch     time.Time // origin of the renewal grid
+	ctx       context.Context
+	cancel    context.CancelFunc
+	owned     bool // made by Open: closing its one Backend closes it
+	wg        sync.WaitGroup
+	writes    chan *writeReq
+	batchRead BatchReader // nil: every Get alone
+	reads     chan *readReq
 
 	started, created onceCall
 
@@ -109,6 +112,12 @@ func NewElections(s Store, opts ElectionsOptions) (*Elections, error) {
 		e.writes = make(chan *writeReq, opts.MaxBatch)
 		e.wg.Add(1)
 		go e.batcher()
+	}
+	if br, ok := s.(BatchReader); ok && !opts.NoBatch {
+		e.batchRead = br
+		e.reads = make(chan *readReq, opts.MaxBatch)
+		e.wg.Add(1)
+		go e.reader()
 	}
 	return e, nil
 }
@@ -156,7 +165,7 @@ func (e *Elections) newBackend(election string, observer bool) (Backend, error) 
 	if e.closed {
 		return nil, fmt.Errorf("leaderfeed: election %q: %w", election, ErrClosed)
 	}
-	b := &electionBackend{e: e, name: election, observer: observer, subs: make(map[*feedSub]struct{})}
+	b := &electionBackend{e: e, name: election, slot: renewalSlot(election), observer: observer, subs: make(map[*feedSub]struct{})}
 	if observer {
 		return b, nil
 	}
@@ -220,6 +229,7 @@ func (e *Elections) isClosed() bool {
 type electionBackend struct {
 	e        *Elections
 	name     string
+	slot     uint32       // renewalSlot(name)
 	observer bool         // made by Observer: writes nothing
 	interval atomic.Int64 // the Feed's heartbeat interval, from AlignRenewal
 
@@ -264,6 +274,9 @@ func (b *electionBackend) Get(ctx context.Context) (heartbeat.Record, error) {
 	if err := b.check(ctx); err != nil {
 		return heartbeat.Record{}, err
 	}
+	if b.e.batchRead != nil {
+		return b.e.read(ctx, b.name)
+	}
 	return b.e.store.Get(ctx, b.name)
 }
 
@@ -284,26 +297,44 @@ func (b *electionBackend) Heartbeat(ctx context.Context, expected, next heartbea
 	if b.e.batch == nil {
 		return b.e.store.Heartbeat(ctx, expected, next)
 	}
-	window := b.e.window
-	if window == 0 {
-		window = max(time.Millisecond, time.Duration(b.interval.Load())/BatchWindowDivisor)
-	}
-	return b.e.write(ctx, Write{Expected: expected, Next: next}, window)
+	return b.e.write(ctx, Write{Expected: expected, Next: next}, b.window())
 }
 
 // AlignRenewal returns when a renewal due at due is sent: the latest
-// instant of a grid of half a heartbeat interval at or before due, when
-// writes are batched, so that the renewals of every election with that
-// interval fall on the same instants and share batches. Renewing early is
-// safe: a lease runs from its renewal's send time.
+// instant at or before due of the election's renewal grid, when writes are
+// batched. The grid has one instant per heartbeat interval, shifted by
+// half an interval for half of the elections (by a hash of the name,
+// renewalSlots): the renewals of every election with that interval fall on
+// two instants an interval and go out in two batches, each half as large
+// as one, so that a process with thousands of elections wakes, writes and
+// takes in the replies of half of them at a time. A leader that renewed at
+// an instant of its grid is due again at the next one, so it keeps its
+// place; a new leader renews at the first instant after its claim, less
+// than an interval early. Renewing early is safe: a lease runs from its
+// renewal's send time.
 func (b *electionBackend) AlignRenewal(due time.Time, interval time.Duration) time.Time {
-	step := interval / 2
-	if b.e.batch == nil || step <= 0 {
+	if b.e.batch == nil || interval <= 0 {
 		return due
 	}
 	b.interval.Store(int64(interval))
-	k := due.Sub(b.e.epoch) / step
-	return b.e.epoch.Add(k * step)
+	origin := b.e.epoch.Add(interval * time.Duration(b.slot) / renewalSlots)
+	k := due.Sub(origin) / interval
+	return origin.Add(k * interval)
+}
+
+// renewalSlots is the number of instants per heartbeat interval on which
+// the renewals of a batching Elections fall (AlignRenewal).
+const renewalSlots = 2
+
+// renewalSlot returns the slot of election's renewals, by a hash of its
+// name (FNV-1a), in [0, renewalSlots).
+func renewalSlot(election string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(election); i++ {
+		h ^= uint32(election[i])
+		h *= 16777619
+	}
+	return h % renewalSlots
 }
 
 func (b *electionBackend) Subscribe(ctx context.Context) (<-chan Notification, error) {
@@ -421,28 +452,10 @@ func (e *Elections) subscribe(ctx context.Context, b *electionBackend) (<-chan N
 		e.wg.Add(1)
 		go sf.open(fctx)
 	}
-	if sf.byName[b.name] == nil {
-		sf.byName[b.name] = make(map[*feedSub]struct{})
-	}
-	sf.byName[b.name][s] = struct{}{}
-	sf.all[s] = struct{}{}
-	if sf.dead {
-		s.failErr = sf.failErr
-	}
-	e.mu.Unlock()
-	b.mu.Lock()
-	closed := b.closed
-	b.subs[s] = struct{}{}
-	b.mu.Unlock()
-	if closed {
-		s.fail(fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed))
-	}
-	// Not in e.wg: the goroutine ends when its reader's ctx ends or the
-	// reader takes the Failed notification, and Close must not wait for a
-	// reader.
-	go func() {
-		s.run()
-		s.cancel()
+	// The subscription ends when its reader's ctx ends or the reader took
+	// the Failed notification; then it leaves the feed and b. Both are
+	// set before anyone else can see s.
+	s.onEnd = func() {
 		e.mu.Lock()
 		delete(sf.all, s)
 		if m := sf.byName[b.name]; m != nil {
@@ -455,7 +468,29 @@ func (e *Elections) subscribe(ctx context.Context, b *electionBackend) (<-chan N
 		b.mu.Lock()
 		delete(b.subs, s)
 		b.mu.Unlock()
-	}()
+	}
+	s.stopAfter = context.AfterFunc(sctx, s.readerGone)
+	if sf.byName[b.name] == nil {
+		sf.byName[b.name] = make(map[*feedSub]struct{})
+	}
+	sf.byName[b.name][s] = struct{}{}
+	sf.all[s] = struct{}{}
+	failErr := sf.failErr // dead already
+	e.mu.Unlock()
+	b.mu.Lock()
+	closed := b.closed
+	s.mu.Lock()
+	if !s.ended {
+		// (An ended s left b already, or will not find itself in b.)
+		b.subs[s] = struct{}{}
+	}
+	s.mu.Unlock()
+	b.mu.Unlock()
+	if closed {
+		s.fail(fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed))
+	} else if failErr != nil {
+		s.fail(failErr)
+	}
 	select {
 	case <-sf.ready:
 	case <-ctx.Done():
@@ -566,39 +601,48 @@ func (sf *sharedFeed) fail(err error) {
 	e.log.Info("leaderfeed: changefeed ended", "err", err)
 }
 
-// feedSub is one election's subscription on the shared feed: a queue the
-// feed pushes on without blocking, and a goroutine that hands it to the
-// reader. Notifications of the election record are coalesced: a newer one
-// replaces those not yet taken, so the reader gets the latest state.
+// feedSub is one election's subscription on the shared feed. The feed
+// hands a notification straight to the reader's channel when it has room
+// and nothing is queued; otherwise it queues it, and a goroutine (only
+// while the reader lags) hands the queue over in order. Notifications of
+// the election record are coalesced in the queue: a newer one replaces
+// those not yet taken, so the reader gets the latest state. The channel
+// holds one notification, as the goroutine would while blocked on sending
+// it, so the reader sees at most one older record before the latest.
 type feedSub struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	name   string
-	out    chan Notification
-	signal chan struct{}
+	ctx       context.Context
+	cancel    context.CancelFunc
+	name      string
+	out       chan Notification
+	onEnd     func()      // leaves the feed; set before the first push
+	stopAfter func() bool // stops the AfterFunc of ctx
 
 	mu      sync.Mutex
 	queue   []Notification
 	records int // notifications of the record in queue (0 or 1)
 	failErr error
+	pumping bool // a goroutine hands the queue to out
+	gone    bool // the reader's ctx ended
+	ended   bool // out is closed or about to be: nothing more is sent
 }
 
 func newFeedSub(ctx context.Context, cancel context.CancelFunc, b *electionBackend) *feedSub {
-	return &feedSub{ctx: ctx, cancel: cancel, name: b.name, out: make(chan Notification), signal: make(chan struct{}, 1)}
+	return &feedSub{ctx: ctx, cancel: cancel, name: b.name, out: make(chan Notification, 1)}
 }
 
-func (s *feedSub) poke() {
-	select {
-	case s.signal <- struct{}{}:
-	default:
-	}
-}
-
+// push queues n for the reader; it never blocks.
 func (s *feedSub) push(n Notification) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.failErr != nil {
+	if s.failErr != nil || s.ended {
 		return
+	}
+	if !s.pumping && len(s.queue) == 0 {
+		select {
+		case s.out <- n:
+			return
+		default:
+		}
 	}
 	if n.Type != OtherChanged && s.records > 0 {
 		kept := s.queue[:0]
@@ -619,77 +663,175 @@ func (s *feedSub) push(n Notification) {
 			s.records++
 		}
 	}
-	s.poke()
+	s.startPump()
 }
 
+// startPump starts the goroutine that hands the queue over, unless it
+// runs. Called with s.mu held.
+func (s *feedSub) startPump() {
+	if s.pumping {
+		return
+	}
+	s.pumping = true
+	go s.pump()
+}
+
+// fail ends the subscription after what is queued: Failed with err is the
+// last notification.
 func (s *feedSub) fail(err error) {
 	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
 	if s.failErr == nil {
 		s.failErr = err
 	}
+	if s.pumping || len(s.queue) > 0 {
+		s.startPump()
+		s.mu.Unlock()
+		return
+	}
+	select {
+	case s.out <- Notification{Type: Failed, Err: s.failErr}:
+	default:
+		s.startPump()
+		s.mu.Unlock()
+		return
+	}
+	s.endLocked()
 	s.mu.Unlock()
-	s.poke()
+	s.finish()
 }
 
-// run hands the queue to the reader in order, then Failed if the feed
-// failed, until the reader's ctx ends.
-func (s *feedSub) run() {
-	defer close(s.out)
+// endLocked closes out. Called with s.mu held, by the one who ends it.
+func (s *feedSub) endLocked() {
+	s.ended = true
+	close(s.out)
+}
+
+// finish leaves the feed, after out was closed.
+func (s *feedSub) finish() {
+	s.stopAfter()
+	s.cancel()
+	s.onEnd()
+}
+
+// readerGone runs when the reader's ctx ends: out is closed (by the pump,
+// if one is sending) and the subscription leaves the feed.
+func (s *feedSub) readerGone() {
+	s.mu.Lock()
+	s.gone = true
+	if s.ended || s.pumping {
+		// Ended already, or the pump sees ctx end and ends it.
+		s.mu.Unlock()
+		return
+	}
+	s.endLocked()
+	s.mu.Unlock()
+	s.finish()
+}
+
+// pump hands the queue to the reader in order, then Failed if the
+// subscription failed, until the queue is empty or the reader's ctx ends.
+func (s *feedSub) pump() {
 	for {
 		s.mu.Lock()
 		var n Notification
-		have := len(s.queue) > 0
-		if have {
+		last, gone := false, s.gone
+		switch {
+		case gone:
+			// readerGone left the end to us.
+		case len(s.queue) > 0:
 			n = s.queue[0]
 			s.queue[0] = Notification{}
 			s.queue = s.queue[1:]
 			if n.Type != OtherChanged {
 				s.records--
 			}
+		case s.failErr != nil:
+			n, last = Notification{Type: Failed, Err: s.failErr}, true
+		default:
+			s.pumping = false
+			s.mu.Unlock()
+			return
 		}
-		failErr := s.failErr
 		s.mu.Unlock()
-		switch {
-		case have:
+		if !gone {
 			select {
 			case s.out <- n:
+				if !last {
+					continue
+				}
 			case <-s.ctx.Done():
-				return
-			}
-		case failErr != nil:
-			select {
-			case s.out <- Notification{Type: Failed, Err: failErr}:
-			case <-s.ctx.Done():
-			}
-			return
-		default:
-			select {
-			case <-s.signal:
-			case <-s.ctx.Done():
-				return
 			}
 		}
+		s.mu.Lock()
+		s.pumping = false
+		s.queue, s.records = nil, 0
+		s.endLocked()
+		s.mu.Unlock()
+		s.finish()
+		return
 	}
 }
 
 // ---- batched writes ----
 
+// writeReq is one write waiting for a batch. done is called exactly once,
+// by the batcher (or by the caller when the request never reached it),
+// and must not block: it hands the result to the waiter (a channel with
+// room, or the Feed's loop without a goroutine, submitWrite).
 type writeReq struct {
-	ctx   context.Context
-	w     Write
-	flush time.Time        // send by then: now for claims and vacancies
-	reply chan WriteResult // buffered: the batcher never blocks on it
+	ctx      context.Context // the caller's: a request whose ctx ended is answered, not sent
+	deadline time.Time       // the caller's deadline; zero: none
+	w        Write
+	arrived  time.Time
+	flush    time.Time // send by then: arrived for claims and vacancies
+	done     func(WriteResult)
 }
 
-// write sends one write through the batcher and waits for its result. A
-// renewal waits up to window for others.
-func (e *Elections) write(ctx context.Context, w Write, window time.Duration) (heartbeat.Record, error) {
-	// A renewal writes the record it holds again: same leader and term.
-	renewal := w.Next.Leader != "" && w.Next.Leader == w.Expected.Leader && w.Next.Term == w.Expected.Term
-	r := &writeReq{ctx: ctx, w: w, flush: time.Now(), reply: make(chan WriteResult, 1)}
-	if renewal {
-		r.flush = r.flush.Add(window)
+// expired reports the error of a request that must not be sent any more.
+func (r *writeReq) expired(now time.Time) error {
+	if err := r.ctx.Err(); err != nil {
+		return err
 	}
+	if !r.deadline.IsZero() && !now.Before(r.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// isRenewal reports whether w writes again the record it expects: same
+// leader and term.
+func isRenewal(w Write) bool {
+	return w.Next.Leader != "" && w.Next.Leader == w.Expected.Leader && w.Next.Term == w.Expected.Term
+}
+
+// newWriteReq returns the request of a write; a renewal may wait up to
+// window for others.
+func newWriteReq(ctx context.Context, deadline time.Time, w Write, window time.Duration, done func(WriteResult)) *writeReq {
+	now := time.Now()
+	r := &writeReq{ctx: ctx, deadline: deadline, w: w, arrived: now, flush: now, done: done}
+	if isRenewal(w) {
+		r.flush = now.Add(window)
+	}
+	return r
+}
+
+// window returns how long a renewal of b waits for the renewals of others.
+func (b *electionBackend) window() time.Duration {
+	if b.e.window > 0 {
+		return b.e.window
+	}
+	return max(time.Millisecond, time.Duration(b.interval.Load())/BatchWindowDivisor)
+}
+
+// write sends one write through the batcher and waits for its result.
+func (e *Elections) write(ctx context.Context, w Write, window time.Duration) (heartbeat.Record, error) {
+	reply := make(chan WriteResult, 1)
+	deadline, _ := ctx.Deadline()
+	r := newWriteReq(ctx, deadline, w, window, func(res WriteResult) { reply <- res })
 	select {
 	case e.writes <- r:
 	case <-ctx.Done():
@@ -698,7 +840,7 @@ func (e *Elections) write(ctx context.Context, w Write, window time.Duration) (h
 		return heartbeat.Record{}, fmt.Errorf("leaderfeed: election %q: %w", w.Next.Election, ErrClosed)
 	}
 	select {
-	case res := <-r.reply:
+	case res := <-reply:
 		return res.Record, res.Err
 	case <-ctx.Done():
 		return heartbeat.Record{}, ctx.Err()
@@ -708,9 +850,52 @@ func (e *Elections) write(ctx context.Context, w Write, window time.Duration) (h
 	}
 }
 
+// submitWrite hands a claim or renewal to the batcher without waiting and
+// without a goroutine: done gets the result (on the batcher's goroutine;
+// it must not block). ctx is the Feed's own (it ends when the Feed stops),
+// deadline bounds the call. It reports false when the write is not
+// batched; the caller then calls Heartbeat as usual.
+func (b *electionBackend) submitWrite(ctx context.Context, deadline time.Time, expected, next heartbeat.Record, done func(heartbeat.Record, error)) bool {
+	if b.e.batch == nil || b.observer || next.Election != b.name {
+		return false
+	}
+	reply := func(res WriteResult) { done(res.Record, res.Err) }
+	if err := b.check(ctx); err != nil {
+		reply(WriteResult{Err: err})
+		return true
+	}
+	r := newWriteReq(ctx, deadline, Write{Expected: expected, Next: next}, b.window(), reply)
+	select {
+	case b.e.writes <- r:
+		return true
+	default:
+	}
+	// The batcher's queue is full: wait for room on a goroutine of our own,
+	// as a call of Heartbeat would.
+	go func() {
+		select {
+		case b.e.writes <- r:
+		case <-ctx.Done():
+			reply(WriteResult{Err: ctx.Err()})
+		case <-b.e.ctx.Done():
+			reply(WriteResult{Err: fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed)})
+		}
+	}()
+	return true
+}
+
 // batcher collects writes and sends them in batches: at once when a claim
-// or vacancy is waiting, else when the oldest renewal has waited the
+// or vacancy is waiting, else when the oldest renewal has waited its
 // window; while a batch is in flight the next one gathers (group commit).
+//
+// Renewals of elections with one heartbeat interval fall due at one
+// instant (AlignRenewal), but the Feeds of thousands of elections take
+// a while to wake and hand them over, longer on a loaded machine. So a
+// batch of renewals only keeps waiting past its window while renewals
+// keep coming (the last came less than half a window ago), and
+// never longer than three windows: one batch carries the renewals of
+// one instant, and a renewal spends at most three windows of its lease's
+// margin here.
 func (e *Elections) batcher() {
 	defer e.wg.Done()
 	var pending []*writeReq
@@ -727,27 +912,29 @@ func (e *Elections) batcher() {
 				return
 			}
 		}
-		flushAt := e.flushAt(pending)
+		g := newGather(pending)
 	gather:
 		for len(pending) < e.maxBatch {
-			d := time.Until(flushAt)
+			d := time.Until(g.flushAt)
 			if d <= 0 {
 				// Take what is queued already, without waiting.
 				select {
 				case r := <-e.writes:
 					pending = append(pending, r)
+					g.add(r)
 					continue
 				default:
+				}
+				if !g.extend(time.Now()) {
 					break gather
 				}
+				continue
 			}
 			timer.Reset(d)
 			select {
 			case r := <-e.writes:
 				pending = append(pending, r)
-				if at := e.flushAt([]*writeReq{r}); at.Before(flushAt) {
-					flushAt = at
-				}
+				g.add(r)
 			case <-timer.C:
 			case <-e.ctx.Done():
 				timer.Stop()
@@ -757,49 +944,96 @@ func (e *Elections) batcher() {
 			timer.Stop()
 		}
 		batch := pending[:0:0]
+		now := time.Now()
 		for _, r := range pending {
-			if r.ctx.Err() == nil {
+			if err := r.expired(now); err != nil {
+				r.done(WriteResult{Err: err})
+			} else {
 				batch = append(batch, r)
 			}
 		}
+		clear(pending)
 		pending = pending[:0]
 		e.send(batch)
 	}
 }
 
-func (e *Elections) flushAt(rs []*writeReq) time.Time {
-	var at time.Time
-	for i, r := range rs {
-		if i == 0 || r.flush.Before(at) {
-			at = r.flush
+// gather is when the batch being gathered is sent.
+type gather struct {
+	flushAt time.Time // the earliest flush of its writes, or later (extend)
+	urgent  bool      // it holds a claim or vacancy: never extended
+	last    time.Time // when its last write arrived
+	quiet   time.Duration
+	limit   time.Time // extend never goes past it
+}
+
+func newGather(pending []*writeReq) *gather {
+	g := &gather{}
+	for i, r := range pending {
+		if i == 0 {
+			g.flushAt, g.last = r.flush, r.arrived
+			window := r.flush.Sub(r.arrived)
+			g.quiet, g.limit = window/2, r.arrived.Add(3*window)
 		}
+		g.add(r)
 	}
-	return at
+	return g
+}
+
+func (g *gather) add(r *writeReq) {
+	if r.flush.Before(g.flushAt) {
+		g.flushAt = r.flush
+	}
+	if !r.flush.After(r.arrived) {
+		g.urgent = true
+	}
+	if r.arrived.After(g.last) {
+		g.last = r.arrived
+	}
+}
+
+// extend moves flushAt on, and reports true, when the batch is due but
+// renewals are still coming in.
+func (g *gather) extend(now time.Time) bool {
+	if g.urgent || g.quiet <= 0 || !now.Before(g.limit) || now.Sub(g.last) >= g.quiet {
+		return false
+	}
+	g.flushAt = g.last.Add(g.quiet)
+	if g.flushAt.After(g.limit) {
+		g.flushAt = g.limit
+	}
+	return true
 }
 
 // send writes one batch and hands out the results.
 func (e *Elections) send(batch []*writeReq) {
-	switch len(batch) {
-	case 0:
-		return
-	case 1:
-		r := batch[0]
-		rec, err := e.store.Heartbeat(r.ctx, r.w.Expected, r.w.Next)
-		r.reply <- WriteResult{Record: rec, Err: err}
+	if len(batch) == 0 {
 		return
 	}
 	// The batch lasts as long as its most patient write allows.
 	var deadline time.Time
 	bounded := true
+	for _, r := range batch {
+		if r.deadline.IsZero() {
+			bounded = false
+		} else if r.deadline.After(deadline) {
+			deadline = r.deadline
+		}
+	}
+	if len(batch) == 1 {
+		r := batch[0]
+		ctx, cancel := r.ctx, context.CancelFunc(func() {})
+		if bounded {
+			ctx, cancel = context.WithDeadline(r.ctx, deadline)
+		}
+		rec, err := e.store.Heartbeat(ctx, r.w.Expected, r.w.Next)
+		cancel()
+		r.done(WriteResult{Record: rec, Err: err})
+		return
+	}
 	writes := make([]Write, len(batch))
 	for i, r := range batch {
 		writes[i] = r.w
-		d, ok := r.ctx.Deadline()
-		if !ok {
-			bounded = false
-		} else if d.After(deadline) {
-			deadline = d
-		}
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	if bounded {
@@ -812,9 +1046,9 @@ func (e *Elections) send(batch []*writeReq) {
 	}
 	for i, r := range batch {
 		if err != nil {
-			r.reply <- WriteResult{Err: err}
+			r.done(WriteResult{Err: err})
 		} else {
-			r.reply <- results[i]
+			r.done(results[i])
 		}
 	}
 }
@@ -822,12 +1056,12 @@ func (e *Elections) send(batch []*writeReq) {
 func (e *Elections) failWrites(pending []*writeReq) {
 	err := fmt.Errorf("leaderfeed: elections: %w", ErrClosed)
 	for _, r := range pending {
-		r.reply <- WriteResult{Err: err}
+		r.done(WriteResult{Err: err})
 	}
 	for {
 		select {
 		case r := <-e.writes:
-			r.reply <- WriteResult{Err: err}
+			r.done(WriteResult{Err: err})
 		default:
 			return
 		}

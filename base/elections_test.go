@@ -118,7 +118,7 @@ func TestElectionsBatchRenewals(t *testing.T) {
 			t.Fatalf("%d records written in %d intervals by %d leaders, want at least %d (one renewal each per interval)", written, intervals, n, n*intervals)
 		}
 		if stmts > 2*intervals+1 {
-			t.Fatalf("%d write statements in %d heartbeat intervals for %d elections, want at most 2 per interval", stmts, intervals, n)
+			t.Fatalf("%d write statements in %d heartbeat intervals for %d elections, want at most two per interval", stmts, intervals, n)
 		}
 		if got := cc.subscribes.Load(); got != 1 {
 			t.Fatalf("%d changefeeds for %d elections, want 1", got, n)
@@ -263,6 +263,77 @@ func TestElectionsObservers(t *testing.T) {
 			if err := f.Stop(context.Background()); err != nil {
 				t.Fatal(err)
 			}
+		}
+	})
+}
+
+// readCounter counts a store's reads; the first Get waits for gate, so
+// that the reads of the other elections pile up behind it.
+type readCounter struct {
+	*memory.Conn
+	gate            chan struct{}
+	first           sync.Once
+	gets, getBatchs atomic.Int64
+	batchedReads    atomic.Int64
+}
+
+func (c *readCounter) Get(ctx context.Context, election string) (heartbeat.Record, error) {
+	c.gets.Add(1)
+	c.first.Do(func() { <-c.gate })
+	return c.Conn.Get(ctx, election)
+}
+
+func (c *readCounter) GetBatch(ctx context.Context, elections []string) ([]base.ReadResult, error) {
+	c.getBatchs.Add(1)
+	c.batchedReads.Add(int64(len(elections)))
+	return c.Conn.GetBatch(ctx, elections)
+}
+
+// Elections whose Feeds read their records at once (all starting, or all
+// reopening the shared changefeed after it failed) read them in one
+// GetBatch while a read is in flight, not one Get each.
+func TestElectionsBatchReads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rc := &readCounter{Conn: memory.NewStore().Conn(), gate: make(chan struct{})}
+		els, err := base.NewElections(rc, base.ElectionsOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 40
+		feeds := make([]*base.Feed, n)
+		for i := range feeds {
+			f, err := els.Feed(fmt.Sprintf("e%02d", i), "node", base.Options{Timing: timing})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			feeds[i] = f
+		}
+		synctest.Wait() // every Feed waits for its read; the first holds the store
+		close(rc.gate)
+		synctest.Wait() // the reads that waited are answered; no time has passed
+		gets, batches, batched := rc.gets.Load(), rc.getBatchs.Load(), rc.batchedReads.Load()
+		// The reads that waited behind the held one went out in batches;
+		// reads that find the reader idle (a Feed's second read, when its
+		// feed is open) go alone at once, as they should.
+		if batches == 0 || batched < n-1 {
+			t.Errorf("%d elections read in %d Gets and %d GetBatch calls of %d elections; want the %d reads that waited in batches", n, gets, batches, batched, n-1)
+		}
+		t.Logf("%d elections: %d Gets, %d GetBatch calls of %d elections", n, gets, batches, batched)
+		for _, f := range feeds {
+			for !f.IsLeader() {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		var wg sync.WaitGroup
+		for _, f := range feeds {
+			wg.Go(func() { _ = f.Stop(context.Background()) })
+		}
+		wg.Wait()
+		if err := els.Close(); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

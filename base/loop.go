@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
 // loop is the driver of a Feed's machine: the one goroutine that owns the
@@ -55,7 +57,7 @@ func newLoop(f *Feed, ctx context.Context) *loop {
 		m:          newMachine(f.id, f.b.Election(), f.timing, f.opts),
 		ctx:        ctx,
 		exited:     make(chan struct{}),
-		results:    make(chan callResult),
+		results:    make(chan callResult, resultsBuffer),
 		leaseLost:  make(chan struct{}, 1),
 		timers:     map[timerID]*time.Timer{timerClaim: stopped(), timerRenew: stopped(), timerReopen: stopped(), timerPoll: stopped()},
 		subResults: make(chan subResult, 1),
@@ -223,15 +225,15 @@ func (l *loop) emit(e Event) {
 	l.f.events.push(e)
 }
 
-// renewAt returns when the renewal due at due is sent: then, or a little
-// earlier when the backend aligns the renewals of many elections so that
-// they share batches (Elections). Renewing early is safe: the lease runs
-// from the renewal's own send time.
+// renewAt returns when the renewal due at due is sent: then, or earlier
+// (by less than a heartbeat interval) when the backend aligns the renewals
+// of many elections so that they share batches (Elections). Renewing early
+// is safe: the lease runs from the renewal's own send time.
 func (l *loop) renewAt(due time.Time) time.Time {
 	if a, ok := l.f.b.(interface {
 		AlignRenewal(due time.Time, interval time.Duration) time.Time
 	}); ok {
-		if at := a.AlignRenewal(due, l.f.timing.HeartbeatInterval); !at.After(due) && !at.Before(due.Add(-l.f.timing.HeartbeatInterval/2)) {
+		if at := a.AlignRenewal(due, l.f.timing.HeartbeatInterval); !at.After(due) && at.After(due.Add(-l.f.timing.HeartbeatInterval)) {
 			return at
 		}
 	}
@@ -241,6 +243,11 @@ func (l *loop) renewAt(due time.Time) time.Time {
 // armLease (re)starts the timer that cancels the leader context at the end
 // of the lease and tells the loop.
 func (l *loop) armLease(ctx *leaseContext, end time.Time) {
+	if l.leaseTimer != nil && l.leaseCtx == ctx {
+		// The same term's lease, extended: move its timer.
+		l.leaseTimer.Reset(time.Until(end))
+		return
+	}
 	if l.leaseTimer != nil {
 		l.leaseTimer.Stop()
 	}
@@ -261,12 +268,16 @@ func (l *loop) armLease(ctx *leaseContext, end time.Time) {
 }
 
 // call runs one store call on a goroutine of its own; its result comes back
-// on l.results (dropped if the loop has ended). A vacancy whose context has
-// ended is not sent: the machine is told at once.
+// on l.results (dropped if the loop has ended). A claim or renewal that the
+// backend takes without blocking (writeSubmitter: a batching Elections)
+// needs no goroutine. A vacancy whose context has ended is not sent: the
+// machine is told at once.
 func (l *loop) call(c startCall) {
+	r := callResult{kind: c.kind, expected: c.expected, next: c.next, sentAt: c.sentAt, parent: c.parent}
 	var ctx context.Context
 	var cancel context.CancelFunc
-	if c.kind == callVacancy {
+	switch c.kind {
+	case callVacancy:
 		if err := c.parent.Err(); err != nil {
 			l.step(vacancyAbortedInput{err: err})
 			return
@@ -274,10 +285,17 @@ func (l *loop) call(c startCall) {
 		vctx, vcancel := context.WithCancel(c.parent)
 		stop := context.AfterFunc(l.ctx, vcancel)
 		ctx, cancel = vctx, func() { stop(); vcancel() }
-	} else {
+	case callClaim, callRenew:
+		if s, ok := l.f.b.(writeSubmitter); ok && s.submitWrite(l.ctx, c.deadline, c.expected, c.next, func(res heartbeat.Record, err error) {
+			r.res, r.err = res, err
+			l.deliver(r)
+		}) {
+			return
+		}
+		ctx, cancel = context.WithDeadline(l.ctx, c.deadline)
+	default:
 		ctx, cancel = context.WithDeadline(l.ctx, c.deadline)
 	}
-	r := callResult{kind: c.kind, expected: c.expected, next: c.next, sentAt: c.sentAt, parent: c.parent}
 	l.f.wg.Add(1)
 	go func() {
 		defer l.f.wg.Done()
@@ -287,6 +305,36 @@ func (l *loop) call(c startCall) {
 		} else {
 			r.res, r.err = l.f.b.Heartbeat(ctx, r.expected, r.next)
 		}
+		select {
+		case l.results <- r:
+		case <-l.exited:
+		}
+	}()
+}
+
+// resultsBuffer is the room of a loop's channel of results: a Feed has at
+// most one write and one read in flight, so a result handed over without a
+// goroutine (deliver) normally finds room.
+const resultsBuffer = 4
+
+// writeSubmitter is a Backend that takes a claim or renewal without
+// blocking and hands its result to done later, on a goroutine of its own
+// (Elections' batcher): the loop then needs no goroutine for the call. It
+// reports false when it does not take the write.
+type writeSubmitter interface {
+	submitWrite(ctx context.Context, deadline time.Time, expected, next heartbeat.Record, done func(heartbeat.Record, error)) bool
+}
+
+// deliver hands the result of a submitted write to the loop without
+// blocking the caller: into the channel's room, or, when it has none, from
+// a goroutine that gives up when the loop has ended.
+func (l *loop) deliver(r callResult) {
+	select {
+	case l.results <- r:
+		return
+	default:
+	}
+	go func() {
 		select {
 		case l.results <- r:
 		case <-l.exited:

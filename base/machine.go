@@ -168,7 +168,7 @@ type emit struct {
 
 // setTimer (re)arms a timer to fire at an absolute instant (at once if it
 // has passed). stopTimer stops it. align marks a renewal due at at that
-// the driver may send up to half a heartbeat interval earlier, so that the
+// the driver may send less than a heartbeat interval earlier, so that the
 // renewals of many elections share batches (loop.renewAt); renewing early
 // is safe, as the lease runs from the renewal's own send time.
 type setTimer struct {

@@ -3,8 +3,10 @@ package base_test
 // Randomized schedules of faults against the engine on the memory backend,
 // under testing/synctest (a fake clock: exact timings, no real sleeps).
 //
-// Each schedule is one seed: 3 to 5 nodes on one memory store, each behind
-// a chaos wrapper (below) that injects the faults a real store and network
+// Each schedule is one seed: 3 to 5 nodes on one memory store (in a third
+// of the schedules each incarnation on a batching base.Elections of its
+// own: writes through the batcher, reads through the batched reader,
+// renewals on its grid), each behind a chaos wrapper (below) that injects the faults a real store and network
 // produce: partitions (calls failing at once or hanging), lost replies of
 // committed writes, delayed requests and replies, writes that commit after
 // the caller gave up, hung calls, stale reads, failed reads and
@@ -130,15 +132,21 @@ type world struct {
 	// alt is a second Timing that some incarnations use when mixed is
 	// set: a rolling change of configuration, with leases longer than
 	// timing's election timeouts.
-	alt    heartbeat.Timing
-	mixed  bool
-	maxDel time.Duration // the longest injected delay
-	store  *memory.Store
-	raw    base.Backend // commits writes after their caller gave up
-	start  time.Time
-	nodes  []*schedNode
-	check  *basetest.Checker
-	bg     sync.WaitGroup // user calls, event readers, late commits
+	alt   heartbeat.Timing
+	mixed bool
+	// batched: every incarnation's backend comes from a batching
+	// base.Elections of its own (writes through the batcher, reads
+	// through the batched reader, renewals aligned on its grid), closed
+	// when the schedule ends.
+	batched   bool
+	elections []*base.Elections
+	maxDel    time.Duration // the longest injected delay
+	store     *memory.Store
+	raw       base.Backend // commits writes after their caller gave up
+	start     time.Time
+	nodes     []*schedNode
+	check     *basetest.Checker
+	bg        sync.WaitGroup // user calls, event readers, late commits
 
 	mu      sync.Mutex
 	trace   []string
@@ -224,6 +232,8 @@ func newWorld(seed uint64) *world {
 		w.mixed = true
 		w.maxDel = 2 * max(tm.LeaseDuration, w.alt.LeaseDuration)
 	}
+	// Batched backends come from a stream of their own too.
+	w.batched = rand.New(rand.NewPCG(seed, 0xba7c)).IntN(3) == 0
 	n := 3 + rng.IntN(3)
 	for i := range n {
 		w.nodes = append(w.nodes, &schedNode{w: w, id: fmt.Sprintf("n%d", i+1), idx: i, healed: make(chan struct{})})
@@ -231,6 +241,9 @@ func newWorld(seed uint64) *world {
 	w.tracef("world", "seed=%d nodes=%d timing=%+v", seed, n, tm)
 	if w.mixed {
 		w.tracef("world", "mixed timings: alt=%+v", w.alt)
+	}
+	if w.batched {
+		w.tracef("world", "batched: every incarnation on a batching Elections of its own")
 	}
 	return w
 }
@@ -442,6 +455,16 @@ type chaos struct {
 }
 
 var errChaos = errors.New("chaos: injected fault")
+
+// AlignRenewal passes the renewal grid of a batching Elections through.
+func (c *chaos) AlignRenewal(due time.Time, interval time.Duration) time.Time {
+	if a, ok := c.Backend.(interface {
+		AlignRenewal(time.Time, time.Duration) time.Time
+	}); ok {
+		return a.AlignRenewal(due, interval)
+	}
+	return due
+}
 
 func (c *chaos) roll(r *rand.Rand, p float64) bool {
 	if p <= 0 {
@@ -739,6 +762,18 @@ func (w *world) startNode(n *schedNode) {
 		inc.timing = w.alt
 	}
 	b, _ := w.store.Backend(schedElection)
+	if w.batched {
+		els, err := base.NewElections(w.store.Conn(), base.ElectionsOptions{})
+		if err != nil {
+			w.failf("NewElections: %v", err)
+			return
+		}
+		w.mu.Lock()
+		w.elections = append(w.elections, els)
+		w.mu.Unlock()
+		_ = b.Close()
+		b, _ = els.Backend(schedElection)
+	}
 	c := &chaos{Backend: b, n: n, inc: inc,
 		rGet: w.newRand(n, 1), rWrite: w.newRand(n, 2), rSub: w.newRand(n, 3), rN: w.newRand(n, 4)}
 	inc.be = c
@@ -1196,6 +1231,9 @@ func (w *world) stopAll() {
 		w.step()
 	}
 	w.bg.Wait()
+	for _, els := range w.elections {
+		_ = els.Close()
+	}
 	w.checkNow()
 	w.checkStore()
 	if err := w.check.Check(); err != nil {

@@ -60,6 +60,7 @@ type cluster struct {
 	procs     []*nodeProc
 	events    chan nodeEvent
 	starts    int
+	extra     []string // more flags of every node
 
 	mu      sync.Mutex
 	beliefs []*belief
@@ -95,6 +96,8 @@ func shortKind(kind string) string {
 		return "adv"
 	case kindLease:
 		return "lease"
+	case kindEtcd:
+		return "etcd"
 	}
 	return "lf"
 }
@@ -108,6 +111,7 @@ func (c *cluster) start(ctx context.Context, slot int) error {
 	cmd := exec.Command(selfExe, "node", "-kind", c.kind, "-election", c.election, "-elections", strconv.Itoa(c.elections),
 		"-id", fmt.Sprintf("n%d", slot+1), "-bound", b.String(), "-heartbeat", c.cfg.timing.HeartbeatInterval.String(),
 		"-emin", c.cfg.timing.ElectionTimeoutMin.String(), "-adv-retry", c.cfg.advRetry.String())
+	cmd.Args = append(cmd.Args, c.extra...)
 	cmd.Env = append(os.Environ(), nodeURLEnv+"="+u.String())
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()

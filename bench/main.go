@@ -69,6 +69,13 @@ type config struct {
 	costWindow      time.Duration
 	costElections   []int
 	advRetry        time.Duration
+
+	many          bool // many elections across three processes (many.go)
+	manyElections int
+	manyWindow    time.Duration
+	manySamples   int
+	manyTTL       int
+	postmaster    int // many: the local server's postmaster pid; 0: not local
 }
 
 // bound is the dead-leader bound (-ttl).
@@ -114,6 +121,11 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.costWindow, "cost-window", 10*time.Second, "comparison: steady-state window over which statements and WAL are counted")
 	costSizes := fs.String("cost-elections", "1,100", "comparison: numbers of elections for the steady-state cost")
 	fs.DurationVar(&c.advRetry, "adv-retry", 0, "comparison: the advisory lock elector's retry period (default: the -ttl bound)")
+	fs.BoolVar(&c.many, "many", true, "on PostgreSQL, many elections across three processes: statements, server CPU and LISTEN connections batched and not, crash of the process leading them all, etcd side by side")
+	fs.IntVar(&c.manyElections, "many-elections", 1000, "many: elections")
+	fs.DurationVar(&c.manyWindow, "many-window", 10*time.Second, "many: steady-state window of each phase")
+	fs.IntVar(&c.manyTTL, "many-ttl", 4, "many: the dead-leader bound in seconds of the many elections (etcd's session TTL, leaderfeed's ElectionTimeoutMax; 4: leaderfeed's default timing, heartbeat 1 s)")
+	fs.IntVar(&c.manySamples, "many-samples", 20, "many: handover and crash samples of one election, alone and beside the many")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -127,20 +139,20 @@ func parseFlags(args []string) (config, error) {
 	if c.costElections, err = parseSizes("cost-elections", *costSizes); err != nil {
 		return c, err
 	}
-	if c.ttl < 1 {
-		return c, errors.New("-ttl must be at least 1 (etcd's lease TTLs are whole seconds)")
+	if c.ttl < 1 || c.manyTTL < 1 {
+		return c, errors.New("-ttl and -many-ttl must be at least 1 (etcd's lease TTLs are whole seconds)")
 	}
 	for _, v := range []struct {
 		name string
 		n    int
 	}{{"samples", c.samples}, {"crash-samples", c.crashSamples}, {"fanout-rounds", c.fanoutRounds}, {"intervals", c.intervals},
-		{"cmp-samples", c.cmpSamples}, {"cmp-crash", c.cmpCrash}, {"cmp-cut", c.cmpCut}} {
+		{"cmp-samples", c.cmpSamples}, {"cmp-crash", c.cmpCrash}, {"cmp-cut", c.cmpCut}, {"many-elections", c.manyElections}, {"many-samples", c.manySamples}} {
 		if v.n < 1 {
 			return c, fmt.Errorf("-%s must be at least 1, not %d", v.name, v.n)
 		}
 	}
-	if c.cutWait < time.Second || c.costWindow < time.Second {
-		return c, errors.New("-cut-wait and -cost-window must be at least 1s")
+	if c.cutWait < time.Second || c.costWindow < time.Second || c.manyWindow < time.Second {
+		return c, errors.New("-cut-wait, -cost-window and -many-window must be at least 1s")
 	}
 	if c.serverKeepalive < 0 || c.shortKeepalive < 0 || c.advRetry < 0 {
 		return c, errors.New("-server-keepalive, -server-keepalive-short and -adv-retry must not be negative")
@@ -333,10 +345,25 @@ func run(ctx context.Context, cfg config) error {
 		rep.skipped = append(rep.skipped, "the comparison with the advisory lock and the polling lease: no PostgreSQL URL given")
 	}
 
+	var many *manyReport
+	if cfg.many && pgPool != nil {
+		etcd, err := startEtcd(cfg.ttl)
+		if err != nil {
+			return err
+		}
+		many = runMany(ctx, cfg, pgPool, etcd.endpoints[0])
+		etcd.close()
+	} else if cfg.many {
+		rep.skipped = append(rep.skipped, "many elections across three processes: no PostgreSQL URL given")
+	}
+
 	rep.finished = time.Now()
 	rep.load1 = loadavg()
 	md := filepath.Join(cfg.out, "results.md")
 	text := rep.markdown()
+	if many != nil {
+		text += "\n" + many.markdown()
+	}
 	if err := os.WriteFile(md, []byte(text), 0o644); err != nil {
 		return err
 	}

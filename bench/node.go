@@ -43,6 +43,9 @@ const (
 	kindLeaderfeed = "leaderfeed"
 	kindAdvisory   = "advisory-lock"
 	kindLease      = "polling-lease"
+	// kindEtcd is etcd's concurrency.Election, every election of the
+	// process on one session (many.go); nodeURLEnv is the etcd endpoint.
+	kindEtcd = "etcd"
 )
 
 var electorKinds = []string{kindLeaderfeed, kindAdvisory, kindLease}
@@ -99,7 +102,10 @@ type nodeFlags struct {
 	id        string
 	bound     time.Duration
 	hb, emin  time.Duration
+	lease     time.Duration
 	advRetry  time.Duration
+	noBatch   bool
+	debug     bool
 }
 
 func nodeMain(args []string) error {
@@ -112,7 +118,10 @@ func nodeMain(args []string) error {
 	fs.DurationVar(&nf.bound, "bound", time.Second, "dead-leader bound: leaderfeed's ElectionTimeoutMax, the lease's TTL")
 	fs.DurationVar(&nf.hb, "heartbeat", 250*time.Millisecond, "leaderfeed: HeartbeatInterval")
 	fs.DurationVar(&nf.emin, "emin", 500*time.Millisecond, "leaderfeed: ElectionTimeoutMin")
+	fs.DurationVar(&nf.lease, "lease", 0, "leaderfeed: LeaseDuration (default: derived, heartbeat + (emin - heartbeat) / 2)")
 	fs.DurationVar(&nf.advRetry, "adv-retry", time.Second, "advisory lock: retry (and session check) period")
+	fs.BoolVar(&nf.debug, "debug", false, "leaderfeed: report failed and slow renewals and failed claims on stderr")
+	fs.BoolVar(&nf.noBatch, "nobatch", false, "leaderfeed with -elections > 1: one write statement per election (ElectionsOptions.NoBatch) instead of batches")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -140,6 +149,8 @@ func nodeMain(args []string) error {
 		el, err = startAdvisoryNode(ctx, url, nf, out, counter)
 	case kindLease:
 		el, err = startLeaseNode(ctx, url, nf, out, counter)
+	case kindEtcd:
+		el, err = startEtcdNode(ctx, url, nf, out)
 	default:
 		return fmt.Errorf("node: unknown -kind %q (want one of %s)", nf.kind, strings.Join(electorKinds, ", "))
 	}
@@ -187,11 +198,17 @@ func startLFNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, co
 	}
 	pcfg.MaxConns = 4
 	pcfg.ConnConfig.Tracer = counter
+	// Every connection of the process, the LISTEN one too, carries its
+	// name, so that pg_stat_activity tells the processes apart.
+	pcfg.ConnConfig.RuntimeParams["application_name"] = appName(nf.election, nf.id)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, err
 	}
-	tm := heartbeat.Timing{HeartbeatInterval: nf.hb, ElectionTimeoutMin: nf.emin, ElectionTimeoutMax: nf.bound}.WithDefaults()
+	tm := heartbeat.Timing{HeartbeatInterval: nf.hb, ElectionTimeoutMin: nf.emin, ElectionTimeoutMax: nf.bound, LeaseDuration: nf.lease}.WithDefaults()
+	if err := tm.Validate(); err != nil {
+		return nil, err
+	}
 	clock := newMonoClock()
 	n := &lfNodeElector{out: out, pool: pool}
 	// Many elections in one process share a Store through base.Elections
@@ -200,18 +217,34 @@ func startLFNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, co
 	if nf.elections > 1 {
 		st, err := postgres.NewStore(pool, pgOptions)
 		if err == nil {
-			n.elections, err = base.NewElections(st, base.ElectionsOptions{})
+			n.elections, err = base.NewElections(st, base.ElectionsOptions{NoBatch: nf.noBatch})
 		}
 		if err != nil {
 			pool.Close()
 			return nil, err
 		}
 	}
+	// With -debug, failed renewals and claims go to stderr.
+	var trace *base.Trace
+	if nf.debug {
+		trace = &base.Trace{
+			RenewDone: func(ri base.RenewInfo) {
+				if ri.Err != nil || ri.Latency > tm.LeaseDuration-tm.HeartbeatInterval {
+					fmt.Fprintf(os.Stderr, "bench node %s: renewal of term %d: %v after %v\n", nf.id, ri.Term, ri.Err, ri.Latency)
+				}
+			},
+			ClaimDone: func(ci base.ClaimInfo) {
+				if ci.Err != nil && !errors.Is(ci.Err, base.ErrConflict) {
+					fmt.Fprintf(os.Stderr, "bench node %s: claim of term %d: %v after %v\n", nf.id, ci.Term, ci.Err, ci.Latency)
+				}
+			},
+		}
+	}
 	for i := range nf.elections {
 		name := electionN(nf.election, i, nf.elections)
 		var f *base.Feed
 		if n.elections != nil {
-			f, err = n.elections.Feed(name, nf.id, base.Options{Timing: tm})
+			f, err = n.elections.Feed(name, nf.id, base.Options{Timing: tm, Trace: trace})
 		} else {
 			var b base.Backend
 			if b, err = postgres.New(pool, name, pgOptions); err == nil {
@@ -263,6 +296,15 @@ func (n *lfNodeElector) stop() {
 		_ = n.elections.Close()
 	}
 	n.pool.Close()
+}
+
+// appName is the application_name of a leaderfeed node's connections.
+func appName(election, id string) string {
+	name := election + "/" + id
+	if len(name) > 63 {
+		name = name[len(name)-63:]
+	}
+	return name
 }
 
 // lockKey is the advisory lock key of an election.

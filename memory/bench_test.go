@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -221,7 +222,38 @@ func BenchmarkManyElections(b *testing.B) {
 	}
 }
 
-var manyElections = flag.Int("elections", 10000, "elections of BenchmarkManyElections")
+var (
+	manyElections = flag.Int("elections", 10000, "elections of BenchmarkManyElections")
+	steadyProfile = flag.String("steadyprofile", "", "BenchmarkManyElections: write a CPU profile of the measured intervals (steady state only) to this file")
+)
+
+// renewals records the latencies of renewals (Trace.RenewDone) and counts
+// the failed ones.
+type renewals struct {
+	mu        sync.Mutex
+	on        bool
+	latencies []time.Duration
+	at        []time.Time
+	failed    int
+	errs      map[string]int // failed renewals by error
+}
+
+func (r *renewals) done(ri base.RenewInfo) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.on {
+		return
+	}
+	r.latencies = append(r.latencies, ri.Latency)
+	r.at = append(r.at, time.Now())
+	if ri.Err != nil {
+		r.failed++
+		if r.errs == nil {
+			r.errs = map[string]int{}
+		}
+		r.errs[ri.Err.Error()]++
+	}
+}
 
 func benchManyElections(b *testing.B, tm heartbeat.Timing, n int, batch bool) {
 	store := memory.NewStore()
@@ -231,9 +263,11 @@ func benchManyElections(b *testing.B, tm heartbeat.Timing, n int, batch bool) {
 		b.Fatal(err)
 	}
 	defer els.Close()
+	ren := &renewals{}
+	trace := &base.Trace{RenewDone: ren.done}
 	feeds := make([]*base.Feed, n)
 	for i := range feeds {
-		f, err := els.Feed(fmt.Sprintf("election-%05d", i), "node", base.Options{Timing: tm})
+		f, err := els.Feed(fmt.Sprintf("election-%05d", i), "node", base.Options{Timing: tm, Trace: trace})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -255,10 +289,42 @@ func benchManyElections(b *testing.B, tm heartbeat.Timing, n int, batch bool) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	if *steadyProfile != "" {
+		out, err := os.Create(*steadyProfile)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer out.Close()
+		if err := pprof.StartCPUProfile(out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ren.mu.Lock()
+	ren.on = true
+	ren.mu.Unlock()
+	goroutines := runtime.NumGoroutine()
 	stmts0, recs0, cpu0 := sc.stmts.Load(), store.Writes(), cpuTime()
 	b.ResetTimer()
 	time.Sleep(time.Duration(b.N) * tm.HeartbeatInterval)
 	b.StopTimer()
+	if *steadyProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	ren.mu.Lock()
+	ren.on = false
+	lat, failed := ren.latencies, ren.failed
+	ren.mu.Unlock()
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2])/float64(time.Millisecond), "renew-p50-ms")
+		b.ReportMetric(float64(lat[len(lat)*99/100])/float64(time.Millisecond), "renew-p99-ms")
+		b.ReportMetric(float64(lat[len(lat)-1])/float64(time.Millisecond), "renew-max-ms")
+	}
+	b.ReportMetric(float64(failed), "renew-failures")
+	if failed > 0 {
+		b.Logf("failed renewals by error: %v", ren.errs)
+	}
+	b.ReportMetric(float64(goroutines), "goroutines")
 	intervals := float64(b.N)
 	b.ReportMetric(float64(sc.stmts.Load()-stmts0)/intervals, "statements/interval")
 	b.ReportMetric(float64(store.Writes()-recs0)/intervals, "records/interval")
@@ -266,11 +332,23 @@ func benchManyElections(b *testing.B, tm heartbeat.Timing, n int, batch bool) {
 	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
 	b.ReportMetric(float64(rss())/(1<<20), "rss-MiB")
 	b.ReportMetric(0, "ns/op")
+	lost := 0
 	for _, f := range feeds {
 		if !f.IsLeader() {
-			b.Errorf("an election lost its leader while nothing failed")
-			break
+			lost++
 		}
+	}
+	if lost > 0 || testing.Verbose() {
+		t0 := ren.at[0]
+		hist := map[int]int{}
+		for _, t := range ren.at {
+			hist[int(t.Sub(t0)/(50*time.Millisecond))]++
+		}
+		b.Logf("renewals per 50 ms: %v", hist)
+	}
+	if lost > 0 {
+		b.Errorf("%d of %d elections lost their leader while nothing failed (renewals: %d, %d failed, latency max %v)",
+			lost, n, len(lat), failed, lat[len(lat)-1])
 	}
 	var wg sync.WaitGroup
 	for _, f := range feeds {

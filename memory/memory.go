@@ -1,6 +1,6 @@
 // Package memory is an in-process leaderfeed backend: the reference
-// implementation of base.Store (and base.BatchStore) and the embedded
-// default of the examples and unit tests.
+// implementation of base.Store (and base.BatchStore, base.BatchReader)
+// and the embedded default of the examples and unit tests.
 //
 // A Store holds any number of election records and other records, and feeds
 // every change to every subscriber in commit order. Many feeds in one
@@ -48,9 +48,10 @@ func NewStore() *Store {
 	}
 }
 
-// Conn returns a new connection to s: a base.Store (and base.BatchStore)
-// of its own, as a database client would be. Each base.Elections needs a
-// Conn of its own; all of them share the records of s.
+// Conn returns a new connection to s: a base.Store (and base.BatchStore,
+// base.BatchReader) of its own, as a database client would be. Each
+// base.Elections needs a Conn of its own; all of them share the records
+// of s.
 func (s *Store) Conn() *Conn {
 	return &Conn{store: s, subs: make(map[*subscription]struct{})}
 }
@@ -140,8 +141,8 @@ func (s *Store) publish(n base.Notification) {
 	}
 }
 
-// Conn is a connection to a Store: the base.Store and base.BatchStore of
-// package memory. Its methods are safe for concurrent use.
+// Conn is a connection to a Store: the base.Store, base.BatchStore and
+// base.BatchReader of package memory. Its methods are safe for concurrent use.
 type Conn struct {
 	store *Store
 
@@ -152,6 +153,7 @@ type Conn struct {
 
 var (
 	_ base.BatchStore    = (*Conn)(nil)
+	_ base.BatchReader   = (*Conn)(nil)
 	_ base.PresenceStore = (*Conn)(nil)
 )
 
@@ -181,6 +183,10 @@ func (c *Conn) Get(ctx context.Context, election string) (heartbeat.Record, erro
 	c.store.mu.Lock()
 	r, ok := c.store.records[election]
 	c.store.mu.Unlock()
+	return readResult(election, r, ok)
+}
+
+func readResult(election string, r heartbeat.Record, ok bool) (heartbeat.Record, error) {
 	if !ok {
 		return heartbeat.Record{}, fmt.Errorf("memory: election %q: %w", election, base.ErrNotFound)
 	}
@@ -188,6 +194,22 @@ func (c *Conn) Get(ctx context.Context, election string) (heartbeat.Record, erro
 		return heartbeat.Record{}, fmt.Errorf("memory: %w: %w", base.ErrMalformedRecord, err)
 	}
 	return r.Clone(), nil
+}
+
+// GetBatch returns the records of elections, read in one step under the
+// Store's lock, each as Get would.
+func (c *Conn) GetBatch(ctx context.Context, elections []string) ([]base.ReadResult, error) {
+	if err := c.check(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]base.ReadResult, len(elections))
+	c.store.mu.Lock()
+	defer c.store.mu.Unlock()
+	for i, e := range elections {
+		r, ok := c.store.records[e]
+		out[i].Record, out[i].Err = readResult(e, r, ok)
+	}
+	return out, nil
 }
 
 // Heartbeat is the compare-and-set write, atomic under the Store's lock.

@@ -97,3 +97,55 @@ func (w write) wrote(rec heartbeat.Record) bool {
 	return rec.Revision == w.expected.Revision+1 && rec.Leader == n.Leader && rec.Term == n.Term &&
 		bytes.Equal(rec.Value, n.Value) && leaseMicros(rec.Lease) == leaseMicros(n.Lease) && rec.Successor == n.Successor
 }
+
+// GetBatch reads the records of elections with one find ({_id: {$in:
+// ...}}), each as Get would: an election without a document gets
+// ErrNotFound, a malformed document fails only its own election.
+func (s *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadResult, error) {
+	if err := s.check(ctx, "get batch"); err != nil {
+		return nil, err
+	}
+	out := make([]base.ReadResult, len(elections))
+	index := make(map[string]int, len(elections))
+	ids := make([]string, 0, len(elections))
+	for i, e := range elections {
+		if err := validElection(e); err != nil {
+			out[i].Err = err
+			continue
+		}
+		if _, dup := index[e]; dup {
+			out[i].Err = fmt.Errorf("mongo: get batch: election %q read twice in one batch: %w", e, base.ErrInvalidConfig)
+			continue
+		}
+		index[e] = i
+		ids = append(ids, e)
+		s.know(e)
+	}
+	found := make(map[string]bool, len(ids))
+	if len(ids) > 0 {
+		docs, err := s.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+		if err != nil {
+			return nil, opError(ctx, fmt.Sprintf("get batch of %d elections", len(ids)), err)
+		}
+		for _, doc := range docs {
+			id, ok := doc.Lookup("_id").StringValueOK()
+			i, known := index[id]
+			if !ok || !known || found[id] {
+				continue
+			}
+			found[id] = true
+			rec, err := decodeRecord(doc, id)
+			if err != nil {
+				out[i].Err = fmt.Errorf("mongo: election %q: get: %w", id, err)
+				continue
+			}
+			out[i].Record = rec
+		}
+	}
+	for e, i := range index {
+		if !found[e] {
+			out[i].Err = fmt.Errorf("mongo: election %q: get: %w", e, base.ErrNotFound)
+		}
+	}
+	return out, nil
+}

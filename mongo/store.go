@@ -66,7 +66,10 @@ type Store struct {
 	elections map[string]struct{}
 }
 
-var _ base.BatchStore = (*Store)(nil)
+var (
+	_ base.BatchStore  = (*Store)(nil)
+	_ base.BatchReader = (*Store)(nil)
+)
 
 // NewStore returns the store of the collection Options.Collection of db (a
 // *mongo.Database of go.mongodb.org/mongo-driver/v2). The caller owns db's

@@ -44,7 +44,10 @@ type Store struct {
 	wg    sync.WaitGroup // one per subscription until its connection is closed
 }
 
-var _ base.BatchStore = (*Store)(nil)
+var (
+	_ base.BatchStore  = (*Store)(nil)
+	_ base.BatchReader = (*Store)(nil)
+)
 
 // columns of a record, in the order scanRecord reads them.
 const recordCols = "election, leader, term, revision, ts, value, lease_us, successor"
@@ -170,6 +173,60 @@ func (s *Store) Get(ctx context.Context, election string) (heartbeat.Record, err
 		return heartbeat.Record{}, fmt.Errorf("postgres: Get: %w: %w", base.ErrInvalidConfig, err)
 	}
 	return s.get(ctx, election)
+}
+
+// GetBatch reads the records of elections in one statement (SELECT ...
+// WHERE election = ANY(...)), each as Get would: an election without a
+// row gets ErrNotFound, a malformed row fails only its own election.
+func (s *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadResult, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("postgres: GetBatch: %w", base.ErrClosed)
+	}
+	out := make([]base.ReadResult, len(elections))
+	index := make(map[string]int, len(elections))
+	names := make([]string, 0, len(elections))
+	for i, e := range elections {
+		if err := heartbeat.ValidateName("election name", e); err != nil {
+			out[i].Err = fmt.Errorf("postgres: Get: %w: %w", base.ErrInvalidConfig, err)
+			continue
+		}
+		if _, dup := index[e]; dup {
+			out[i].Err = fmt.Errorf("postgres: GetBatch: election %q read twice in one batch: %w", e, base.ErrInvalidConfig)
+			continue
+		}
+		index[e] = i
+		names = append(names, e)
+	}
+	found := make(map[string]bool, len(names))
+	if len(names) > 0 {
+		rows, err := s.pool.Query(ctx, s.batchGet, names)
+		if err != nil {
+			return nil, wrapErr(ctx, "postgres: GetBatch", err)
+		}
+		for rows.Next() {
+			e, r, err := scanRecordRow(rows)
+			if err != nil && !errors.Is(err, base.ErrMalformedRecord) {
+				rows.Close()
+				return nil, wrapErr(ctx, "postgres: GetBatch", err)
+			}
+			i, ok := index[e]
+			if !ok || found[e] {
+				continue
+			}
+			found[e] = true
+			out[i] = base.ReadResult{Record: r, Err: err}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, wrapErr(ctx, "postgres: GetBatch", err)
+		}
+	}
+	for e, i := range index {
+		if !found[e] {
+			out[i].Err = fmt.Errorf("postgres: election %q: %w", e, base.ErrNotFound)
+		}
+	}
+	return out, nil
 }
 
 func (s *Store) get(ctx context.Context, election string) (heartbeat.Record, error) {

@@ -226,3 +226,56 @@ func (s *Store) readDocs(ctx context.Context, ids []any) (map[string]json.RawMes
 	}
 	return byID, nil
 }
+
+// GetBatch reads the records of elections with one getAll, each as Get
+// would: an election without a document gets ErrNotFound, a malformed
+// document fails only its own election.
+func (s *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadResult, error) {
+	out := make([]base.ReadResult, len(elections))
+	index := make(map[string]int, len(elections))
+	ids := make([]any, 0, len(elections))
+	for i, e := range elections {
+		if err := checkElection(e); err != nil {
+			out[i].Err = err
+			continue
+		}
+		if _, dup := index[e]; dup {
+			out[i].Err = fmt.Errorf("rethink: get batch: election %q read twice in one batch: %w", e, base.ErrInvalidConfig)
+			continue
+		}
+		index[e] = i
+		ids = append(ids, e)
+	}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	raw, err := s.run(ctx, fmt.Sprintf("get batch of %d elections", len(ids)), s.term().GetAll(ids...).CoerceTo("array"))
+	if err != nil {
+		return nil, err
+	}
+	var docs []json.RawMessage
+	if err := json.Unmarshal(raw, &docs); err != nil {
+		return nil, fmt.Errorf("rethink: get batch: cannot decode the documents %.200s: %w", raw, err)
+	}
+	found := make(map[string]bool, len(ids))
+	for _, d := range docs {
+		var keyed struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(d, &keyed) != nil {
+			continue
+		}
+		i, ok := index[keyed.ID]
+		if !ok || found[keyed.ID] {
+			continue
+		}
+		found[keyed.ID] = true
+		out[i].Record, out[i].Err = decodeRecord(keyed.ID, d)
+	}
+	for e, i := range index {
+		if !found[e] {
+			out[i].Err = s.notFound(e)
+		}
+	}
+	return out, nil
+}

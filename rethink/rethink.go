@@ -64,10 +64,10 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Store is the base.Store (and base.BatchStore) of one RethinkDB table:
-// the election documents of any number of elections, keyed by name in the
-// primary key "id", the caller's own documents, and one changefeed on the
-// table for all of them. It is safe for concurrent use as package base
+// Store is the base.Store (and base.BatchStore, base.BatchReader) of one
+// RethinkDB table: the election documents of any number of elections,
+// keyed by name in the primary key "id", the caller's own documents, and
+// one changefeed on the table for all of them. It is safe for concurrent use as package base
 // describes; see the package documentation for its guarantees.
 //
 // A process with many elections shares one Store through base.Elections;
@@ -85,7 +85,10 @@ type Store struct {
 	subs      sync.WaitGroup
 }
 
-var _ base.BatchStore = (*Store)(nil)
+var (
+	_ base.BatchStore  = (*Store)(nil)
+	_ base.BatchReader = (*Store)(nil)
+)
 
 // NewStore returns a Store over session, which the caller owns and which
 // the Store never closes. It checks the names and options without touching

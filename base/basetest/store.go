@@ -199,6 +199,53 @@ func (s *suite) stores(t *testing.T) {
 		}
 	})
 
+	rule(t, "A batched read gives each election exactly what a single Get would, absent elections as ErrNotFound", func(t *testing.T) {
+		st := s.openStore(t)
+		br, ok := st.(base.BatchReader)
+		if !ok {
+			t.Skip("skipped: the store does not read in batches (base.BatchReader); Elections reads one record at a time")
+		}
+		a, b, missing := Election(), Election(), Election()
+		ra := storeWrite(t, st, heartbeat.Record{}, a, "a", 1)
+		rb := storeWrite(t, st, storeWrite(t, st, heartbeat.Record{}, b, "a", 1), b, "b", 2)
+		names := []string{b, missing, a}
+		var bad string
+		if s.h.WriteMalformed != nil {
+			bad = Election()
+			if err := s.h.WriteMalformed(ctxFor(t), bad); err != nil {
+				t.Fatalf("WriteMalformed: %v", err)
+			}
+			names = append(names, bad)
+		}
+		res, err := br.GetBatch(ctxFor(t), names)
+		if err != nil {
+			t.Fatalf("GetBatch: %v", err)
+		}
+		if len(res) != len(names) {
+			t.Fatalf("%d results for %d elections", len(res), len(names))
+		}
+		for i, want := range []heartbeat.Record{rb, {}, ra} {
+			if i == 1 {
+				if !errors.Is(res[i].Err, base.ErrNotFound) {
+					t.Errorf("GetBatch of an election without a record: %+v, %v; want ErrNotFound", res[i].Record, res[i].Err)
+				}
+				continue
+			}
+			single, serr := st.Get(ctxFor(t), names[i])
+			if res[i].Err != nil || !res[i].Record.Equal(want) || serr != nil || !single.Equal(res[i].Record) {
+				t.Errorf("GetBatch(%s) = %+v, %v; Get = %+v, %v; want both %+v", names[i], res[i].Record, res[i].Err, single, serr, want)
+			}
+		}
+		if bad != "" {
+			if r := res[3]; !errors.Is(r.Err, base.ErrMalformedRecord) {
+				t.Errorf("GetBatch of a malformed record: %+v, %v; want ErrMalformedRecord for it alone", r.Record, r.Err)
+			}
+		}
+		if res, err := br.GetBatch(ctxFor(t), nil); err != nil || len(res) != 0 {
+			t.Errorf("GetBatch of no election: %v, %v; want no results and no error", res, err)
+		}
+	})
+
 	for _, batch := range []bool{true, false} {
 		name := "batched"
 		if !batch {

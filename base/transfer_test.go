@@ -152,11 +152,20 @@ func TestPriorityHandoverAfterHysteresis(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := participants(t, 2, func(i int) int { return i * 10 }) // node-1 preferred
 		l := c.WaitLeader(t, wait)
+		from := 0
 		if l == c.Nodes[1] {
-			t.Skip("the preferred node won the first election: nothing to hand over")
+			// The preferred node won the first election: hand leadership
+			// to node-0 by hand; node-0 must give it back after the
+			// hysteresis, as if it had won first.
+			synctest.Wait()
+			from = len(c.Nodes[0].Events())
+			if err := l.Feed.TransferTo(ctx(t), c.Nodes[0].ID); err != nil {
+				t.Fatalf("TransferTo node-0: %v", err)
+			}
+			l = c.Nodes[0]
 		}
-		elected, _ := l.WaitEvent(t, 0, wait, "elected", func(e base.Event) bool { return e.Type == base.EventElected })
-		e, _ := l.WaitEvent(t, 0, time.Second, "unelected", func(e base.Event) bool { return e.Type == base.EventUnelected })
+		elected, at := l.WaitEvent(t, from, wait, "elected", func(e base.Event) bool { return e.Type == base.EventElected })
+		e, _ := l.WaitEvent(t, at, time.Second, "unelected", func(e base.Event) bool { return e.Type == base.EventUnelected })
 		if e.Reason != base.ReasonTransferred {
 			t.Fatalf("unelected: %v, want transferred", e.Reason)
 		}

@@ -86,72 +86,78 @@ type unnamed struct{ base.Backend }
 func (unnamed) Election() string { return "" }
 
 func TestLifecycleErrors(t *testing.T) {
-	store := memory.NewStore()
-	b, _ := store.Backend("e")
-	f, err := base.New(b, "n1", base.Options{Timing: timing})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Resign(ctx(t)); !errors.Is(err, base.ErrNotStarted) {
-		t.Fatalf("Resign before Start: %v, want ErrNotStarted", err)
-	}
-	if err := f.Start(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Start(ctx(t)); !errors.Is(err, base.ErrAlreadyStarted) {
-		t.Fatalf("second Start: %v, want ErrAlreadyStarted", err)
-	}
-	if err := f.Stop(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-f.Done():
-	default:
-		t.Fatal("Done is open after Stop returned: Stop did not wait for its goroutines")
-	}
-	for name, call := range map[string]func() error{
-		"Start":    func() error { return f.Start(ctx(t)) },
-		"Resign":   func() error { return f.Resign(ctx(t)) },
-		"Proclaim": func() error { return f.Proclaim(ctx(t), nil) },
-	} {
-		if err := call(); !errors.Is(err, base.ErrClosed) {
-			t.Errorf("%s after Stop: %v, want ErrClosed", name, err)
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b, _ := store.Backend("e")
+		f, err := base.New(b, "n1", base.Options{Timing: timing})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if err := f.Stop(ctx(t)); err != nil {
-		t.Fatalf("second Stop: %v", err)
-	}
+		if err := f.Resign(ctx(t)); !errors.Is(err, base.ErrNotStarted) {
+			t.Fatalf("Resign before Start: %v, want ErrNotStarted", err)
+		}
+		if err := f.Start(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Start(ctx(t)); !errors.Is(err, base.ErrAlreadyStarted) {
+			t.Fatalf("second Start: %v, want ErrAlreadyStarted", err)
+		}
+		if err := f.Stop(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-f.Done():
+		default:
+			t.Fatal("Done is open after Stop returned: Stop did not wait for its goroutines")
+		}
+		for name, call := range map[string]func() error{
+			"Start":    func() error { return f.Start(ctx(t)) },
+			"Resign":   func() error { return f.Resign(ctx(t)) },
+			"Proclaim": func() error { return f.Proclaim(ctx(t), nil) },
+		} {
+			if err := call(); !errors.Is(err, base.ErrClosed) {
+				t.Errorf("%s after Stop: %v, want ErrClosed", name, err)
+			}
+		}
+		if err := f.Stop(ctx(t)); err != nil {
+			t.Fatalf("second Stop: %v", err)
+		}
+	})
 }
 
 func TestStopBeforeStart(t *testing.T) {
-	b, _ := memory.NewStore().Backend("e")
-	f, _ := base.New(b, "n1", base.Options{})
-	ev := f.Events()
-	if err := f.Stop(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := <-ev; ok {
-		t.Fatal("Events delivered after Stop of a feed never started")
-	}
-	if err := f.Start(ctx(t)); !errors.Is(err, base.ErrClosed) {
-		t.Fatalf("Start after Stop: %v, want ErrClosed", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.NewStore().Backend("e")
+		f, _ := base.New(b, "n1", base.Options{})
+		ev := f.Events()
+		if err := f.Stop(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := <-ev; ok {
+			t.Fatal("Events delivered after Stop of a feed never started")
+		}
+		if err := f.Start(ctx(t)); !errors.Is(err, base.ErrClosed) {
+			t.Fatalf("Start after Stop: %v, want ErrClosed", err)
+		}
+	})
 }
 
 func TestStartFailureCanBeRetried(t *testing.T) {
-	b, _ := memory.NewStore().Backend("e")
-	fb := faulty.Wrap(b)
-	fb.Inject(faulty.Fault{Method: faulty.MethodCreate, Nth: 1, Err: errors.New("no permission")})
-	f, _ := base.New(fb, "n1", base.Options{Timing: timing})
-	if err := f.Start(ctx(t)); err == nil || !strings.Contains(err.Error(), "no permission") {
-		t.Fatalf("Start: %v, want the Create error", err)
-	}
-	if err := f.Start(ctx(t)); err != nil {
-		t.Fatalf("second Start: %v", err)
-	}
-	if err := f.Stop(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.NewStore().Backend("e")
+		fb := faulty.Wrap(b)
+		fb.Inject(faulty.Fault{Method: faulty.MethodCreate, Nth: 1, Err: errors.New("no permission")})
+		f, _ := base.New(fb, "n1", base.Options{Timing: timing})
+		if err := f.Start(ctx(t)); err == nil || !strings.Contains(err.Error(), "no permission") {
+			t.Fatalf("Start: %v, want the Create error", err)
+		}
+		if err := f.Start(ctx(t)); err != nil {
+			t.Fatalf("second Start: %v", err)
+		}
+		if err := f.Stop(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // A leader whose renewals all fail must stop counting itself leader, and
@@ -160,30 +166,32 @@ func TestStartFailureCanBeRetried(t *testing.T) {
 func TestRenewErrorsStepDownBeforeLeaseEnds(t *testing.T) {
 	for _, mode := range []string{"fail", "hang"} {
 		t.Run(mode, func(t *testing.T) {
-			c := cluster(t, memory.NewStore(), timing, 1)
-			l := c.WaitLeader(t, wait)
-			lctx, term, _ := l.Feed.LeaderContext()
-			ft := faulty.Fault{Method: faulty.MethodHeartbeat, Hang: mode == "hang"}
-			injected := time.Now()
-			l.Faulty.Inject(ft)
-			e, _ := l.WaitEvent(t, 0, wait, "unelected", func(e base.Event) bool { return e.Type == base.EventUnelected })
-			if e.Reason != base.ReasonLeaseExpired || e.Term != term {
-				t.Fatalf("unelected %v, want lease-expired of term %d", e, term)
-			}
-			if mode == "fail" && !errors.Is(e.Err, faulty.ErrInjected) {
-				t.Errorf("unelected carries %v, want the last renewal error", e.Err)
-			}
-			// The last good renewal was sent before the fault was injected.
-			if limit := injected.Add(timing.LeaseDuration); e.At.After(limit) {
-				t.Fatalf("leadership ended at %v, %v after the lease ran out", e.At, e.At.Sub(limit))
-			}
-			<-lctx.Done()
-			if l.Feed.IsLeader() {
-				t.Fatal("IsLeader after the lease ran out")
-			}
-			if got := l.Faulty.Calls(faulty.MethodHeartbeat); mode == "fail" && got < 3 {
-				t.Errorf("%d renewal attempts, want retries until the lease ran out", got)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				c := cluster(t, memory.NewStore(), timing, 1)
+				l := c.WaitLeader(t, wait)
+				lctx, term, _ := l.Feed.LeaderContext()
+				ft := faulty.Fault{Method: faulty.MethodHeartbeat, Hang: mode == "hang"}
+				injected := time.Now()
+				l.Faulty.Inject(ft)
+				e, _ := l.WaitEvent(t, 0, wait, "unelected", func(e base.Event) bool { return e.Type == base.EventUnelected })
+				if e.Reason != base.ReasonLeaseExpired || e.Term != term {
+					t.Fatalf("unelected %v, want lease-expired of term %d", e, term)
+				}
+				if mode == "fail" && !errors.Is(e.Err, faulty.ErrInjected) {
+					t.Errorf("unelected carries %v, want the last renewal error", e.Err)
+				}
+				// The last good renewal was sent before the fault was injected.
+				if limit := injected.Add(timing.LeaseDuration); e.At.After(limit) {
+					t.Fatalf("leadership ended at %v, %v after the lease ran out", e.At, e.At.Sub(limit))
+				}
+				<-lctx.Done()
+				if l.Feed.IsLeader() {
+					t.Fatal("IsLeader after the lease ran out")
+				}
+				if got := l.Faulty.Calls(faulty.MethodHeartbeat); mode == "fail" && got < 3 {
+					t.Errorf("%d renewal attempts, want retries until the lease ran out", got)
+				}
+			})
 		})
 	}
 }
@@ -191,89 +199,97 @@ func TestRenewErrorsStepDownBeforeLeaseEnds(t *testing.T) {
 // When the record shows another node took over, the leader steps down at
 // once: on the notification, without waiting for its next renewal.
 func TestConflictStepsDownAtOnce(t *testing.T) {
-	store := memory.NewStore()
-	slow := timing
-	slow.HeartbeatInterval, slow.LeaseDuration, slow.ElectionTimeoutMin, slow.ElectionTimeoutMax = time.Second, 1500*time.Millisecond, 2*time.Second, 4*time.Second
-	c := cluster(t, store, slow, 1)
-	l := c.WaitLeader(t, wait)
-	rec, _ := l.Feed.Leader()
-	other, _ := store.Backend(c.Election)
-	defer other.Close()
-	wrote := time.Now()
-	if _, err := other.Heartbeat(ctx(t), rec, heartbeat.Record{Leader: "usurper", Term: rec.Term + 1}); err != nil {
-		t.Fatal(err)
-	}
-	e, _ := l.WaitEvent(t, 0, wait, "unelected", func(e base.Event) bool { return e.Type == base.EventUnelected })
-	if e.Reason != base.ReasonDeposed {
-		t.Fatalf("reason %v, want deposed", e.Reason)
-	}
-	if d := e.At.Sub(wrote); d > slow.HeartbeatInterval/2 {
-		t.Fatalf("stepped down %v after the takeover, want at once (heartbeat interval %v)", d, slow.HeartbeatInterval)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		slow := timing
+		slow.HeartbeatInterval, slow.LeaseDuration, slow.ElectionTimeoutMin, slow.ElectionTimeoutMax = time.Second, 1500*time.Millisecond, 2*time.Second, 4*time.Second
+		c := cluster(t, store, slow, 1)
+		l := c.WaitLeader(t, wait)
+		rec, _ := l.Feed.Leader()
+		other, _ := store.Backend(c.Election)
+		defer other.Close()
+		wrote := time.Now()
+		if _, err := other.Heartbeat(ctx(t), rec, heartbeat.Record{Leader: "usurper", Term: rec.Term + 1}); err != nil {
+			t.Fatal(err)
+		}
+		e, _ := l.WaitEvent(t, 0, wait, "unelected", func(e base.Event) bool { return e.Type == base.EventUnelected })
+		if e.Reason != base.ReasonDeposed {
+			t.Fatalf("reason %v, want deposed", e.Reason)
+		}
+		if d := e.At.Sub(wrote); d > slow.HeartbeatInterval/2 {
+			t.Fatalf("stepped down %v after the takeover, want at once (heartbeat interval %v)", d, slow.HeartbeatInterval)
+		}
+	})
 }
 
 // A vacancy written by a resigning leader is claimed at once, not after the
 // election timeout (here two seconds).
 func TestVacancyClaimedAtOnce(t *testing.T) {
-	slow := heartbeat.Timing{} // defaults: timeouts of 2..4 s
-	c := cluster(t, memory.NewStore(), slow, 2)
-	l := c.WaitLeader(t, wait) // a fresh election is vacant too
-	start := time.Now()
-	if err := l.Feed.Resign(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	l2 := c.WaitLeader(t, wait, l)
-	if d := time.Since(start); d > heartbeat.DefaultElectionTimeoutMin/4 {
-		t.Fatalf("the vacancy was claimed after %v, want at once", d)
-	}
-	// The resigner did not claim its own vacancy.
-	for _, e := range l.Events() {
-		if e.Type == base.EventElected && e.Term > 1 {
-			t.Fatalf("the resigner won term %d, want the other node (%s)", e.Term, l2.ID)
+	synctest.Test(t, func(t *testing.T) {
+		slow := heartbeat.Timing{} // defaults: timeouts of 2..4 s
+		c := cluster(t, memory.NewStore(), slow, 2)
+		l := c.WaitLeader(t, wait) // a fresh election is vacant too
+		start := time.Now()
+		if err := l.Feed.Resign(ctx(t)); err != nil {
+			t.Fatal(err)
 		}
-	}
+		l2 := c.WaitLeader(t, wait, l)
+		if d := time.Since(start); d > heartbeat.DefaultElectionTimeoutMin/4 {
+			t.Fatalf("the vacancy was claimed after %v, want at once", d)
+		}
+		// The resigner did not claim its own vacancy.
+		for _, e := range l.Events() {
+			if e.Type == base.EventElected && e.Term > 1 {
+				t.Fatalf("the resigner won term %d, want the other node (%s)", e.Term, l2.ID)
+			}
+		}
+	})
 }
 
 // A lost reply: the renewal was written, but the leader was told it failed.
 // The leader must recognise its own write and go on leading.
 func TestLostReplyKeepsLeadership(t *testing.T) {
-	c := cluster(t, memory.NewStore(), timing, 2)
-	l := c.WaitLeader(t, wait)
-	term, _ := l.Feed.Term()
-	l.Faulty.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Nth: 1, After: true})
-	deadline := time.Now().Add(10 * timing.HeartbeatInterval)
-	for time.Now().Before(deadline) {
-		if got, ok := l.Feed.Term(); !ok || got != term {
-			t.Fatalf("leadership lost after a lost reply (term %d, leading %v)", got, ok)
+	synctest.Test(t, func(t *testing.T) {
+		c := cluster(t, memory.NewStore(), timing, 2)
+		l := c.WaitLeader(t, wait)
+		term, _ := l.Feed.Term()
+		l.Faulty.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Nth: 1, After: true})
+		deadline := time.Now().Add(10 * timing.HeartbeatInterval)
+		for time.Now().Before(deadline) {
+			if got, ok := l.Feed.Term(); !ok || got != term {
+				t.Fatalf("leadership lost after a lost reply (term %d, leading %v)", got, ok)
+			}
+			time.Sleep(time.Millisecond)
 		}
-		time.Sleep(time.Millisecond)
-	}
+	})
 }
 
 // The same with the leader's feed down, so that the only way it can learn
 // of its own committed write is the conflict of its next renewal: it must
 // recognise the current record as its own and keep leading.
 func TestLostReplyWithFeedDownKeepsLeadership(t *testing.T) {
-	c := cluster(t, memory.NewStore(), timing, 2)
-	l := c.WaitLeader(t, wait)
-	c.WaitSubscribed(t)
-	term, _ := l.Feed.Term()
-	l.Faulty.Inject(faulty.Fault{Method: faulty.MethodSubscribe, Err: errors.New("feed refused")})
-	mark := len(l.Events())
-	l.Faulty.BreakFeed(nil)
-	l.WaitEvent(t, mark, wait, "subscribe-error", func(e base.Event) bool { return e.Type == base.EventSubscribeError })
-	calls := l.Faulty.Calls(faulty.MethodHeartbeat)
-	l.Faulty.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Nth: 1, After: true})
-	deadline := time.Now().Add(10 * timing.HeartbeatInterval)
-	for time.Now().Before(deadline) {
-		if got, ok := l.Feed.Term(); !ok || got != term {
-			t.Fatalf("leadership lost after a lost reply with the feed down (term %d, leading %v)", got, ok)
+	synctest.Test(t, func(t *testing.T) {
+		c := cluster(t, memory.NewStore(), timing, 2)
+		l := c.WaitLeader(t, wait)
+		c.WaitSubscribed(t)
+		term, _ := l.Feed.Term()
+		l.Faulty.Inject(faulty.Fault{Method: faulty.MethodSubscribe, Err: errors.New("feed refused")})
+		mark := len(l.Events())
+		l.Faulty.BreakFeed(nil)
+		l.WaitEvent(t, mark, wait, "subscribe-error", func(e base.Event) bool { return e.Type == base.EventSubscribeError })
+		calls := l.Faulty.Calls(faulty.MethodHeartbeat)
+		l.Faulty.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Nth: 1, After: true})
+		deadline := time.Now().Add(10 * timing.HeartbeatInterval)
+		for time.Now().Before(deadline) {
+			if got, ok := l.Feed.Term(); !ok || got != term {
+				t.Fatalf("leadership lost after a lost reply with the feed down (term %d, leading %v)", got, ok)
+			}
+			time.Sleep(time.Millisecond)
 		}
-		time.Sleep(time.Millisecond)
-	}
-	if got := l.Faulty.Calls(faulty.MethodHeartbeat) - calls; got < 5 {
-		t.Fatalf("%d renewals in 10 heartbeat intervals after the lost reply, want renewals to go on", got)
-	}
+		if got := l.Faulty.Calls(faulty.MethodHeartbeat) - calls; got < 5 {
+			t.Fatalf("%d renewals in 10 heartbeat intervals after the lost reply, want renewals to go on", got)
+		}
+	})
 }
 
 func TestBrokenFeedReopensAndPolls(t *testing.T) {
@@ -310,147 +326,155 @@ func TestBrokenFeedReopensAndPolls(t *testing.T) {
 // An Events reader that never reads must not delay renewals; change events
 // beyond MaxPendingChanges are dropped and counted, transitions are not.
 func TestSlowConsumerDoesNotDelayHeartbeats(t *testing.T) {
-	store := memory.NewStore()
-	b, _ := store.Backend("e")
-	// A longer lease than the other tests: the flood of writes below
-	// competes with the renewals for the memory store's lock.
-	tm := heartbeat.Timing{HeartbeatInterval: 10 * time.Millisecond, LeaseDuration: 150 * time.Millisecond, ElectionTimeoutMin: 300 * time.Millisecond, ElectionTimeoutMax: 400 * time.Millisecond}
-	f, err := base.New(b, "n1", base.Options{Timing: tm, MaxPendingChanges: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := f.Subscribe(context.Background()) // not read until the end
-	events := sub.C
-	if err := f.Start(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	for !f.IsLeader() {
-		time.Sleep(time.Millisecond)
-	}
-	term, _ := f.Term()
-	rec1, _ := f.Leader()
-	for i := range 2000 {
-		if err := store.Put(fmt.Sprintf("k%d", i), map[string]int{"i": i}); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b, _ := store.Backend("e")
+		// A longer lease than the other tests: the flood of writes below
+		// competes with the renewals for the memory store's lock.
+		tm := heartbeat.Timing{HeartbeatInterval: 10 * time.Millisecond, LeaseDuration: 150 * time.Millisecond, ElectionTimeoutMin: 300 * time.Millisecond, ElectionTimeoutMax: 400 * time.Millisecond}
+		f, err := base.New(b, "n1", base.Options{Timing: tm, MaxPendingChanges: 10})
+		if err != nil {
 			t.Fatal(err)
 		}
-		runtime.Gosched()
-	}
-	time.Sleep(10 * timing.HeartbeatInterval)
-	if got, ok := f.Term(); !ok || got != term {
-		// What the reader had not taken yet, without waiting for more:
-		// the feed still runs, so the channel stays open.
-		for drained := false; !drained; {
-			select {
-			case e := <-events:
-				t.Log(e)
-			default:
-				drained = true
+		sub := f.Subscribe(context.Background()) // not read until the end
+		events := sub.C
+		if err := f.Start(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		for !f.IsLeader() {
+			time.Sleep(time.Millisecond)
+		}
+		term, _ := f.Term()
+		rec1, _ := f.Leader()
+		for i := range 2000 {
+			if err := store.Put(fmt.Sprintf("k%d", i), map[string]int{"i": i}); err != nil {
+				t.Fatal(err)
+			}
+			runtime.Gosched()
+		}
+		time.Sleep(10 * timing.HeartbeatInterval)
+		if got, ok := f.Term(); !ok || got != term {
+			// What the reader had not taken yet, without waiting for more:
+			// the feed still runs, so the channel stays open.
+			for drained := false; !drained; {
+				select {
+				case e := <-events:
+					t.Log(e)
+				default:
+					drained = true
+				}
+			}
+			t.Fatalf("leadership lost while the reader was idle")
+		}
+		rec2, _ := f.Leader()
+		if rec2.Revision-rec1.Revision < 5 {
+			t.Fatalf("only %d renewals in 10 heartbeat intervals with an idle reader", rec2.Revision-rec1.Revision)
+		}
+		if sub.Dropped() < 1000 {
+			t.Fatalf("Dropped() = %d, want the change events beyond 10 dropped", sub.Dropped())
+		}
+		done := make(chan error, 1)
+		go func() { done <- f.Stop(ctx(t)) }()
+		var elected, unelected, changes int
+		for e := range events {
+			switch e.Type {
+			case base.EventElected:
+				elected++
+			case base.EventUnelected:
+				unelected++
+			case base.EventChange:
+				changes++
 			}
 		}
-		t.Fatalf("leadership lost while the reader was idle")
-	}
-	rec2, _ := f.Leader()
-	if rec2.Revision-rec1.Revision < 5 {
-		t.Fatalf("only %d renewals in 10 heartbeat intervals with an idle reader", rec2.Revision-rec1.Revision)
-	}
-	if sub.Dropped() < 1000 {
-		t.Fatalf("Dropped() = %d, want the change events beyond 10 dropped", sub.Dropped())
-	}
-	done := make(chan error, 1)
-	go func() { done <- f.Stop(ctx(t)) }()
-	var elected, unelected, changes int
-	for e := range events {
-		switch e.Type {
-		case base.EventElected:
-			elected++
-		case base.EventUnelected:
-			unelected++
-		case base.EventChange:
-			changes++
+		if err := <-done; err != nil {
+			t.Fatal(err)
 		}
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if elected != 1 || unelected != 1 || changes > 10 {
-		t.Fatalf("delivered %d elected, %d unelected, %d changes; want 1, 1, at most 10", elected, unelected, changes)
-	}
+		if elected != 1 || unelected != 1 || changes > 10 {
+			t.Fatalf("delivered %d elected, %d unelected, %d changes; want 1, 1, at most 10", elected, unelected, changes)
+		}
+	})
 }
 
 // Stop bounded by a context: when the vacant write hangs, Stop returns the
 // context's error once it ends, and still leaves no goroutine behind
 // (goleak checks at the end of the package).
 func TestStopBoundedByContext(t *testing.T) {
-	b, _ := memory.NewStore().Backend("e")
-	fb := faulty.Wrap(b)
-	f, _ := base.New(fb, "n1", base.Options{Timing: timing})
-	if err := f.Start(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	for !f.IsLeader() {
-		time.Sleep(time.Millisecond)
-	}
-	fb.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Hang: true})
-	c, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if err := f.Stop(c); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Stop: %v, want DeadlineExceeded", err)
-	}
-	select {
-	case <-f.Done():
-	default:
-		t.Fatal("Stop returned before its goroutines ended")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.NewStore().Backend("e")
+		fb := faulty.Wrap(b)
+		f, _ := base.New(fb, "n1", base.Options{Timing: timing})
+		if err := f.Start(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		for !f.IsLeader() {
+			time.Sleep(time.Millisecond)
+		}
+		fb.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Hang: true})
+		c, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		if err := f.Stop(c); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Stop: %v, want DeadlineExceeded", err)
+		}
+		select {
+		case <-f.Done():
+		default:
+			t.Fatal("Stop returned before its goroutines ended")
+		}
+	})
 }
 
 func TestProclaimPublishesValue(t *testing.T) {
-	c := cluster(t, memory.NewStore(), timing, 2)
-	l := c.WaitLeader(t, wait)
-	var f *basetest.Node
-	for _, n := range c.Nodes {
-		if n != l {
-			f = n
+	synctest.Test(t, func(t *testing.T) {
+		c := cluster(t, memory.NewStore(), timing, 2)
+		l := c.WaitLeader(t, wait)
+		var f *basetest.Node
+		for _, n := range c.Nodes {
+			if n != l {
+				f = n
+			}
 		}
-	}
-	if err := f.Feed.Proclaim(ctx(t), []byte("x")); !errors.Is(err, base.ErrNotLeader) {
-		t.Fatalf("Proclaim by a follower: %v, want ErrNotLeader", err)
-	}
-	if err := l.Feed.Proclaim(ctx(t), make([]byte, heartbeat.MaxValueLen+1)); !errors.Is(err, base.ErrInvalidConfig) {
-		t.Fatalf("Proclaim of an oversized value: %v, want ErrInvalidConfig", err)
-	}
-	if err := l.Feed.Proclaim(ctx(t), []byte("10.0.0.7:8080")); err != nil {
-		t.Fatal(err)
-	}
-	term, _ := l.Feed.Term()
-	e, _ := f.WaitEvent(t, 0, wait, "new-leader with the proclaimed value", func(e base.Event) bool {
-		return e.Type == base.EventNewLeader && string(e.Value) == "10.0.0.7:8080"
+		if err := f.Feed.Proclaim(ctx(t), []byte("x")); !errors.Is(err, base.ErrNotLeader) {
+			t.Fatalf("Proclaim by a follower: %v, want ErrNotLeader", err)
+		}
+		if err := l.Feed.Proclaim(ctx(t), make([]byte, heartbeat.MaxValueLen+1)); !errors.Is(err, base.ErrInvalidConfig) {
+			t.Fatalf("Proclaim of an oversized value: %v, want ErrInvalidConfig", err)
+		}
+		if err := l.Feed.Proclaim(ctx(t), []byte("10.0.0.7:8080")); err != nil {
+			t.Fatal(err)
+		}
+		term, _ := l.Feed.Term()
+		e, _ := f.WaitEvent(t, 0, wait, "new-leader with the proclaimed value", func(e base.Event) bool {
+			return e.Type == base.EventNewLeader && string(e.Value) == "10.0.0.7:8080"
+		})
+		if e.Leader != l.ID || e.Term != term {
+			t.Fatalf("the new value was announced for %s term %d, want %s term %d", e.Leader, e.Term, l.ID, term)
+		}
+		if rec, _ := f.Feed.Leader(); string(rec.Value) != "10.0.0.7:8080" {
+			t.Fatalf("follower's Leader() has value %q after the announcement", rec.Value)
+		}
 	})
-	if e.Leader != l.ID || e.Term != term {
-		t.Fatalf("the new value was announced for %s term %d, want %s term %d", e.Leader, e.Term, l.ID, term)
-	}
-	if rec, _ := f.Feed.Leader(); string(rec.Value) != "10.0.0.7:8080" {
-		t.Fatalf("follower's Leader() has value %q after the announcement", rec.Value)
-	}
 }
 
 // A claim whose reply does not come within the lease it would grant must
 // not make the node leader: it is bounded by the lease and given up.
 func TestSlowClaimDoesNotLead(t *testing.T) {
-	b, _ := memory.NewStore().Backend("e")
-	fb := faulty.Wrap(b)
-	fb.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Delay: timing.LeaseDuration + 10*time.Millisecond})
-	f, _ := base.New(fb, "n1", base.Options{Timing: timing})
-	events := f.Events()
-	if err := f.Start(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	defer f.Stop(ctx(t))
-	for e := range events {
-		if e.Type == base.EventElected {
-			t.Fatal("elected by a claim slower than the lease")
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.NewStore().Backend("e")
+		fb := faulty.Wrap(b)
+		fb.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Delay: timing.LeaseDuration + 10*time.Millisecond})
+		f, _ := base.New(fb, "n1", base.Options{Timing: timing})
+		events := f.Events()
+		if err := f.Start(ctx(t)); err != nil {
+			t.Fatal(err)
 		}
-		if e.Type == base.EventError && strings.Contains(e.Err.Error(), "claim") {
-			break // the claim was given up; the test ends here
+		defer f.Stop(ctx(t))
+		for e := range events {
+			if e.Type == base.EventElected {
+				t.Fatal("elected by a claim slower than the lease")
+			}
+			if e.Type == base.EventError && strings.Contains(e.Err.Error(), "claim") {
+				break // the claim was given up; the test ends here
+			}
 		}
-	}
+	})
 }

@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -26,9 +28,52 @@ var FastTiming = heartbeat.Timing{
 	LeaseDuration:      150 * time.Millisecond,
 }
 
+// ScaleEnv names the environment variable that scales every timing of the
+// suite for a slow machine or store: the Feed timing of the scenarios
+// (FastTiming or the harness's), the presence and hysteresis times, and
+// every bound a rule waits for. It is a number of at least 1 (default 1);
+// 3 makes each of them three times longer. The rules stay the same: safety
+// is checked as strictly at every scale, and a liveness bound is always
+// derived from the timing in use. Backends' own timed tests take it through
+// Scaled and ScaledTiming.
+const ScaleEnv = "LEADERFEED_TEST_SCALE"
+
+var scale, scaleErr = readScale()
+
+func readScale() (float64, error) {
+	v := os.Getenv(ScaleEnv)
+	if v == "" {
+		return 1, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f >= 1 && f <= 100) {
+		return 1, fmt.Errorf("basetest: %s=%q: want a number from 1 to 100", ScaleEnv, v)
+	}
+	return f, nil
+}
+
+// Scale returns the factor of ScaleEnv (1 when it is unset), and an error
+// naming the variable when its value is not a number from 1 to 100.
+func Scale() (float64, error) { return scale, scaleErr }
+
+// Scaled returns d times the factor of ScaleEnv.
+func Scaled(d time.Duration) time.Duration { return time.Duration(float64(d) * scale) }
+
+// ScaledTiming returns tm, its zero fields filled from FastTiming, with
+// every duration times the factor of ScaleEnv.
+func ScaledTiming(tm heartbeat.Timing) heartbeat.Timing {
+	tm = fillTiming(tm)
+	return heartbeat.Timing{
+		HeartbeatInterval:  Scaled(tm.HeartbeatInterval),
+		ElectionTimeoutMin: Scaled(tm.ElectionTimeoutMin),
+		ElectionTimeoutMax: Scaled(tm.ElectionTimeoutMax),
+		LeaseDuration:      Scaled(tm.LeaseDuration),
+	}
+}
+
 // callTimeout bounds every single call the suite makes; a backend that
 // takes longer is hung.
-const callTimeout = 10 * time.Second
+var callTimeout = Scaled(10 * time.Second)
 
 // Run runs the whole conformance suite against the backends h opens.
 func Run(t *testing.T, h Harness) {
@@ -39,7 +84,14 @@ func Run(t *testing.T, h Harness) {
 	if h.SerializedWrites {
 		t.Log("basetest: the harness serializes writes; the concurrency cases prove nothing about the store's atomicity")
 	}
+	if _, err := Scale(); err != nil {
+		t.Fatal(err)
+	}
+	if scale != 1 {
+		t.Logf("basetest: every timing scaled by %s=%v", ScaleEnv, scale)
+	}
 	s := &suite{h: h}
+	s.h.Timing = ScaledTiming(h.Timing)
 	t.Run("Contract", s.contract)
 	t.Run("Feed", s.feeds)
 	t.Run("Transfer", s.transfers)
@@ -65,6 +117,17 @@ func rule(t *testing.T, sentence string, f func(t *testing.T)) {
 			}
 		}()
 		f(t)
+	})
+}
+
+// ruleUnderLoad runs a rule that a loaded machine can disturb twice: as it
+// is, and with one renewal delayed past the lease (f's late), to show that
+// it asserts only what the guarantee promises when a lease runs out.
+func ruleUnderLoad(t *testing.T, sentence string, f func(t *testing.T, late bool)) {
+	t.Helper()
+	rule(t, sentence, func(t *testing.T) {
+		t.Run("renewals on time", func(t *testing.T) { f(t, false) })
+		t.Run("one renewal delayed past the lease", func(t *testing.T) { f(t, true) })
 	})
 }
 
@@ -159,7 +222,7 @@ func next(t *testing.T, ch <-chan base.Notification, d time.Duration, what strin
 	}
 }
 
-const feedWait = 5 * time.Second
+var feedWait = Scaled(5 * time.Second)
 
 func (s *suite) contract(t *testing.T) {
 	rule(t, "Get on an election that was never written returns ErrNotFound", func(t *testing.T) {

@@ -60,6 +60,9 @@ type catalog interface {
 	// error says why when the outcome is dropFailed.
 	dropDB(ctx context.Context, id string) (dropOutcome, error)
 	dropTable(ctx context.Context, id string) (dropOutcome, error)
+	// waitReady waits until the table, named by its database's name and
+	// its own, is ready for writes.
+	waitReady(ctx context.Context) error
 }
 
 // converge runs plan against c until there is exactly one database and
@@ -200,73 +203,66 @@ func (s *Store) Create(ctx context.Context) error {
 	}
 }
 
-// create is one try of Create. After the table is ready it lists the
-// catalog once more: a creator whose create call was still in flight may
-// have added a duplicate meanwhile, and the listing resolves it now rather
-// than at the next Create. It stops when two listings agree.
+// create is one try of Create.
 func (s *Store) create(ctx context.Context) error {
+	c := &serverCatalog{s: s}
+	row, err := settle(ctx, c, s.log, s.db, s.table, !s.noCreate)
+	if errors.Is(err, errNoSystemTables) {
+		if err := s.createByName(ctx); err != nil {
+			return err
+		}
+		return c.waitReady(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	checkDurability(s.log, s.db, s.table, row)
+	return nil
+}
+
+// settle runs converge, checks the primary key and waits until the table is
+// ready; then it lists the catalog again, and stops when two listings
+// agree: a creator whose create call was still in flight may have added a
+// duplicate meanwhile, and the listing resolves it now rather than at the
+// next Create. It returns errNoSystemTables as converge does.
+func settle(ctx context.Context, c catalog, log *slog.Logger, db, table string, create bool) (tableRow, error) {
 	prev := ""
 	for round := 0; ; round++ {
-		if err := s.check(ctx); err != nil {
-			return err
+		row, err := converge(ctx, c, log, db, table, create)
+		if err != nil {
+			return tableRow{}, err
 		}
-		row, err := converge(ctx, &serverCatalog{s: s}, s.log, s.db, s.table, !s.noCreate)
-		byName := errors.Is(err, errNoSystemTables)
-		switch {
-		case byName:
-			if err := s.createByName(ctx); err != nil {
-				return err
-			}
-		case err != nil:
-			return err
-		default:
-			if row.PrimaryKey != fieldID {
-				return fmt.Errorf("rethink: %w: table %s.%s has the primary key %q; leaderfeed needs %q",
-					base.ErrInvalidConfig, s.db, s.table, row.PrimaryKey, fieldID)
-			}
-			if prev == "" {
-				s.checkDurability(row)
-			}
+		if row.PrimaryKey != fieldID {
+			return tableRow{}, fmt.Errorf("rethink: %w: table %s.%s has the primary key %q; leaderfeed needs %q",
+				base.ErrInvalidConfig, db, table, row.PrimaryKey, fieldID)
 		}
-		if err := s.waitReady(ctx); err != nil {
-			return err
+		if err := c.waitReady(ctx); err != nil {
+			return tableRow{}, err
 		}
-		if byName || row.ID == prev || round >= settleRounds {
-			return nil
+		if row.ID == prev || round >= settleRounds {
+			return row, nil
 		}
 		prev = row.ID
 	}
 }
 
-// waitReady waits until the table is ready for writes. reqlite lacks
-// table.wait(); its tables are always ready.
-func (s *Store) waitReady(ctx context.Context) error {
-	wctx, cancel := context.WithTimeout(ctx, tableReadyTimeout)
-	defer cancel()
-	_, err := s.run(wctx, "create: waiting for the table", s.term().Wait(r.WaitOpts{WaitFor: "ready_for_writes"}))
-	if err != nil && !notImplemented(err) {
-		return err
-	}
-	return nil
-}
-
 // checkDurability warns about a table configuration that may lose
 // acknowledged writes.
-func (s *Store) checkDurability(row tableRow) {
+func checkDurability(log *slog.Logger, db, table string, row tableRow) {
 	if row.Durability == "soft" {
 		// The election record's writes ask for durability "hard", which
 		// overrides the table's setting, so the election is safe; the
 		// application's own documents in the table are not.
-		s.log.Warn("rethink: table durability is soft; election writes use hard durability, other writes may be lost on a crash",
-			"table", s.db+"."+s.table, "durability", row.Durability)
+		log.Warn("rethink: table durability is soft; election writes use hard durability, other writes may be lost on a crash",
+			"table", db+"."+table, "durability", row.Durability)
 	}
 	var acks string
 	if json.Unmarshal(row.WriteAcks, &acks) == nil && acks == "single" {
 		// A write acknowledged by one replica can be lost when another
 		// replica becomes primary: a deposed leader's claim could vanish.
 		// Harmless with one replica per shard.
-		s.log.Warn("rethink: table acknowledges writes on a single replica; with several replicas an acknowledged election write can be lost on failover",
-			"table", s.db+"."+s.table, "write_acks", acks)
+		log.Warn("rethink: table acknowledges writes on a single replica; with several replicas an acknowledged election write can be lost on failover",
+			"table", db+"."+table, "write_acks", acks)
 	}
 }
 
@@ -433,6 +429,18 @@ func (c *serverCatalog) dropRow(ctx context.Context, sys, id string) (dropOutcom
 		err = fmt.Errorf("%s row %s: %s (result %.200s)", sys, id, res.FirstError, raw)
 	}
 	return out, err
+}
+
+// waitReady waits until the table is ready for writes. reqlite lacks
+// table.wait(); its tables are always ready.
+func (c *serverCatalog) waitReady(ctx context.Context) error {
+	wctx, cancel := context.WithTimeout(ctx, tableReadyTimeout)
+	defer cancel()
+	_, err := c.s.run(wctx, "create: waiting for the table", c.s.term().Wait(r.WaitOpts{WaitFor: "ready_for_writes"}))
+	if err != nil && !notImplemented(err) {
+		return err
+	}
+	return nil
 }
 
 // permissionDenied reports RethinkDB's answer to a user without the

@@ -411,6 +411,8 @@ func (c *fakeClient) dropTable(_ context.Context, id string) (dropOutcome, error
 	return c.drop(id, false)
 }
 
+func (c *fakeClient) waitReady(context.Context) error { return nil }
+
 // logRecorder keeps the messages and "id" attributes logged.
 type logRecorder struct {
 	mu   sync.Mutex

@@ -185,6 +185,36 @@ func TestUnavailable(t *testing.T) {
 	}
 }
 
+func TestAmbiguous(t *testing.T) {
+	const (
+		db    = "Database `lf` is ambiguous; there are multiple databases with that name."
+		table = "Table `lf.e` is ambiguous; there are multiple tables with that name."
+	)
+	cases := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"database", opFailed(db), true},
+		{"table", opFailed(table), true},
+		{"wrapped", fmt.Errorf("rethink: create: waiting for the table: %w", opFailed(table)), true},
+		{"the words without the driver's type", errors.New("rethinkdb: " + table), false},
+		{"missing", opFailed("Database `lf` does not exist."), false},
+		{"another kind of name", opFailed("Server `s` is ambiguous; there are multiple servers with that name."), false},
+		{"nil", nil, false},
+	}
+	for _, c := range cases {
+		if got := ambiguous(c.err); got != c.want {
+			t.Errorf("%s: ambiguous(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+	// opFailed builds the driver's error by hand: it must read as the
+	// driver's does.
+	if got := opFailed(db).Error(); got != "rethinkdb: "+db {
+		t.Errorf("opFailed gives %q, want %q", got, "rethinkdb: "+db)
+	}
+}
+
 // fakeServer is a catalog that behaves as RethinkDB 2.4.4 was measured to:
 // dbCreate and tableCreate check the name and commit without serializing
 // concurrent callers, so racing creators all succeed; every operation that
@@ -206,6 +236,9 @@ type fakeServer struct {
 	lateDB   chan string
 	lateOnce sync.Once
 	lateDone chan struct{}
+	// onWait, when set, runs at every waitReady before it names the
+	// table, to make duplicates land there.
+	onWait func()
 	// beforeDrop, when set, runs before a drop (outside the lock), to
 	// simulate another process or a failure.
 	beforeDrop func(id string) error
@@ -391,6 +424,9 @@ func (c *fakeClient) createTable(ctx context.Context) error {
 
 func (c *fakeClient) waitReady(ctx context.Context) error {
 	f := c.f
+	if f.onWait != nil {
+		f.onWait()
+	}
 	if f.lateDB == nil {
 		return c.resolveTable()
 	}
@@ -607,6 +643,55 @@ func TestConvergeRace(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d creators returned the kept table", agree, n)
+}
+
+// TestSettleLateDuplicate: a duplicate database or table that lands after
+// the listing makes the wait by name ambiguous; settle lists, drops it and
+// returns the table that is left. One that lands at every wait ends settle
+// with an error of its own, never the server's "ambiguous".
+func TestSettleLateDuplicate(t *testing.T) {
+	for _, kind := range []string{"database", "table"} {
+		t.Run(kind, func(t *testing.T) {
+			f := newFakeServer()
+			dbID := f.addDB("lf")
+			keep := f.addTable(dbID, "elections")
+			once := sync.OnceFunc(func() {
+				if kind == "database" {
+					f.addDB("lf")
+				} else {
+					f.addTable(dbID, "elections")
+				}
+			})
+			f.onWait = once
+			rec := &logRecorder{}
+			row, err := settle(testCtx(t), &fakeClient{f: f, db: "lf", table: "elections"}, slog.New(rec), "lf", "elections", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dbs, tables := f.count("lf", "elections"); dbs != 1 || tables != 1 {
+				t.Fatalf("%d databases and %d tables, want 1 and 1", dbs, tables)
+			}
+			if len(f.made) != 3 {
+				t.Fatalf("the fake made %v, want a late duplicate", f.made)
+			}
+			if got := rec.count("rethink: duplicate " + kind + " dropped"); got != 1 {
+				t.Errorf("logged %q, want one %s dropped", rec.msgs, kind)
+			}
+			if kind == "database" && row.ID != keep {
+				t.Errorf("returned table %s, want %s: the database holding it is kept", row.ID, keep)
+			}
+		})
+	}
+	t.Run("at every wait", func(t *testing.T) {
+		f := newFakeServer()
+		dbID := f.addDB("lf")
+		f.addTable(dbID, "elections")
+		f.onWait = func() { f.addTable(dbID, "elections") }
+		_, err := settle(testCtx(t), &fakeClient{f: f, db: "lf", table: "elections"}, slog.New(slog.DiscardHandler), "lf", "elections", true)
+		if err == nil || ambiguous(err) || !strings.Contains(err.Error(), "kept appearing") {
+			t.Fatalf("got %v, want an error after %d listings, not the server's answer", err, maxCreateRounds)
+		}
+	})
 }
 
 // TestConvergeHeal: a deployment broken by an earlier race (duplicate

@@ -152,8 +152,11 @@ func drop(ctx context.Context, c catalog, log *slog.Logger, s step, db, table st
 // every process and drops the others by id (a drop by name would be
 // ambiguous), logging each drop at Warn. Duplicates left by an earlier
 // run are resolved the same way, so a deployment broken by them heals on
-// the next Create. This needs read and write access to the system tables
-// (the admin user); without it Create warns and works by name only.
+// the next Create. An answer "ambiguous" to any step that names the
+// database or table means such duplicates: Create lists and converges
+// again (the package documentation says how processes that start together
+// end up). This needs read and write access to the system tables (the
+// admin user); without it Create warns and works by name only.
 //
 // What a dropped duplicate held is lost, and that is safe: while two
 // tables (or databases) share a name, every query naming it fails as

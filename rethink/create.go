@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"time"
 
@@ -26,10 +27,11 @@ import (
 // ambiguous names, drops by id).
 
 const (
-	// maxCreateRounds bounds the list-decide-act rounds of one converge.
-	// A race of any number of creators needs at most: create database,
-	// drop duplicate databases, create table, drop duplicate tables, done;
-	// the rest is room for creators that come late.
+	// maxCreateRounds bounds the list-decide-act rounds of one converge,
+	// and the converges of one settle. A race of any number of creators
+	// needs at most: create database, drop duplicate databases, create
+	// table, drop duplicate tables, done; the rest is room for creators
+	// that come late.
 	maxCreateRounds = 16
 	// retryMin and retryMax bound the pause between tries of Create after
 	// a transient error (the table not ready yet, as after a restart).
@@ -60,6 +62,9 @@ type catalog interface {
 	// error says why when the outcome is dropFailed.
 	dropDB(ctx context.Context, id string) (dropOutcome, error)
 	dropTable(ctx context.Context, id string) (dropOutcome, error)
+	// waitReady waits until the table, named by its database's name and
+	// its own, is ready for writes.
+	waitReady(ctx context.Context) error
 }
 
 // converge runs plan against c until there is exactly one database and
@@ -85,15 +90,19 @@ func converge(ctx context.Context, c catalog, log *slog.Logger, db, table string
 			err = c.createDB(ctx)
 		case actCreateTable:
 			err = c.createTable(ctx)
-			if err != nil && (ambiguous(err) || strings.Contains(err.Error(), "does not exist")) {
-				// A late creator made a duplicate database, or another
-				// process dropped the one listed, since the listing:
-				// list again.
+			if err != nil && strings.Contains(err.Error(), "does not exist") {
+				// Another process dropped the database listed since the
+				// listing: list again.
 				log.Debug("rethink: the database changed while creating the table; listing again", "database", db, "err", err)
 				err = nil
 			}
 		case actDropDBs, actDropTables:
 			err = drop(ctx, c, log, s, db, table)
+		}
+		if ambiguous(err) {
+			// A late creator made a duplicate since the listing.
+			log.Debug("rethink: duplicates appeared since the listing; listing again", "database", db, "table", table, "err", err)
+			err = nil
 		}
 		if err != nil {
 			return tableRow{}, err
@@ -143,8 +152,11 @@ func drop(ctx context.Context, c catalog, log *slog.Logger, s step, db, table st
 // every process and drops the others by id (a drop by name would be
 // ambiguous), logging each drop at Warn. Duplicates left by an earlier
 // run are resolved the same way, so a deployment broken by them heals on
-// the next Create. This needs read and write access to the system tables
-// (the admin user); without it Create warns and works by name only.
+// the next Create. An answer "ambiguous" to any step that names the
+// database or table means such duplicates: Create lists and converges
+// again (the package documentation says how processes that start together
+// end up). This needs read and write access to the system tables (the
+// admin user); without it Create warns and works by name only.
 //
 // What a dropped duplicate held is lost, and that is safe: while two
 // tables (or databases) share a name, every query naming it fails as
@@ -182,10 +194,27 @@ func (s *Store) Create(ctx context.Context) error {
 	pause := retryMin
 	for {
 		err := s.create(ctx)
-		if err == nil || !unavailable(err) || time.Since(start)+pause > tableReadyTimeout {
+		switch {
+		case err == nil:
+			return nil
+		case unavailable(err):
+			s.log.Debug("rethink: table not ready, retrying", "database", s.db, "table", s.table, "err", err)
+		case ambiguous(err):
+			// Only the name-based path gets here (settle resolves
+			// duplicates itself): it cannot drop them, but another
+			// process's Create may, and a server that only seemed to lack
+			// system tables is listed again.
+			s.log.Debug("rethink: duplicate databases or tables, retrying", "database", s.db, "table", s.table, "err", err)
+		default:
 			return err
 		}
-		s.log.Debug("rethink: table not ready, retrying", "database", s.db, "table", s.table, "err", err)
+		if time.Since(start)+pause > tableReadyTimeout {
+			if ambiguous(err) {
+				return fmt.Errorf("rethink: create: %s.%s: duplicate databases or tables of these names remained for %v; Create drops duplicates only through the system tables, which need the admin user",
+					s.db, s.table, tableReadyTimeout)
+			}
+			return err
+		}
 		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
@@ -200,73 +229,76 @@ func (s *Store) Create(ctx context.Context) error {
 	}
 }
 
-// create is one try of Create. After the table is ready it lists the
-// catalog once more: a creator whose create call was still in flight may
-// have added a duplicate meanwhile, and the listing resolves it now rather
-// than at the next Create. It stops when two listings agree.
+// create is one try of Create.
 func (s *Store) create(ctx context.Context) error {
+	c := &serverCatalog{s: s}
+	row, err := settle(ctx, c, s.log, s.db, s.table, !s.noCreate)
+	if errors.Is(err, errNoSystemTables) {
+		if err := s.createByName(ctx); err != nil {
+			return err
+		}
+		return c.waitReady(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	checkDurability(s.log, s.db, s.table, row)
+	return nil
+}
+
+// settle runs converge, checks the primary key and waits until the table is
+// ready; then it lists the catalog again, and stops when two listings
+// agree: a creator whose create call was still in flight may have added a
+// duplicate meanwhile, and the listing resolves it now rather than at the
+// next Create. A wait answered "ambiguous" met such a duplicate: settle
+// lists and converges again. It returns errNoSystemTables as converge
+// does.
+func settle(ctx context.Context, c catalog, log *slog.Logger, db, table string, create bool) (tableRow, error) {
 	prev := ""
-	for round := 0; ; round++ {
-		if err := s.check(ctx); err != nil {
-			return err
+	ready := 0
+	for range maxCreateRounds {
+		row, err := converge(ctx, c, log, db, table, create)
+		if err != nil {
+			return tableRow{}, err
 		}
-		row, err := converge(ctx, &serverCatalog{s: s}, s.log, s.db, s.table, !s.noCreate)
-		byName := errors.Is(err, errNoSystemTables)
-		switch {
-		case byName:
-			if err := s.createByName(ctx); err != nil {
-				return err
-			}
-		case err != nil:
-			return err
-		default:
-			if row.PrimaryKey != fieldID {
-				return fmt.Errorf("rethink: %w: table %s.%s has the primary key %q; leaderfeed needs %q",
-					base.ErrInvalidConfig, s.db, s.table, row.PrimaryKey, fieldID)
-			}
-			if prev == "" {
-				s.checkDurability(row)
-			}
+		if row.PrimaryKey != fieldID {
+			return tableRow{}, fmt.Errorf("rethink: %w: table %s.%s has the primary key %q; leaderfeed needs %q",
+				base.ErrInvalidConfig, db, table, row.PrimaryKey, fieldID)
 		}
-		if err := s.waitReady(ctx); err != nil {
-			return err
+		err = c.waitReady(ctx)
+		if ambiguous(err) {
+			log.Debug("rethink: duplicates appeared since the listing; listing again", "database", db, "table", table, "err", err)
+			continue
 		}
-		if byName || row.ID == prev || round >= settleRounds {
-			return nil
+		if err != nil {
+			return tableRow{}, err
+		}
+		ready++
+		if row.ID == prev || ready > settleRounds {
+			return row, nil
 		}
 		prev = row.ID
 	}
-}
-
-// waitReady waits until the table is ready for writes. reqlite lacks
-// table.wait(); its tables are always ready.
-func (s *Store) waitReady(ctx context.Context) error {
-	wctx, cancel := context.WithTimeout(ctx, tableReadyTimeout)
-	defer cancel()
-	_, err := s.run(wctx, "create: waiting for the table", s.term().Wait(r.WaitOpts{WaitFor: "ready_for_writes"}))
-	if err != nil && !notImplemented(err) {
-		return err
-	}
-	return nil
+	return tableRow{}, fmt.Errorf("rethink: create: %s.%s: duplicates kept appearing after %d listings", db, table, maxCreateRounds)
 }
 
 // checkDurability warns about a table configuration that may lose
 // acknowledged writes.
-func (s *Store) checkDurability(row tableRow) {
+func checkDurability(log *slog.Logger, db, table string, row tableRow) {
 	if row.Durability == "soft" {
 		// The election record's writes ask for durability "hard", which
 		// overrides the table's setting, so the election is safe; the
 		// application's own documents in the table are not.
-		s.log.Warn("rethink: table durability is soft; election writes use hard durability, other writes may be lost on a crash",
-			"table", s.db+"."+s.table, "durability", row.Durability)
+		log.Warn("rethink: table durability is soft; election writes use hard durability, other writes may be lost on a crash",
+			"table", db+"."+table, "durability", row.Durability)
 	}
 	var acks string
 	if json.Unmarshal(row.WriteAcks, &acks) == nil && acks == "single" {
 		// A write acknowledged by one replica can be lost when another
 		// replica becomes primary: a deposed leader's claim could vanish.
 		// Harmless with one replica per shard.
-		s.log.Warn("rethink: table acknowledges writes on a single replica; with several replicas an acknowledged election write can be lost on failover",
-			"table", s.db+"."+s.table, "write_acks", acks)
+		log.Warn("rethink: table acknowledges writes on a single replica; with several replicas an acknowledged election write can be lost on failover",
+			"table", db+"."+table, "write_acks", acks)
 	}
 }
 
@@ -342,10 +374,18 @@ func unavailable(err error) bool {
 	return strings.Contains(s, "primary replica") && strings.Contains(s, "not available")
 }
 
-// ambiguous reports the answer of a real server to a query naming a
+// ambiguousName is how RethinkDB 2.4 words its answer to a query naming a
 // database or table that has duplicates.
+var ambiguousName = regexp.MustCompile("(Database `[^`]+` is ambiguous; there are multiple databases|" +
+	"Table `[^`]+` is ambiguous; there are multiple tables) with that name")
+
+// ambiguous reports the answer of a real server to a query naming a
+// database or table that has duplicates: an operation failure (the
+// driver's RQLOpFailedError) worded as ambiguousName. Create takes it as
+// "duplicates exist: list and converge"; nil is not ambiguous.
 func ambiguous(err error) bool {
-	return strings.Contains(err.Error(), "is ambiguous")
+	var opf r.RQLOpFailedError
+	return errors.As(err, &opf) && ambiguousName.MatchString(opf.Error())
 }
 
 // serverCatalog is the catalog of the server s talks to.
@@ -355,7 +395,18 @@ var systemDB = r.DB("rethinkdb")
 
 func (c *serverCatalog) list(ctx context.Context) ([]dbRow, []tableRow, error) {
 	s := c.s
-	raw, err := s.run(ctx, "create: reading rethinkdb.db_config",
+	// Ask by name first: a database that exists when db_config is read
+	// afterwards is listed there (drops keep one of each name). The other
+	// order would take a database created between the two reads for a
+	// server without system tables, and go the name-based way.
+	raw, err := s.run(ctx, "create: looking for database "+s.db, r.DBList().Contains(s.db))
+	if err != nil {
+		return nil, nil, err
+	}
+	if string(raw) != "true" {
+		return nil, nil, nil
+	}
+	raw, err = s.run(ctx, "create: reading rethinkdb.db_config",
 		systemDB.Table("db_config").Filter(func(row r.Term) r.Term { return row.Field("name").Eq(s.db) }).CoerceTo("array"))
 	if err != nil {
 		if permissionDenied(err) {
@@ -370,18 +421,9 @@ func (c *serverCatalog) list(ctx context.Context) ([]dbRow, []tableRow, error) {
 		return nil, nil, fmt.Errorf("rethink: create: cannot decode rethinkdb.db_config rows %.200s: %w", raw, err)
 	}
 	if len(dbs) == 0 {
-		// Either the database is missing, or the system tables do not
-		// list it (reqlite's are always empty). Ask by name.
-		raw, err := s.run(ctx, "create: looking for database "+s.db, r.DBList().Contains(s.db))
-		if err != nil {
-			return nil, nil, err
-		}
-		if string(raw) == "true" {
-			s.log.Debug("rethink: the system tables do not list the database (reqlite?); duplicate and durability checks skipped",
-				"database", s.db, "table", s.table)
-			return nil, nil, errNoSystemTables
-		}
-		return nil, nil, nil
+		s.log.Debug("rethink: the system tables do not list the database (reqlite?); duplicate and durability checks skipped",
+			"database", s.db, "table", s.table)
+		return nil, nil, errNoSystemTables
 	}
 	ids := make([]any, len(dbs))
 	for i, d := range dbs {
@@ -433,6 +475,18 @@ func (c *serverCatalog) dropRow(ctx context.Context, sys, id string) (dropOutcom
 		err = fmt.Errorf("%s row %s: %s (result %.200s)", sys, id, res.FirstError, raw)
 	}
 	return out, err
+}
+
+// waitReady waits until the table is ready for writes. reqlite lacks
+// table.wait(); its tables are always ready.
+func (c *serverCatalog) waitReady(ctx context.Context) error {
+	wctx, cancel := context.WithTimeout(ctx, tableReadyTimeout)
+	defer cancel()
+	_, err := c.s.run(wctx, "create: waiting for the table", c.s.term().Wait(r.WaitOpts{WaitFor: "ready_for_writes"}))
+	if err != nil && !notImplemented(err) {
+		return err
+	}
+	return nil
 }
 
 // permissionDenied reports RethinkDB's answer to a user without the

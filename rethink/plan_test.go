@@ -2,6 +2,7 @@ package rethink
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,8 +13,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
 )
 
 // These tests need no server: they run on every `go test`, in CI too.
@@ -182,18 +185,60 @@ func TestUnavailable(t *testing.T) {
 	}
 }
 
+func TestAmbiguous(t *testing.T) {
+	const (
+		db    = "Database `lf` is ambiguous; there are multiple databases with that name."
+		table = "Table `lf.e` is ambiguous; there are multiple tables with that name."
+	)
+	cases := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"database", opFailed(db), true},
+		{"table", opFailed(table), true},
+		{"wrapped", fmt.Errorf("rethink: create: waiting for the table: %w", opFailed(table)), true},
+		{"the words without the driver's type", errors.New("rethinkdb: " + table), false},
+		{"missing", opFailed("Database `lf` does not exist."), false},
+		{"another kind of name", opFailed("Server `s` is ambiguous; there are multiple servers with that name."), false},
+		{"nil", nil, false},
+	}
+	for _, c := range cases {
+		if got := ambiguous(c.err); got != c.want {
+			t.Errorf("%s: ambiguous(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+	// opFailed builds the driver's error by hand: it must read as the
+	// driver's does.
+	if got := opFailed(db).Error(); got != "rethinkdb: "+db {
+		t.Errorf("opFailed gives %q, want %q", got, "rethinkdb: "+db)
+	}
+}
+
 // fakeServer is a catalog that behaves as RethinkDB 2.4.4 was measured to:
 // dbCreate and tableCreate check the name and commit without serializing
-// concurrent callers, so racing creators all succeed; names with
-// duplicates are ambiguous; drops go by id. gate, when set, holds every
-// client at its first listing and after each name check until all n
-// clients are there, which makes the race certain.
+// concurrent callers, so racing creators all succeed; every operation that
+// names a database or table with duplicates (tableCreate, table.wait())
+// fails as ambiguous, with the driver's error; drops go by id. gate, when
+// set, holds every client at its first listing and after each name check
+// until all n clients are there, which makes the race certain.
 type fakeServer struct {
 	mu     sync.Mutex
 	dbs    map[string]string   // id -> name
 	tables map[string]tableRow // id -> row
 	made   []string            // ids created, in order
 	gate   *barrier
+	// lateDB, when set, receives the database id of the tableCreate of the
+	// client with late set, held after its name check. The first
+	// waitReady of any client commits it, just before it names the table,
+	// and then closes lateDone, which every waitReady waits for: a create
+	// call still in flight when another creator has converged.
+	lateDB   chan string
+	lateOnce sync.Once
+	lateDone chan struct{}
+	// onWait, when set, runs at every waitReady before it names the
+	// table, to make duplicates land there.
+	onWait func()
 	// beforeDrop, when set, runs before a drop (outside the lock), to
 	// simulate another process or a failure.
 	beforeDrop func(id string) error
@@ -290,6 +335,7 @@ type fakeClient struct {
 	f         *fakeServer
 	db, table string
 	listed    bool
+	late      bool // see fakeServer.lateDB
 }
 
 func (c *fakeClient) list(ctx context.Context) ([]dbRow, []tableRow, error) {
@@ -359,7 +405,74 @@ func (c *fakeClient) createTable(ctx context.Context) error {
 	if err := nameError(c.db, len(ids)); err != nil {
 		return err
 	}
-	f.addTable(ids[0], c.table)
+	if !c.late {
+		f.addTable(ids[0], c.table)
+		return nil
+	}
+	select {
+	case f.lateDB <- ids[0]:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-f.lateDone:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *fakeClient) waitReady(ctx context.Context) error {
+	f := c.f
+	if f.onWait != nil {
+		f.onWait()
+	}
+	if f.lateDB == nil {
+		return c.resolveTable()
+	}
+	var err error
+	first := false
+	f.lateOnce.Do(func() {
+		// The late table lands and this wait names the table before the
+		// late creator goes on (and drops a duplicate).
+		first = true
+		defer close(f.lateDone)
+		select {
+		case id := <-f.lateDB:
+			f.addTable(id, c.table)
+			err = c.resolveTable()
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	})
+	if first {
+		return err
+	}
+	return c.resolveTable()
+}
+
+// resolveTable is the server's answer to a query naming the table: nil when
+// there is one database and one table of the names.
+func (c *fakeClient) resolveTable() error {
+	f := c.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ids := f.dbIDs(c.db)
+	if err := nameError(c.db, len(ids)); err != nil {
+		return err
+	}
+	n := 0
+	for _, t := range f.tables {
+		if t.DB == ids[0] && t.Name == c.table {
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		return opFailed(fmt.Sprintf("Table `%s.%s` does not exist.", c.db, c.table))
+	case n > 1:
+		return opFailed(fmt.Sprintf("Table `%s.%s` is ambiguous; there are multiple tables with that name.", c.db, c.table))
+	}
 	return nil
 }
 
@@ -368,11 +481,24 @@ func (c *fakeClient) createTable(ctx context.Context) error {
 func nameError(db string, n int) error {
 	switch {
 	case n == 0:
-		return fmt.Errorf("rethinkdb: Database `%s` does not exist", db)
+		return opFailed(fmt.Sprintf("Database `%s` does not exist.", db))
 	case n > 1:
-		return fmt.Errorf("rethinkdb: Database `%s` is ambiguous; there are multiple databases with that name", db)
+		return opFailed(fmt.Sprintf("Database `%s` is ambiguous; there are multiple databases with that name.", db))
 	}
 	return nil
+}
+
+// opFailed returns the error the driver makes of a server's OP_FAILED
+// answer with the message msg, as RethinkDB 2.4 answers a name it cannot
+// resolve. The driver builds it only inside its package; this sets the
+// response it would have decoded.
+func opFailed(msg string) error {
+	var e r.RQLOpFailedError
+	f := reflect.ValueOf(&e).Elem().FieldByName("response")
+	raw, _ := json.Marshal(msg)
+	resp := &r.Response{Responses: []json.RawMessage{raw}}
+	reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Set(reflect.ValueOf(resp))
+	return e
 }
 
 func (c *fakeClient) drop(id string, isDB bool) (dropOutcome, error) {
@@ -454,12 +580,15 @@ func testCtx(t *testing.T) context.Context {
 
 // TestConvergeRace is the race measured on RethinkDB 2.4.4: n creators on
 // a server without the database. The fake lets them all create the
-// database, then all create the table; every one of them must succeed and
+// database, then all create the table; the last creator's table lands
+// while the first to converge waits for its table by name, which the
+// server answers as ambiguous (issue 30). Every creator must succeed and
 // agree on the table, and one database and one table must be left.
 func TestConvergeRace(t *testing.T) {
 	const n = 6
 	f := newFakeServer()
 	f.gate = &barrier{n: n}
+	f.lateDB, f.lateDone = make(chan string), make(chan struct{})
 	rec := &logRecorder{}
 	log := slog.New(rec)
 	ctx := testCtx(t)
@@ -467,8 +596,8 @@ func TestConvergeRace(t *testing.T) {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		c := &fakeClient{f: f, db: "lf", table: "elections"}
-		wg.Go(func() { rows[i], errs[i] = converge(ctx, c, log, "lf", "elections", true) })
+		c := &fakeClient{f: f, db: "lf", table: "elections", late: i == n-1}
+		wg.Go(func() { rows[i], errs[i] = settle(ctx, c, log, "lf", "elections", true) })
 	}
 	wg.Wait()
 	for i, err := range errs {
@@ -476,11 +605,6 @@ func TestConvergeRace(t *testing.T) {
 			t.Fatalf("creator %d: %v", i, err)
 		}
 	}
-	// The creators need not all return the kept table: one that lists
-	// while another's create is still in flight sees its own table alone
-	// and is done, and its table is dropped a moment later (Create's
-	// documentation says why that is safe). Create narrows that window by
-	// listing again after the table is ready; converge alone does not.
 	if dbs, tables := f.count("lf", "elections"); dbs != 1 || tables != 1 {
 		t.Fatalf("after the race: %d databases and %d tables, want 1 and 1", dbs, tables)
 	}
@@ -507,6 +631,11 @@ func TestConvergeRace(t *testing.T) {
 	if kept != slices.Min(dbIDs) || keptTable != slices.Min(tableIDs) {
 		t.Errorf("kept database %s and table %s, want the lowest ids %s and %s", kept, keptTable, slices.Min(dbIDs), slices.Min(tableIDs))
 	}
+	// The creators need not all return the kept table: a creator's
+	// tableCreate may land after another has settled, and the table that
+	// one returned is dropped a moment later if the new one has a lower id
+	// (Create's documentation says why that is safe). settle narrows that
+	// window by listing again after the wait; it cannot close it.
 	agree := 0
 	for _, row := range rows {
 		if row.ID == keptTable {
@@ -514,6 +643,55 @@ func TestConvergeRace(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d creators returned the kept table", agree, n)
+}
+
+// TestSettleLateDuplicate: a duplicate database or table that lands after
+// the listing makes the wait by name ambiguous; settle lists, drops it and
+// returns the table that is left. One that lands at every wait ends settle
+// with an error of its own, never the server's "ambiguous".
+func TestSettleLateDuplicate(t *testing.T) {
+	for _, kind := range []string{"database", "table"} {
+		t.Run(kind, func(t *testing.T) {
+			f := newFakeServer()
+			dbID := f.addDB("lf")
+			keep := f.addTable(dbID, "elections")
+			once := sync.OnceFunc(func() {
+				if kind == "database" {
+					f.addDB("lf")
+				} else {
+					f.addTable(dbID, "elections")
+				}
+			})
+			f.onWait = once
+			rec := &logRecorder{}
+			row, err := settle(testCtx(t), &fakeClient{f: f, db: "lf", table: "elections"}, slog.New(rec), "lf", "elections", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dbs, tables := f.count("lf", "elections"); dbs != 1 || tables != 1 {
+				t.Fatalf("%d databases and %d tables, want 1 and 1", dbs, tables)
+			}
+			if len(f.made) != 3 {
+				t.Fatalf("the fake made %v, want a late duplicate", f.made)
+			}
+			if got := rec.count("rethink: duplicate " + kind + " dropped"); got != 1 {
+				t.Errorf("logged %q, want one %s dropped", rec.msgs, kind)
+			}
+			if kind == "database" && row.ID != keep {
+				t.Errorf("returned table %s, want %s: the database holding it is kept", row.ID, keep)
+			}
+		})
+	}
+	t.Run("at every wait", func(t *testing.T) {
+		f := newFakeServer()
+		dbID := f.addDB("lf")
+		f.addTable(dbID, "elections")
+		f.onWait = func() { f.addTable(dbID, "elections") }
+		_, err := settle(testCtx(t), &fakeClient{f: f, db: "lf", table: "elections"}, slog.New(slog.DiscardHandler), "lf", "elections", true)
+		if err == nil || ambiguous(err) || !strings.Contains(err.Error(), "kept appearing") {
+			t.Fatalf("got %v, want an error after %d listings, not the server's answer", err, maxCreateRounds)
+		}
+	})
 }
 
 // TestConvergeHeal: a deployment broken by an earlier race (duplicate

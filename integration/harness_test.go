@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaderfeed/leaderfeed/base/basetest"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -82,17 +83,19 @@ type config struct {
 }
 
 func defaultConfig(kinds []string) config {
-	t := heartbeat.Timing{
+	// basetest.ScaleEnv stretches the timing, and so the bound, for a
+	// slow machine or store.
+	t := basetest.ScaledTiming(heartbeat.Timing{
 		HeartbeatInterval:  50 * time.Millisecond,
 		ElectionTimeoutMin: 250 * time.Millisecond,
 		ElectionTimeoutMax: 500 * time.Millisecond,
-	}.WithDefaults()
+	}.WithDefaults())
 	return config{
 		nodes:    5,
 		timing:   t,
 		kinds:    kinds,
 		perKind:  50,
-		bound:    t.ElectionTimeoutMax + 2*time.Second,
+		bound:    t.ElectionTimeoutMax + basetest.Scaled(2*time.Second),
 		election: "integration",
 		seed:     seed(),
 	}

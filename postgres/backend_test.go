@@ -15,10 +15,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/basetest"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
-const wait = 5 * time.Second
+var wait = basetest.Scaled(5 * time.Second)
 
 // open returns a started, created backend, closed at cleanup.
 func open(t *testing.T, pool *pgxpool.Pool, election string, opts Options) base.Backend {

@@ -49,7 +49,7 @@ func (g *gated) Subscribe(ctx context.Context) (<-chan base.Notification, error)
 // startFeed starts a Feed on b and returns its events; Stop runs at cleanup.
 func startFeed(t *testing.T, b base.Backend, node string, observe bool) (*base.Feed, <-chan base.Event) {
 	t.Helper()
-	f, err := base.New(b, node, base.Options{Timing: basetest.FastTiming, ObserveOnly: observe})
+	f, err := base.New(b, node, base.Options{Timing: basetest.ScaledTiming(basetest.FastTiming), ObserveOnly: observe})
 	if err != nil {
 		t.Fatalf("base.New: %v", err)
 	}

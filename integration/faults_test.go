@@ -8,8 +8,8 @@ import (
 	"testing"
 )
 
-// configFor returns the configuration of a fault test: 50 faults of each
-// kind (5 with -short), or LEADERFEED_SOAK faults in all.
+// configFor returns the configuration of a fault test: faultsPerKindInCI
+// faults of each kind (5 with -short), or LEADERFEED_SOAK faults in all.
 func configFor(t *testing.T, kinds []string) config {
 	cfg := defaultConfig(kinds)
 	switch n := soakFaults(t); {

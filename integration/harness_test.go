@@ -94,7 +94,7 @@ func defaultConfig(kinds []string) config {
 		nodes:    5,
 		timing:   t,
 		kinds:    kinds,
-		perKind:  50,
+		perKind:  faultsPerKindInCI,
 		bound:    t.ElectionTimeoutMax + basetest.Scaled(2*time.Second),
 		election: "integration",
 		seed:     seed(),
@@ -122,6 +122,11 @@ func soakFaults(t testing.TB) int {
 	}
 	return n
 }
+
+// faultsPerKindInCI is how many faults of each kind a run that is no soak
+// injects: 100 over the five kinds of TestFaultsPostgres, about a minute
+// and a half on an idle 2-core machine. Soaks (LEADERFEED_SOAK) run more.
+const faultsPerKindInCI = 20
 
 // proc is one node process.
 type proc struct {

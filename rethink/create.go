@@ -78,7 +78,8 @@ func converge(ctx context.Context, c catalog, log *slog.Logger, db, table string
 		case actDone:
 			return s.Table, nil
 		case actMissing:
-			return tableRow{}, fmt.Errorf("rethink: %w: %s does not exist and Options.NoCreate is set", base.ErrInvalidConfig, s.What)
+			return tableRow{}, fmt.Errorf("rethink: %w: %w: %s does not exist and NoCreate is set; fix: let Create make it (NoCreate unset), or create it as admin",
+				base.ErrRefused, base.ErrInvalidConfig, s.What)
 		case actRefuse:
 			return tableRow{}, fmt.Errorf("rethink: create: %w: %s", base.ErrInvalidConfig, s.What)
 		case actCreateDB:
@@ -221,8 +222,8 @@ func (s *Store) create(ctx context.Context) error {
 			return err
 		default:
 			if row.PrimaryKey != fieldID {
-				return fmt.Errorf("rethink: %w: table %s.%s has the primary key %q; leaderfeed needs %q",
-					base.ErrInvalidConfig, s.db, s.table, row.PrimaryKey, fieldID)
+				return fmt.Errorf("rethink: %w: %w: table %s.%s has the primary key %q; leaderfeed needs %q (name another table)",
+					base.ErrRefused, base.ErrInvalidConfig, s.db, s.table, row.PrimaryKey, fieldID)
 			}
 			if prev == "" {
 				s.checkDurability(row)
@@ -288,8 +289,8 @@ func (s *Store) createByName(ctx context.Context) error {
 	}
 	var pk string
 	if err := json.Unmarshal(raw, &pk); err != nil || pk != fieldID {
-		return fmt.Errorf("rethink: %w: table %s.%s has the primary key %s; leaderfeed needs %q",
-			base.ErrInvalidConfig, s.db, s.table, raw, fieldID)
+		return fmt.Errorf("rethink: %w: %w: table %s.%s has the primary key %s; leaderfeed needs %q (name another table)",
+			base.ErrRefused, base.ErrInvalidConfig, s.db, s.table, raw, fieldID)
 	}
 	return nil
 }
@@ -305,7 +306,8 @@ func (s *Store) ensure(ctx context.Context, what, name string, exists, create r.
 		return nil
 	}
 	if s.noCreate {
-		return fmt.Errorf("rethink: %w: %s %s does not exist and Options.NoCreate is set", base.ErrInvalidConfig, what, name)
+		return fmt.Errorf("rethink: %w: %w: %s %s does not exist and NoCreate is set; fix: let Create make it (NoCreate unset), or create it as admin",
+			base.ErrRefused, base.ErrInvalidConfig, what, name)
 	}
 	return s.runCreate(ctx, what, name, create)
 }

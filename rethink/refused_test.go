@@ -26,7 +26,7 @@ func TestRefusalSorting(t *testing.T) {
 		// whose message field is unexported, so the message stands in.
 		{"permission", errors.New("rethinkdb: User `bob` does not have the required `write` permission. in:\nr.DB(\"app\")..."), true,
 			[]string{"does not have the required", `r.db("app").table("leaderfeed").grant(USER, {read: true, write: true})`}},
-		{"missing database", errors.New("rethinkdb: Database `app` does not exist. in:\nr.DB(\"app\")"), true, []string{"let Create make app.leaderfeed"}},
+		{"missing database", errors.New("rethinkdb: Database `app` does not exist. in:\nr.DB(\"app\")"), true, []string{"let Create make it", `r.dbCreate("app")`}},
 		{"missing table", errors.New("rethinkdb: Table `app.leaderfeed` does not exist. in:\nr.DB(\"app\")"), true, []string{"tableCreate"}},
 		// As the handshake builds it for a wrong password or an unknown
 		// user (a test connecting with them would leak the goroutine that

@@ -215,8 +215,8 @@ func (s *Store) refusal(what string, err error) error {
 	case strings.Contains(msg, "does not have the required"):
 		fix = fmt.Sprintf("as admin, r.db(%q).table(%q).grant(USER, {read: true, write: true})", s.db, s.table)
 	case missingRE.MatchString(msg):
-		fix = fmt.Sprintf("let Create make %s.%s (NoCreate unset), or create it as admin (r.dbCreate, r.db(%q).tableCreate(%q))",
-			s.db, s.table, s.db, s.table)
+		fix = fmt.Sprintf("let Create make it (NoCreate unset), or create it as admin (r.dbCreate(%q), r.db(%q).tableCreate(%q))",
+			s.db, s.db, s.table)
 	default:
 		return fmt.Errorf("%s: %w", what, err)
 	}

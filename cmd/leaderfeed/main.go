@@ -134,6 +134,13 @@ func cliWords(command string) *strings.Replacer {
 		"Options.Collection", "--table",
 		"Options.Schema", "--schema",
 		"MaxNameLen (", "the limit (",
+		"heartbeat.MaxValueLen (", "the limit (",
+		"invalid configuration: Value is", "invalid configuration: --value is",
+		"HeartbeatInterval", "--heartbeat",
+		"ElectionTimeoutMin", "--election-timeout-min",
+		"ElectionTimeoutMax", "--election-timeout-max",
+		"LeaseDuration", "--lease",
+		"VacancyJitter", "--vacancy-jitter",
 	)
 }
 

@@ -615,7 +615,7 @@ func runErrorLine(t *testing.T, bin string, want int, args ...string) string {
 
 // libraryWords are the library's names that the command must not show:
 // it speaks of its flags and of leaderfeed schema.
-var libraryWords = []string{"Options.", "NoCreate", "SchemaSQL", "Create make", "MaxNameLen"}
+var libraryWords = []string{"Options.", "NoCreate", "SchemaSQL", "Create make", "MaxNameLen", "MaxValueLen", "LeaseDuration", "ElectionTimeoutMin", "Value is"}
 
 func checkCLIWords(t *testing.T, line string) {
 	t.Helper()
@@ -753,7 +753,8 @@ func TestBadInput(t *testing.T) {
 		{"missing --", []string{"run", "--store", pg, "--election", "e", "sh", "-c", "touch " + marker}, exitUsage, `put CMD after --`},
 		{"missing -- and CMD", []string{"run", "--store", pg, "--election", "e"}, exitUsage, "missing -- before CMD"},
 		{"bad election name", append([]string{"run", "--store", pg, "--election", strings.Repeat("x", 200)}, touch...), exitUsage, "bad --election"},
-		{"bad timing", append([]string{"run", "--store", pg, "--election", "e", "--lease", "5s"}, touch...), exitUsage, "bad timing"},
+		{"bad timing", append([]string{"run", "--store", pg, "--election", "e", "--lease", "5s"}, touch...), exitUsage, "bad timing: heartbeat: invalid timing: --lease (5s) must be less than --election-timeout-min (2s)"},
+		{"value too long", append([]string{"run", "--store", pg, "--election", "e", "--value", strings.Repeat("v", 3000)}, touch...), exitUsage, "--value is 3000 bytes, more than the limit (2048)"},
 		{"unknown flag", append([]string{"run", "--store", pg, "--election", "e", "--colour"}, touch...), exitUsage, "flag provided but not defined"},
 		{"CMD not found", []string{"run", "--store", pg, "--election", "e", "--", "no-such-command-xyz"}, exitNotFound, `CMD "no-such-command-xyz" not found`},
 		{"CMD not executable", []string{"run", "--store", pg, "--election", "e", "--", noExec}, exitNotExec, "is not executable"},

@@ -7,7 +7,9 @@ package postgres
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -185,4 +187,80 @@ func TestRefusals(t *testing.T) {
 			t.Fatalf("Heartbeat past its deadline: %v, want a failure that is not a refusal", err)
 		}
 	})
+}
+
+// lockedBuffer is a log sink the feed writes from its goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), s)
+}
+
+// A leader whose write privileges are revoked while it runs steps down at
+// the end of its lease, logs the refusal once at Error (not once per
+// retry), reports it in Health, and leads again by itself once the
+// privileges are granted back (within RefusalRetry).
+func TestRefusalWhileRunning(t *testing.T) {
+	t.Parallel()
+	admin := newPool(t)
+	table := uniqueName(t)
+	quoted := pgx.Identifier{"public", table}.Sanitize()
+	open(t, admin, "e", Options{Table: table})
+	pool := rolePool(t, admin, "GRANT SELECT, INSERT, UPDATE, DELETE ON "+quoted+" TO %s")
+	role := pool.Config().ConnConfig.User
+	b, err := New(pool, "e", Options{Table: table, NoCreate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	f, err := base.New(b, "n", base.Options{Timing: feedTiming, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Stop(context.Background()) }()
+	waitFor := func(what string, d time.Duration, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(d); !ok(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("not %s within %v; health %+v", what, d, f.Health())
+			}
+		}
+	}
+	waitFor("leader", wait, f.IsLeader)
+
+	mustExec(t, admin, "REVOKE INSERT, UPDATE ON "+quoted+" FROM "+pgx.Identifier{role}.Sanitize())
+	waitFor("stepped down", wait, func() bool { return !f.IsLeader() })
+	waitFor("refused", wait, func() bool { return f.Health().Refused != nil })
+	err = f.Healthy(0)
+	if !errors.Is(err, base.ErrRefused) || !strings.Contains(err.Error(), "store refuses") ||
+		!strings.Contains(err.Error(), "permission denied for table "+table) {
+		t.Fatalf("Healthy: %v, want the refusal naming the permission", err)
+	}
+	// Renewals retry until the lease ends: several refusals, one line.
+	if n := logs.count(`level=ERROR msg="leaderfeed: store refuses"`); n != 1 {
+		t.Fatalf("%d Error lines for the refusal, want 1:\n%s", n, logs.b.String())
+	}
+
+	mustExec(t, admin, "GRANT INSERT, UPDATE ON "+quoted+" TO "+pgx.Identifier{role}.Sanitize())
+	waitFor("leader again", base.RefusalRetry(feedTiming)+wait, f.IsLeader)
+	if err := f.Healthy(0); err != nil {
+		t.Fatalf("Healthy after the grant: %v", err)
+	}
+	if n := logs.count(`msg="leaderfeed: store takes the calls it refused"`); n != 1 {
+		t.Fatalf("%d lines saying the refusals ended, want 1", n)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -224,7 +225,13 @@ func TestRefusalWhileRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs lockedBuffer
-	f, err := base.New(b, "n", base.Options{Timing: feedTiming, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	var tracedRefusals atomic.Int64 // what a metric sees
+	trace := &base.Trace{RenewDone: func(ri base.RenewInfo) {
+		if errors.Is(ri.Err, base.ErrRefused) {
+			tracedRefusals.Add(1)
+		}
+	}}
+	f, err := base.New(b, "n", base.Options{Timing: feedTiming, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Trace: trace})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,6 +260,9 @@ func TestRefusalWhileRunning(t *testing.T) {
 	// Renewals retry until the lease ends: several refusals, one line.
 	if n := logs.count(`level=ERROR msg="leaderfeed: store refuses"`); n != 1 {
 		t.Fatalf("%d Error lines for the refusal, want 1:\n%s", n, logs.b.String())
+	}
+	if tracedRefusals.Load() == 0 {
+		t.Fatal("no refused renewal reached the Trace hook as ErrRefused")
 	}
 
 	mustExec(t, admin, "GRANT INSERT, UPDATE ON "+quoted+" TO "+pgx.Identifier{role}.Sanitize())

@@ -21,7 +21,8 @@ var (
 	ErrClosed = errors.New("leaderfeed: closed")
 	// ErrInvalidConfig: a constructor was given options, names or timings it
 	// cannot use, or Start or Create found the store unlike the options
-	// say (for example a missing table when creating is not allowed). heartbeat.ErrInvalidTiming and
+	// say (for example a missing table when creating is not allowed; such
+	// errors match ErrRefused too). heartbeat.ErrInvalidTiming and
 	// heartbeat.ErrInvalidRecord errors returned by this module also match it.
 	ErrInvalidConfig = errors.New("leaderfeed: invalid configuration")
 	// ErrUnsupported: the server lacks a capability the backend needs (for
@@ -39,6 +40,14 @@ var (
 	ErrNotStarted = errors.New("leaderfeed: not started")
 	// ErrObserveOnly: the feed was created to observe and never leads.
 	ErrObserveOnly = errors.New("leaderfeed: observe-only feed")
+	// ErrRefused: the store refuses the operation; retrying cannot fix it.
+	// A missing privilege, failed authentication, a missing database or
+	// table, a table of an older or foreign shape. Backends wrap it with
+	// the cause and the fix (the GRANT, or how to make the schema); every
+	// other failure of a call counts as transient. A Feed fails Start with
+	// it, and while running logs it, reports it in Health and retries the
+	// refused kind of call only every RefusalRetry (see Feed).
+	ErrRefused = errors.New("leaderfeed: store refuses")
 )
 
 // ConflictError is the error a Backend's Heartbeat returns when the stored

@@ -167,6 +167,21 @@
 //   - Mixed timings while some nodes run a version from before records
 //     carried the lease (they write no lease and ignore it).
 //
+// # When the store refuses
+//
+// A backend wraps with ErrRefused the errors that retrying cannot fix: a
+// missing privilege, wrong credentials, a missing database or table, a
+// table of another shape. The message gives the cause and the fix (a
+// GRANT, or how to make the schema). Start fails with such an error. While
+// running, a Feed logs the first refusal at Error and then at most a
+// summary a minute (not once per retry), reports it in Health (Healthy
+// fails at once: "store refuses (for D): ..."), passes it to the Trace
+// hooks (errors.Is(info.Err, ErrRefused)), and retries that kind of call
+// (writes, reads, the changefeed) only every RefusalRetry, so that a fix
+// applied later is picked up without a restart. A refused renewal is a
+// failed renewal: the leader steps down at the end of its lease. Run
+// returns the refusal instead of running on.
+//
 // # Writing a backend
 //
 // A backend implements Store: six methods, with the election as a key of

@@ -304,7 +304,8 @@ func (f *Feed) Dropped() uint64 {
 
 // Start checks and prepares the backend (Backend.Start, then Create) and
 // starts campaigning (or observing) in the background. It returns the
-// backend's error if that fails; the Feed can then be started again.
+// backend's error if that fails (one matching ErrRefused, naming the cause
+// and the fix, when the store refuses); the Feed can then be started again.
 // Starting a started Feed returns ErrAlreadyStarted, a stopped one ErrClosed.
 func (f *Feed) Start(ctx context.Context) error {
 	f.mu.Lock()

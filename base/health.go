@@ -36,6 +36,12 @@ type Health struct {
 	// RenewalsFailingSince is when the renewals of this node's current
 	// term started failing; zero after one succeeded, and when it won.
 	RenewalsFailingSince time.Time
+	// Refused is the store's last refusal (an error matching ErrRefused)
+	// while it refuses some kind of call (reads, writes, the changefeed);
+	// nil once every refused kind succeeded again. RefusedSince is when
+	// this run of refusals began.
+	Refused      error
+	RefusedSince time.Time
 	// ObserveOnly says what silence means: an ObserveOnly feed whose
 	// changefeed is open may hear nothing for as long as the election is
 	// vacant.
@@ -62,7 +68,10 @@ func (f *Feed) Health() Health {
 // Healthy reports whether the Feed works, in the style of a liveness
 // check: nil if it does, else an error saying what is wrong, matching
 // ErrUnhealthy when the Feed is wedged, ErrNotStarted before Start and
-// ErrClosed after Stop. A Feed is wedged when, for longer than bound:
+// ErrClosed after Stop. A Feed whose store refuses a kind of call is
+// unhealthy at once, with an error matching ErrUnhealthy and ErrRefused
+// ("store refuses: ..."): waiting cannot fix it. A Feed is wedged when,
+// for longer than bound:
 //
 //   - it leads and its renewals have been failing (it steps down at the
 //     end of its lease, so this shows only with a bound shorter than
@@ -91,6 +100,9 @@ func (f *Feed) Healthy(bound time.Duration) error {
 	}
 	now := time.Now()
 	since := func(t time.Time) time.Duration { return now.Sub(t).Round(time.Millisecond) }
+	if h.Refused != nil {
+		return fmt.Errorf("%w: store refuses (for %v): %w", ErrUnhealthy, since(h.RefusedSince), h.Refused)
+	}
 	if leader && !h.RenewalsFailingSince.IsZero() && now.Sub(h.RenewalsFailingSince) > bound {
 		return fmt.Errorf("%w: renewals of term %d failing for %v", ErrUnhealthy, term, since(h.RenewalsFailingSince))
 	}
@@ -160,18 +172,25 @@ func (l *loop) noteSubscribed(r subResult) {
 	}
 }
 
+// answered reports whether the store answered the call: it took it, or
+// told why not in the contract's terms (a conflict, no record, a
+// malformed record). A refusal (ErrRefused) is an answer too, but not one
+// that the call worked: it counts as contact, not as success.
+func (r callResult) answered() bool {
+	var conflict *ConflictError
+	return r.err == nil || errors.As(r.err, &conflict) || errors.Is(r.err, ErrNotFound) || errors.Is(r.err, ErrMalformedRecord)
+}
+
 // noteResult runs after the loop took in the result of a store call.
 func (l *loop) noteResult(r callResult) {
 	now := time.Now()
-	var conflict *ConflictError
-	isConflict := errors.As(r.err, &conflict)
-	answered := r.err == nil || isConflict || errors.Is(r.err, ErrNotFound) || errors.Is(r.err, ErrMalformedRecord)
+	answered := r.answered()
 	failed := !answered && l.ctx.Err() == nil
 	leading := l.m.role == roleLeader && l.m.term == r.next.Term
 	l.f.mu.Lock()
 	h := &l.f.health
-	if answered {
-		h.LastContact = now
+	if answered || errors.Is(r.err, ErrRefused) {
+		h.LastContact = now // the store answers, if only to refuse
 	}
 	switch r.kind {
 	case callRead:

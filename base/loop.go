@@ -38,6 +38,8 @@ type loop struct {
 	subCancel  context.CancelFunc
 	subResults chan subResult
 	pending    subResult // the Subscribe result being stepped
+
+	refusals refusals // see refused.go
 }
 
 type subResult struct {
@@ -84,9 +86,13 @@ func (l *loop) run() {
 			return
 		case n, ok := <-l.sub:
 			l.noteNotification(n, ok)
+			if ok && n.Type == Failed {
+				l.noteRefusal(refusedFeed, n.Err, false)
+			}
 			l.step(notificationInput{n: n, ok: ok})
 		case r := <-l.subResults:
 			l.noteSubscribed(r)
+			l.noteRefusal(refusedFeed, r.err, r.err == nil)
 			l.pending = r
 			l.step(subscribedInput{err: r.err, ok: r.err == nil && r.ch != nil})
 			l.pending = subResult{}
@@ -95,6 +101,7 @@ func (l *loop) run() {
 			if r.parent != nil {
 				r.parentDone = r.parent.Err() != nil
 			}
+			l.noteRefusal(opOf(r.kind), r.err, r.answered())
 			l.step(r)
 			l.noteResult(r)
 		case <-l.timers[timerClaim].C:
@@ -152,6 +159,7 @@ func (l *loop) exec(e effect) {
 		if e.align {
 			at = l.renewAt(at)
 		}
+		at = l.refusalDelay(e.t, at)
 		l.timers[e.t].Reset(max(0, time.Until(at)))
 	case stopTimer:
 		if e.t == timerLease {

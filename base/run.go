@@ -50,6 +50,14 @@ import (
 //     once, where a crash would leave the others waiting an election
 //     timeout) and returns a *PanicError carrying the value and the stack.
 //
+// When the store refuses a call (an error matching ErrRefused: a missing
+// privilege, a missing table), Run cancels fn's ctx, waits for fn, stops
+// the Feed and returns the refusal, which names the cause and the fix:
+// a Feed keeps retrying a refused call slowly (see RefusalRetry), but Run
+// is the one-call helper, and a process that cannot lead should say so
+// and exit rather than run on silently. A refusal at Start is Start's
+// error, as any other.
+//
 // Run returns ErrObserveOnly for an observe-only Feed, ErrClosed if the
 // Feed was stopped (before Run, or by a Stop call while Run runs, after fn
 // returned), and an error matching ErrAlreadyStarted if another Run is
@@ -105,6 +113,13 @@ func (f *Feed) Run(ctx context.Context, fn func(ctx context.Context, term uint64
 			}
 			if e.Type == EventElected {
 				r.elected(e.LeaderCtx, e.Term)
+			}
+			if (e.Type == EventError || e.Type == EventSubscribeError) && errors.Is(e.Err, ErrRefused) {
+				// Retrying cannot fix it: stop (fn first) and say why.
+				if ferr := r.finish(e.Err); ferr != nil {
+					return errors.Join(e.Err, ferr)
+				}
+				return e.Err
 			}
 		case res := <-r.done():
 			r.job = nil

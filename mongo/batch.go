@@ -61,7 +61,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 	s.mu.Unlock()
 	res, err := s.coll.UpdateBatch(ctx, ops, ids)
 	if err != nil {
-		return nil, opError(ctx, fmt.Sprintf("heartbeat batch of %d writes", len(ops)), err)
+		return nil, s.opError(ctx, fmt.Sprintf("heartbeat batch of %d writes", len(ops)), err)
 	}
 	if len(res.Errs) != len(ops) {
 		return nil, fmt.Errorf("mongo: heartbeat batch: the driver returned %d results for %d writes", len(res.Errs), len(ops))
@@ -76,7 +76,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 		i := index[j]
 		if err := res.Errs[j]; err != nil && !errors.Is(err, driver.ErrDuplicateKey) {
 			// Not a lost race: the server refused the op itself.
-			results[i].Err = opError(ctx, w.what, err)
+			results[i].Err = s.opError(ctx, w.what, err)
 			continue
 		}
 		doc := docs[w.next.Election]
@@ -125,7 +125,7 @@ func (s *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadRe
 	if len(ids) > 0 {
 		docs, err := s.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
 		if err != nil {
-			return nil, opError(ctx, fmt.Sprintf("get batch of %d elections", len(ids)), err)
+			return nil, s.opError(ctx, fmt.Sprintf("get batch of %d elections", len(ids)), err)
 		}
 		for _, doc := range docs {
 			id, ok := doc.Lookup("_id").StringValueOK()

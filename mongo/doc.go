@@ -160,6 +160,14 @@
 // between are lost, the elections' state is not. Terms and revisions are
 // stored as int64.
 //
+// # Refusals
+//
+// Unauthorized (code 13), AuthenticationFailed (18) and UserNotFound (11)
+// match base.ErrRefused, with the fix: the readWrite role on the database
+// (db.grantRolesToUser), or the credentials of the connection string. So
+// does a missing collection with NoCreate (db.createCollection). Every
+// other error is transient.
+//
 // # What is tested where
 //
 // The store's logic runs on a narrow internal interface with two

@@ -57,7 +57,7 @@ func (s *Store) Present(ctx context.Context, election string, p base.Presence) e
 		{Key: "$currentDate", Value: bson.D{{Key: fieldTimestamp, Value: true}}},
 	}, true)
 	if err != nil {
-		return opError(ctx, what, err)
+		return s.opError(ctx, what, err)
 	}
 	return nil
 }
@@ -69,7 +69,7 @@ func (s *Store) Absent(ctx context.Context, election, node string) error {
 		return err
 	}
 	if err := s.coll.DeleteOne(ctx, base.PresenceKey(election, node)); err != nil {
-		return opError(ctx, what+": delete", err)
+		return s.opError(ctx, what+": delete", err)
 	}
 	return nil
 }
@@ -88,11 +88,11 @@ func (s *Store) Participants(ctx context.Context, election string) ([]base.Prese
 	}
 	docs, err := s.coll.Find(ctx, bson.D{{Key: fieldMark, Value: int32(presenceMark)}, {Key: fieldElection, Value: election}})
 	if err != nil {
-		return nil, time.Time{}, opError(ctx, what, err)
+		return nil, time.Time{}, s.opError(ctx, what, err)
 	}
 	hello, err := s.coll.Hello(ctx)
 	if err != nil {
-		return nil, time.Time{}, opError(ctx, what+": hello", err)
+		return nil, time.Time{}, s.opError(ctx, what+": hello", err)
 	}
 	now, ok := hello.Lookup(fieldHelloTime).DateTimeOK()
 	if !ok {

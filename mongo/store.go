@@ -229,12 +229,28 @@ func (s *Store) check(ctx context.Context, what string) error {
 }
 
 // opError wraps err of the operation what, so that it matches ctx.Err()
-// when ctx ended during the call (the drivers do not always say so).
-func opError(ctx context.Context, what string, err error) error {
+// when ctx ended during the call (the drivers do not always say so), and
+// so that a refusal matches base.ErrRefused (see refusal).
+func (s *Store) opError(ctx context.Context, what string, err error) error {
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("mongo: %s: %w (%v)", what, cerr, err)
 	}
-	return fmt.Errorf("mongo: %s: %w", what, err)
+	return s.refusal("mongo: "+what, err)
+}
+
+// refusal wraps err with what and, when the server refused (the user may
+// not run the command, or the credentials are wrong: the adapter's
+// driver.ErrUnauthorized and driver.ErrAuthFailed), with base.ErrRefused
+// and the fix. Every other error is transient.
+func (s *Store) refusal(what string, err error) error {
+	switch {
+	case errors.Is(err, driver.ErrUnauthorized):
+		return fmt.Errorf("%s: %w: %w; fix: grant the user the readWrite role on database %q "+
+			"(db.grantRolesToUser(USER, [{role: \"readWrite\", db: %q}]))", what, base.ErrRefused, err, s.coll.DatabaseName(), s.coll.DatabaseName())
+	case errors.Is(err, driver.ErrAuthFailed):
+		return fmt.Errorf("%s: %w: %w; fix: the user, password and authSource of the connection string", what, base.ErrRefused, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // know records that election is an election's _id.
@@ -260,7 +276,7 @@ func (s *Store) Start(ctx context.Context) error {
 	}
 	hello, err := s.coll.Hello(ctx)
 	if err != nil {
-		return opError(ctx, "start: hello", err)
+		return s.opError(ctx, "start: hello", err)
 	}
 	if err := checkHello(hello); err != nil {
 		return fmt.Errorf("mongo: start: %w", err)
@@ -290,16 +306,17 @@ func (s *Store) Create(ctx context.Context) error {
 	if s.noCreate {
 		ok, err := s.coll.Exists(ctx)
 		if err != nil {
-			return opError(ctx, "create: list collections", err)
+			return s.opError(ctx, "create: list collections", err)
 		}
 		if !ok {
-			return fmt.Errorf("mongo: create: %w: collection %q does not exist in database %q and Options.NoCreate is set",
-				base.ErrInvalidConfig, s.collName, s.coll.DatabaseName())
+			return fmt.Errorf("mongo: create: %w: %w: collection %q does not exist in database %q and NoCreate is set; "+
+				"fix: let Create make it (NoCreate unset), or db.createCollection(%q)",
+				base.ErrRefused, base.ErrInvalidConfig, s.collName, s.coll.DatabaseName(), s.collName)
 		}
 		return nil
 	}
 	if err := s.coll.Create(ctx); err != nil {
-		return opError(ctx, "create collection "+s.collName, err)
+		return s.opError(ctx, "create collection "+s.collName, err)
 	}
 	return nil
 }
@@ -326,7 +343,7 @@ func (s *Store) get(ctx context.Context, election string) (heartbeat.Record, err
 		return heartbeat.Record{}, fmt.Errorf("mongo: %s: %w", what, base.ErrNotFound)
 	}
 	if err != nil {
-		return heartbeat.Record{}, opError(ctx, what, err)
+		return heartbeat.Record{}, s.opError(ctx, what, err)
 	}
 	rec, err := decodeRecord(raw, election)
 	if err != nil {
@@ -450,10 +467,10 @@ func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 		case errors.Is(gerr, driver.ErrNoDocument):
 			return heartbeat.Record{}, w.refused(nil)
 		default:
-			return heartbeat.Record{}, opError(ctx, w.what+" lost, then get", gerr)
+			return heartbeat.Record{}, s.opError(ctx, w.what+" lost, then get", gerr)
 		}
 	default:
-		return heartbeat.Record{}, opError(ctx, w.what, err)
+		return heartbeat.Record{}, s.opError(ctx, w.what, err)
 	}
 }
 

@@ -73,7 +73,7 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error)
 	}
 	if err != nil {
 		release()
-		return nil, opError(ctx, "subscribe: watch", err)
+		return nil, s.opError(ctx, "subscribe: watch", err)
 	}
 
 	s.mu.Lock()
@@ -132,7 +132,7 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error)
 func (s *Store) reread(ctx context.Context, deliver bool) ([]base.Notification, error) {
 	docs, err := s.coll.Find(ctx, bson.D{{Key: fieldMark, Value: bson.D{{Key: "$exists", Value: true}}}})
 	if err != nil {
-		return nil, opError(ctx, "subscribe: read the election records", err)
+		return nil, s.opError(ctx, "subscribe: read the election records", err)
 	}
 	var out []base.Notification
 	found := map[string]bool{}
@@ -165,7 +165,7 @@ func (s *Store) reread(ctx context.Context, deliver bool) ([]base.Notification, 
 			case errors.Is(err, driver.ErrNoDocument):
 				out = append(out, base.Notification{Type: base.RecordDeleted, Election: id})
 			case err != nil:
-				return nil, opError(ctx, fmt.Sprintf("subscribe: read election %q", id), err)
+				return nil, s.opError(ctx, fmt.Sprintf("subscribe: read election %q", id), err)
 			default: // a document without the mark
 				out = append(out, s.recordNotification(id, raw))
 			}
@@ -262,8 +262,8 @@ func (s *Store) run(live, streamCtx context.Context, stream driver.Stream, sub *
 		s.log.Warn("mongo: a change event was larger than 16 MiB; the next change stream starts after it", "err", failure)
 		s.saveToken(nil)
 	}
-	send(base.Notification{Type: base.Failed, Err: fmt.Errorf("mongo: change stream on %s.%s: %w",
-		s.coll.DatabaseName(), s.collName, failure)})
+	send(base.Notification{Type: base.Failed, Err: s.refusal(fmt.Sprintf("mongo: change stream on %s.%s",
+		s.coll.DatabaseName(), s.collName), failure)})
 }
 
 // translate turns a change event into notifications (none, when there is

@@ -298,9 +298,51 @@ func TestClassifyServerErrors(t *testing.T) {
 	if err := classify(fmt.Errorf("find: %w", mongodrv.ErrNoDocuments)); !errors.Is(err, driver.ErrNoDocument) || !errors.Is(err, mongodrv.ErrNoDocuments) {
 		t.Errorf("no documents: %v", err)
 	}
-	other := mongodrv.CommandError{Code: 13, Message: "Unauthorized"}
-	if err := classify(other); !hasCode(err, 13) || errors.Is(err, driver.ErrHistoryLost) || errors.Is(err, driver.ErrDuplicateKey) {
+	other := mongodrv.CommandError{Code: 2, Message: "BadValue"}
+	if err := classify(other); !hasCode(err, 2) || errors.Is(err, driver.ErrHistoryLost) || errors.Is(err, driver.ErrDuplicateKey) ||
+		errors.Is(err, driver.ErrUnauthorized) || errors.Is(err, driver.ErrAuthFailed) {
 		t.Errorf("another error: %v", err)
+	}
+}
+
+// The store sorts the server's refusals (a missing privilege, wrong
+// credentials) from transient failures: the refusals match
+// base.ErrRefused and say how to fix them. The errors are the driver's
+// own values, built as the driver builds them from a server reply (a
+// CommandError for a command's reply; an authentication failure reaches
+// the operation as a CommandError too, see mongo.wrapErrors).
+func TestRefusals(t *testing.T) {
+	s, err := NewStore(unconnected(t).Database("app"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		err     error
+		refused bool
+		words   []string
+	}{
+		{"Unauthorized", mongodrv.CommandError{Code: 13, Name: "Unauthorized",
+			Message: "not authorized on app to execute command { update: \"leaderfeed\" }"}, true, []string{"not authorized on app", `readWrite`, `db: "app"`}},
+		{"AuthenticationFailed", mongodrv.CommandError{Code: 18, Name: "AuthenticationFailed", Message: "Authentication failed."},
+			true, []string{"Authentication failed", "password"}},
+		{"UserNotFound", fmt.Errorf("connection(127.0.0.1:27017): %w", mongodrv.CommandError{Code: 11, Name: "UserNotFound"}), true, []string{"authSource"}},
+		{"NotWritablePrimary", mongodrv.CommandError{Code: 10107, Name: "NotWritablePrimary", Labels: []string{"RetryableWriteError"}}, false, nil},
+		{"network", mongodrv.CommandError{Code: 6, Name: "HostUnreachable", Labels: []string{"NetworkError"}}, false, nil},
+		{"timeout", context.DeadlineExceeded, false, nil},
+	} {
+		err := s.opError(ctx, "heartbeat", classify(tc.err))
+		if errors.Is(err, base.ErrRefused) != tc.refused {
+			t.Errorf("%s: %v: refused %v, want %v", tc.name, err, !tc.refused, tc.refused)
+			continue
+		}
+		for _, w := range tc.words {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not name %q", tc.name, err, w)
+			}
+		}
 	}
 }
 

@@ -48,6 +48,9 @@ func (c *v2Collection) Name() string         { return c.coll.Name() }
 // Server error codes the adapter tells apart (from the server's
 // error_codes.yml).
 const (
+	codeUserNotFound       = 11
+	codeUnauthorized       = 13
+	codeAuthFailed         = 18
 	codeNamespaceExists    = 48
 	codeCommandNotFound    = 59
 	codeCappedPositionLost = 136
@@ -79,6 +82,10 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", driver.ErrHistoryLost, err)
 	case hasCode(err, codeObjectTooLarge):
 		return fmt.Errorf("%w: %w", driver.ErrEventTooLarge, err)
+	case hasCode(err, codeUnauthorized):
+		return fmt.Errorf("%w: %w", driver.ErrUnauthorized, err)
+	case hasCode(err, codeAuthFailed, codeUserNotFound):
+		return fmt.Errorf("%w: %w", driver.ErrAuthFailed, err)
 	}
 	return err
 }

@@ -917,17 +917,18 @@ func TestCreate(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer b.Close()
-		if err := b.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) || !strings.Contains(err.Error(), "NoCreate") {
-			t.Fatalf("Create: %v, want ErrInvalidConfig naming NoCreate", err)
+		if err := b.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) || !errors.Is(err, base.ErrRefused) || !strings.Contains(err.Error(), "NoCreate") {
+			t.Fatalf("Create: %v, want ErrInvalidConfig and ErrRefused naming NoCreate", err)
 		}
 		// Reading or writing without the table says what is missing and
-		// how to make it, not only PostgreSQL's own words.
-		if _, err := b.Get(ctx); !errors.Is(err, base.ErrInvalidConfig) || !strings.Contains(err.Error(), "Create makes it") {
-			t.Fatalf("Get without the table: %v, want ErrInvalidConfig saying how to make it", err)
+		// how to make it, not only PostgreSQL's own words; retrying
+		// cannot fix it.
+		if _, err := b.Get(ctx); !errors.Is(err, base.ErrRefused) || !strings.Contains(err.Error(), "let Create make it") {
+			t.Fatalf("Get without the table: %v, want ErrRefused saying how to make it", err)
 		}
 		next := heartbeat.Record{Election: "e", Leader: "a", Term: 1, Lease: time.Second}
-		if _, err := b.Heartbeat(ctx, heartbeat.Record{}, next); !errors.Is(err, base.ErrInvalidConfig) || !strings.Contains(err.Error(), "does not exist") {
-			t.Fatalf("Heartbeat without the table: %v, want ErrInvalidConfig naming the missing relation", err)
+		if _, err := b.Heartbeat(ctx, heartbeat.Record{}, next); !errors.Is(err, base.ErrRefused) || !strings.Contains(err.Error(), "does not exist") {
+			t.Fatalf("Heartbeat without the table: %v, want ErrRefused naming the missing relation", err)
 		}
 	})
 

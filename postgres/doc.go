@@ -91,6 +91,23 @@
 // the table has none). TRUNCATE is not reported. Unless Options.NoCreate is
 // set, Create installs the trigger on that table; it never creates the table.
 //
+// # Refusals
+//
+// Errors are sorted by SQLSTATE. 42501 (insufficient_privilege), class 28
+// (authentication), 3D000 (no such database), 42P01, 42703, 3F000 and
+// 42883 (a missing or outdated schema) match base.ErrRefused and carry the
+// fix: "GRANT USAGE ON SCHEMA ... TO role; GRANT SELECT, INSERT, UPDATE,
+// DELETE ON table TO role" for the connection's role, GRANT CREATE ON
+// SCHEMA (or SchemaSQL with NoCreate) when Create may not create, CREATE
+// DATABASE, or SchemaSQL for a missing table. Every other error (a lost
+// connection, a timeout, a standby refusing writes during a failover) is
+// transient. Create tells a table that does not exist from one this role
+// may not read (has_schema_privilege, has_table_privilege): "election
+// table ... exists, but this role has no SELECT privilege on it". It does
+// not check write privileges (an observer needs SELECT only): the first
+// write that lacks them is refused with "permission denied for table ..."
+// and the GRANT.
+//
 // # What is not guaranteed
 //
 //   - Safety if the server loses commits it acknowledged: with

@@ -71,7 +71,7 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error)
 		if s.closed.Load() {
 			return nil, fmt.Errorf("postgres: Subscribe: %w", base.ErrClosed)
 		}
-		return nil, wrapErr(ctx, "postgres: Subscribe", err)
+		return nil, s.wrapErr(ctx, "postgres: Subscribe", err)
 	}
 	f.conn = conn
 	s.mu.Lock()

@@ -43,7 +43,7 @@ func (s *Store) Present(ctx context.Context, election string, p base.Presence) e
 		" SET leader = excluded.leader, value = excluded.value, ts = clock_timestamp()",
 		base.PresenceKey(election, p.Node), p.Node, v)
 	if err != nil {
-		return wrapErr(ctx, "postgres: Present", err)
+		return s.wrapErr(ctx, "postgres: Present", err)
 	}
 	return nil
 }
@@ -64,7 +64,7 @@ func (s *Store) Absent(ctx context.Context, election, node string) error {
 		return fmt.Errorf("postgres: Absent: %w", base.ErrClosed)
 	}
 	if _, err := s.pool.Exec(ctx, "DELETE FROM "+s.ddl.table+" WHERE election = $1", base.PresenceKey(election, node)); err != nil {
-		return wrapErr(ctx, "postgres: Absent", err)
+		return s.wrapErr(ctx, "postgres: Absent", err)
 	}
 	return nil
 }
@@ -81,7 +81,7 @@ func (s *Store) Participants(ctx context.Context, election string) ([]base.Prese
 	rows, err := s.pool.Query(ctx, "SELECT c.now, t.leader, t.value, t.ts FROM (SELECT clock_timestamp() AS now) AS c"+
 		" LEFT JOIN "+s.ddl.table+" AS t ON starts_with(t.election, $1)", base.PresenceKey(election, ""))
 	if err != nil {
-		return nil, time.Time{}, wrapErr(ctx, "postgres: Participants", err)
+		return nil, time.Time{}, s.wrapErr(ctx, "postgres: Participants", err)
 	}
 	defer rows.Close()
 	var (
@@ -93,7 +93,7 @@ func (s *Store) Participants(ctx context.Context, election string) ([]base.Prese
 	)
 	for rows.Next() {
 		if err := rows.Scan(&now, &node, &val, &ts); err != nil {
-			return nil, time.Time{}, wrapErr(ctx, "postgres: Participants", err)
+			return nil, time.Time{}, s.wrapErr(ctx, "postgres: Participants", err)
 		}
 		if node == nil || ts == nil {
 			continue // no presence row (the LEFT JOIN's row of the clock alone)
@@ -108,7 +108,7 @@ func (s *Store) Participants(ctx context.Context, election string) ([]base.Prese
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, time.Time{}, wrapErr(ctx, "postgres: Participants", err)
+		return nil, time.Time{}, s.wrapErr(ctx, "postgres: Participants", err)
 	}
 	return out, now, nil
 }

@@ -310,7 +310,9 @@ func (s *Store) create(ctx context.Context) error {
 		return err
 	}
 	if d.watch != "" {
-		if err := tableExists(ctx, tx, o.WatchSchema, o.WatchTable, "watched table"); err != nil {
+		// The watched table needs no privilege of this role once its
+		// trigger exists: a hidden one is fine.
+		if err := tableExists(ctx, tx, o.WatchSchema, o.WatchTable, "watched table"); err != nil && !errors.As(err, new(*hiddenError)) {
 			if errors.As(err, new(*missingError)) {
 				return fmt.Errorf("%w (the backend never creates the watched table): %w", err, base.ErrInvalidConfig)
 			}
@@ -347,7 +349,7 @@ func (s *Store) check(ctx context.Context) error {
 		}
 	}
 	if o.WatchTable != "" {
-		if err := tableExists(ctx, s.pool, o.WatchSchema, o.WatchTable, "watched table"); err != nil {
+		if err := tableExists(ctx, s.pool, o.WatchSchema, o.WatchTable, "watched table"); err != nil && !errors.As(err, new(*hiddenError)) {
 			return err
 		}
 		if err := triggerMissing(ctx, s.pool, o, o.WatchSchema, o.WatchTable); err != nil {
@@ -357,18 +359,35 @@ func (s *Store) check(ctx context.Context) error {
 	return nil
 }
 
+// tableExists returns a *missingError when the table does not exist, and
+// a *hiddenError when it exists but this role may not read it (no USAGE
+// on its schema or no SELECT on it): the catalog shows every table to
+// every role, so "absent" and "not yours" are told apart.
 func tableExists(ctx context.Context, q querier, schema, table, what string) error {
-	var exists bool
-	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p'))`, schema, table).Scan(&exists)
-	if err != nil {
-		return err
-	}
-	if !exists {
+	var usage, sel bool
+	err := q.QueryRow(ctx, `SELECT has_schema_privilege(n.oid, 'USAGE'), has_table_privilege(c.oid, 'SELECT')
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, schema, table).Scan(&usage, &sel)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return &missingError{what + " " + pgx.Identifier{schema, table}.Sanitize()}
+	case err != nil:
+		return err
+	case !usage:
+		return &hiddenError{fmt.Sprintf("%s %s exists, but this role has no USAGE privilege on schema %s",
+			what, pgx.Identifier{schema, table}.Sanitize(), pgx.Identifier{schema}.Sanitize())}
+	case !sel:
+		return &hiddenError{fmt.Sprintf("%s %s exists, but this role has no SELECT privilege on it",
+			what, pgx.Identifier{schema, table}.Sanitize())}
 	}
 	return nil
 }
+
+// hiddenError reports a table that exists but that this role may not
+// read.
+type hiddenError struct{ what string }
+
+func (e *hiddenError) Error() string { return e.what }
 
 // missingError reports a table or trigger that does not exist.
 type missingError struct{ what string }
@@ -397,8 +416,8 @@ func checkColumns(ctx context.Context, q querier, o Options) error {
 		}
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("election table %s does not have the expected shape: %s (Create adds missing columns unless NoCreate is set; SchemaSQL gives the statements): %w",
-			pgx.Identifier{o.Schema, o.Table}.Sanitize(), strings.Join(problems, "; "), base.ErrInvalidConfig)
+		return fmt.Errorf("election table %s does not have the expected shape: %s: %w: %w; fix: %s",
+			pgx.Identifier{o.Schema, o.Table}.Sanitize(), strings.Join(problems, "; "), base.ErrRefused, base.ErrInvalidConfig, fixSchema())
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,7 +130,7 @@ func (s *Store) Start(ctx context.Context) error {
 	}
 	var version int
 	if err := s.pool.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
-		return wrapErr(ctx, "postgres: Start: cannot query the server", err)
+		return s.wrapErr(ctx, "postgres: Start: cannot query the server", err)
 	}
 	if version < MinServerVersion {
 		return fmt.Errorf("postgres: server version %d is older than %d: %w", version, MinServerVersion, base.ErrUnsupported)
@@ -142,7 +143,12 @@ func (s *Store) Start(ctx context.Context) error {
 // are missing, or with Options.NoCreate only checks that they exist.
 // It is idempotent and safe to run from many processes at once: it runs in
 // one transaction under an advisory lock. What it finds missing or of the
-// wrong shape fails with an error matching base.ErrInvalidConfig.
+// wrong shape fails with an error matching base.ErrInvalidConfig and
+// base.ErrRefused; an election table this role may not read (no SELECT on
+// it, or no USAGE on its schema) fails with one matching base.ErrRefused
+// that gives the GRANT. Write privileges are not checked here (an
+// observer needs none): the first write that lacks one fails with
+// base.ErrRefused and the GRANT.
 func (s *Store) Create(ctx context.Context) error {
 	if s.closed.Load() {
 		return fmt.Errorf("postgres: Create: %w", base.ErrClosed)
@@ -154,10 +160,13 @@ func (s *Store) Create(ctx context.Context) error {
 		err = s.check(ctx)
 	}
 	if errors.As(err, new(*missingError)) && !errors.Is(err, base.ErrInvalidConfig) {
-		return fmt.Errorf("postgres: %v and Options.NoCreate is set (see SchemaSQL): %w", err, base.ErrInvalidConfig)
+		return fmt.Errorf("postgres: %v and NoCreate is set: %w: %w; fix: %s", err, base.ErrRefused, base.ErrInvalidConfig, fixSchema())
+	}
+	if errors.As(err, new(*hiddenError)) {
+		return fmt.Errorf("postgres: %v: %w; fix: %s", err, base.ErrRefused, s.grantFix())
 	}
 	if err != nil {
-		return wrapErr(ctx, "postgres: Create", err)
+		return s.wrapErr(ctx, "postgres: Create", err)
 	}
 	return nil
 }
@@ -201,13 +210,13 @@ func (s *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadRe
 	if len(names) > 0 {
 		rows, err := s.pool.Query(ctx, s.batchGet, names)
 		if err != nil {
-			return nil, wrapErr(ctx, "postgres: GetBatch", err)
+			return nil, s.wrapErr(ctx, "postgres: GetBatch", err)
 		}
 		for rows.Next() {
 			e, r, err := scanRecordRow(rows)
 			if err != nil && !errors.Is(err, base.ErrMalformedRecord) {
 				rows.Close()
-				return nil, wrapErr(ctx, "postgres: GetBatch", err)
+				return nil, s.wrapErr(ctx, "postgres: GetBatch", err)
 			}
 			i, ok := index[e]
 			if !ok || found[e] {
@@ -218,7 +227,7 @@ func (s *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadRe
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return nil, wrapErr(ctx, "postgres: GetBatch", err)
+			return nil, s.wrapErr(ctx, "postgres: GetBatch", err)
 		}
 	}
 	for e, i := range index {
@@ -235,7 +244,7 @@ func (s *Store) get(ctx context.Context, election string) (heartbeat.Record, err
 		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w", election, base.ErrNotFound)
 	}
 	if err != nil {
-		return heartbeat.Record{}, wrapErr(ctx, "postgres: Get", err)
+		return heartbeat.Record{}, s.wrapErr(ctx, "postgres: Get", err)
 	}
 	return r, nil
 }
@@ -289,7 +298,7 @@ func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 		return stored, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return heartbeat.Record{}, wrapErr(ctx, "postgres: Heartbeat", err)
+		return heartbeat.Record{}, s.wrapErr(ctx, "postgres: Heartbeat", err)
 	}
 	cur, err := s.get(ctx, next.Election)
 	switch {
@@ -414,7 +423,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 		err = cerr
 	}
 	if err != nil {
-		return nil, wrapErr(ctx, "postgres: HeartbeatBatch", err)
+		return nil, s.wrapErr(ctx, "postgres: HeartbeatBatch", err)
 	}
 
 	// The refused writes get the current record of their election.
@@ -461,7 +470,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 			// Written or not: the statement that wrote nothing ran, so
 			// these writes were refused; only their current record is
 			// unknown, as for a single Heartbeat whose read failed.
-			out[i].Err = refusedErr(writes[i].Expected, wrapErr(ctx, "postgres: HeartbeatBatch", err))
+			out[i].Err = refusedErr(writes[i].Expected, s.wrapErr(ctx, "postgres: HeartbeatBatch", err))
 		} else {
 			out[i].Err = base.NewConflict(heartbeat.Record{Election: e})
 		}
@@ -587,18 +596,59 @@ func decodeBase64(election string, s *string) ([]byte, error) {
 }
 
 // wrapErr prefixes err with what and makes sure it matches ctx.Err() when
-// ctx is done, whatever pgx made of the cancellation.
-func wrapErr(ctx context.Context, what string, err error) error {
+// ctx is done, whatever pgx made of the cancellation. It sorts the
+// server's refusals (see refusal) from transient failures.
+func (s *Store) wrapErr(ctx context.Context, what string, err error) error {
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("%s: %w (%v)", what, cerr, err)
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703" || pgErr.Code == "3F000") {
-		// undefined_table, undefined_column, invalid_schema_name: the
-		// schema was never made (or is of an older version) on this
-		// database. Say how to make it rather than only what is missing.
-		return fmt.Errorf("%s: %w: the election table is missing or of another shape (%s); Create makes it, or apply the SQL of `leaderfeed schema`: %w",
-			what, base.ErrInvalidConfig, pgErr.Message, err)
+	if rerr := s.refusal(what, err); rerr != nil {
+		return rerr
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// refusal returns err wrapped with base.ErrRefused, the cause and the fix
+// when it is a refusal that retrying cannot fix, judged by its SQLSTATE;
+// nil when it is not (a lost connection, a timeout, a serialization
+// failure, a standby refusing writes during a failover: transient).
+func (s *Store) refusal(what string, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return nil
+	}
+	switch code := pgErr.Code; {
+	case code == "42501": // insufficient_privilege
+		if strings.HasPrefix(what, "postgres: Create") && !s.opts.NoCreate {
+			return fmt.Errorf("%s: %w: %w; fix: %s and set NoCreate, or GRANT CREATE ON SCHEMA %s TO %s",
+				what, base.ErrRefused, err, fixApply, s.ddl.schema, s.role())
+		}
+		return fmt.Errorf("%s: %w: %w; fix: %s", what, base.ErrRefused, err, s.grantFix())
+	case strings.HasPrefix(code, "28"): // invalid_authorization_specification, invalid_password
+		return fmt.Errorf("%s: %w: %w; fix: the user and password of the connection (and the server's pg_hba.conf)", what, base.ErrRefused, err)
+	case code == "3D000": // invalid_catalog_name: no such database
+		return fmt.Errorf("%s: %w: %w; fix: CREATE DATABASE, or name an existing database in the connection string", what, base.ErrRefused, err)
+	case code == "42P01" || code == "42703" || code == "3F000" || code == "42883":
+		// undefined_table, undefined_column, invalid_schema_name,
+		// undefined_function: the schema was never made (or is of an
+		// older version) on this database.
+		return fmt.Errorf("%s: %w: %w: the election table is missing or of another shape (%w); fix: %s",
+			what, base.ErrRefused, base.ErrInvalidConfig, err, fixSchema())
+	}
+	return nil
+}
+
+// fixApply and fixSchema say how to make a missing or outdated schema.
+const fixApply = "apply SchemaSQL (the output of `leaderfeed schema`) as a role that may create tables"
+
+func fixSchema() string { return fixApply + ", or let Create make it (NoCreate unset)" }
+
+// role returns the role the pool connects as, quoted.
+func (s *Store) role() string { return pgx.Identifier{s.pool.Config().ConnConfig.User}.Sanitize() }
+
+// grantFix returns the statements that give the role what the Store
+// needs on the election table.
+func (s *Store) grantFix() string {
+	return "GRANT USAGE ON SCHEMA " + s.ddl.schema + " TO " + s.role() +
+		"; GRANT SELECT, INSERT, UPDATE, DELETE ON " + s.ddl.table + " TO " + s.role()
 }

@@ -83,7 +83,8 @@ func converge(ctx context.Context, c catalog, log *slog.Logger, db, table string
 		case actDone:
 			return s.Table, nil
 		case actMissing:
-			return tableRow{}, fmt.Errorf("rethink: %w: %s does not exist and Options.NoCreate is set", base.ErrInvalidConfig, s.What)
+			return tableRow{}, fmt.Errorf("rethink: %w: %w: %s does not exist and NoCreate is set; fix: let Create make it (NoCreate unset), or create it as admin",
+				base.ErrRefused, base.ErrInvalidConfig, s.What)
 		case actRefuse:
 			return tableRow{}, fmt.Errorf("rethink: create: %w: %s", base.ErrInvalidConfig, s.What)
 		case actCreateDB:
@@ -262,8 +263,8 @@ func settle(ctx context.Context, c catalog, log *slog.Logger, db, table string, 
 			return tableRow{}, err
 		}
 		if row.PrimaryKey != fieldID {
-			return tableRow{}, fmt.Errorf("rethink: %w: table %s.%s has the primary key %q; leaderfeed needs %q",
-				base.ErrInvalidConfig, db, table, row.PrimaryKey, fieldID)
+			return tableRow{}, fmt.Errorf("rethink: %w: %w: table %s.%s has the primary key %q; leaderfeed needs %q (name another table)",
+				base.ErrRefused, base.ErrInvalidConfig, db, table, row.PrimaryKey, fieldID)
 		}
 		err = c.waitReady(ctx)
 		if ambiguous(err) {
@@ -320,8 +321,8 @@ func (s *Store) createByName(ctx context.Context) error {
 	}
 	var pk string
 	if err := json.Unmarshal(raw, &pk); err != nil || pk != fieldID {
-		return fmt.Errorf("rethink: %w: table %s.%s has the primary key %s; leaderfeed needs %q",
-			base.ErrInvalidConfig, s.db, s.table, raw, fieldID)
+		return fmt.Errorf("rethink: %w: %w: table %s.%s has the primary key %s; leaderfeed needs %q (name another table)",
+			base.ErrRefused, base.ErrInvalidConfig, s.db, s.table, raw, fieldID)
 	}
 	return nil
 }
@@ -337,7 +338,8 @@ func (s *Store) ensure(ctx context.Context, what, name string, exists, create r.
 		return nil
 	}
 	if s.noCreate {
-		return fmt.Errorf("rethink: %w: %s %s does not exist and Options.NoCreate is set", base.ErrInvalidConfig, what, name)
+		return fmt.Errorf("rethink: %w: %w: %s %s does not exist and NoCreate is set; fix: let Create make it (NoCreate unset), or create it as admin",
+			base.ErrRefused, base.ErrInvalidConfig, what, name)
 	}
 	return s.runCreate(ctx, what, name, create)
 }

@@ -115,6 +115,15 @@
 // waits that out, and for the other calls it is an ordinary transient
 // error that the Feed retries.
 //
+// # Refusals
+//
+// Credentials the server rejects (r.RQLAuthError), a user without the
+// permission ("User `u` does not have the required `write` permission";
+// the fix is r.db(DB).table(T).grant(USER, {read: true, write: true}) as
+// admin), a database or table that does not exist, and a table with
+// another primary key match base.ErrRefused and carry the fix. Every other
+// error is transient, a table without its primary replica included.
+//
 // # Limits
 //
 // Database and table names must match ^[A-Za-z0-9_-]+$ and be at most

@@ -64,7 +64,7 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error)
 			return
 		}
 		select {
-		case ch <- base.Notification{Type: base.Failed, Err: fmt.Errorf("rethink: %s: %w", what, err)}:
+		case ch <- base.Notification{Type: base.Failed, Err: s.refusal("rethink: "+what, err)}:
 		case <-sctx.Done():
 		}
 	}()

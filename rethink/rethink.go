@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -196,8 +197,34 @@ func (s *Store) wrap(ctx context.Context, what string, err error) error {
 	case ambiguous(err):
 		return fmt.Errorf("rethink: %s: %w (duplicate databases or tables of one name: Create resolves them)", what, err)
 	}
-	return fmt.Errorf("rethink: %s: %w", what, err)
+	return s.refusal("rethink: "+what, err)
 }
+
+// refusal wraps err with what and, when the server refused in a way that
+// retrying cannot fix, with base.ErrRefused and the fix: credentials the
+// server rejects (r.RQLAuthError), a user without the permission
+// (RethinkDB's permission error, "User `u` does not have the required
+// `write` permission"; driver v6 gives it as an r.RQLRuntimeError), a
+// database or table that does not exist. Every other error is transient,
+// including a table without its primary replica (see unavailable).
+func (s *Store) refusal(what string, err error) error {
+	var fix string
+	switch msg := err.Error(); {
+	case errors.As(err, new(r.RQLAuthError)):
+		fix = "the user and password of the connection"
+	case strings.Contains(msg, "does not have the required"):
+		fix = fmt.Sprintf("as admin, r.db(%q).table(%q).grant(USER, {read: true, write: true})", s.db, s.table)
+	case missingRE.MatchString(msg):
+		fix = fmt.Sprintf("let Create make it (NoCreate unset), or create it as admin (r.dbCreate(%q), r.db(%q).tableCreate(%q))",
+			s.db, s.db, s.table)
+	default:
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return fmt.Errorf("%s: %w: %w; fix: %s", what, base.ErrRefused, err, fix)
+}
+
+// missingRE matches the server's words for a missing database or table.
+var missingRE = regexp.MustCompile("(Database|Table) `[^`]*` does not exist")
 
 // run runs q with ctx and returns the first raw response, as the server sent
 // it (pseudo-types unconverted).

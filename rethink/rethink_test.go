@@ -124,8 +124,17 @@ func TestCreateMissing(t *testing.T) {
 	if err := b.Start(ctx); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	if err := b.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) || !strings.Contains(err.Error(), missing) {
-		t.Fatalf("Create with a missing database and NoCreate: got %v, want ErrInvalidConfig naming %s", err, missing)
+	if err := b.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) || !errors.Is(err, base.ErrRefused) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("Create with a missing database and NoCreate: got %v, want ErrInvalidConfig and ErrRefused naming %s", err, missing)
+	}
+	// The server's own "does not exist" is a refusal too, with the fix:
+	// retrying cannot make the database.
+	if _, err := b.Get(ctx, "e"); !errors.Is(err, base.ErrRefused) || !strings.Contains(err.Error(), "does not exist") ||
+		!strings.Contains(err.Error(), "fix: let Create make") {
+		t.Fatalf("Get in a missing database: got %v, want ErrRefused with the fix", err)
+	}
+	if _, err := b.Heartbeat(ctx, heartbeat.Record{}, heartbeat.Record{Election: "e", Leader: "a", Term: 1, Lease: time.Second}); !errors.Is(err, base.ErrRefused) {
+		t.Fatalf("Heartbeat in a missing database: got %v, want ErrRefused", err)
 	}
 	var exists bool
 	if cur, err := r.DBList().Contains(missing).Run(s); err != nil || cur.One(&exists) != nil || exists {
@@ -134,8 +143,11 @@ func TestCreateMissing(t *testing.T) {
 
 	db := newDatabase(t)
 	b2 := noCreate(db, table)
-	if err := b2.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) || !strings.Contains(err.Error(), db+"."+table) {
-		t.Fatalf("Create with a missing table and NoCreate: got %v, want ErrInvalidConfig naming %s.%s", err, db, table)
+	if err := b2.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) || !errors.Is(err, base.ErrRefused) || !strings.Contains(err.Error(), db+"."+table) {
+		t.Fatalf("Create with a missing table and NoCreate: got %v, want ErrInvalidConfig and ErrRefused naming %s.%s", err, db, table)
+	}
+	if _, err := b2.Get(ctx, "e"); !errors.Is(err, base.ErrRefused) || !strings.Contains(err.Error(), "Table `"+db+"."+table+"` does not exist") {
+		t.Fatalf("Get in a missing table: got %v, want ErrRefused naming the table", err)
 	}
 	if _, err := r.DB(db).TableCreate(table).RunWrite(s); err != nil {
 		t.Fatal(err)
@@ -150,8 +162,8 @@ func TestCreateMissing(t *testing.T) {
 	}
 	b3, _ := rethink.NewStore(s, rethink.Options{Database: db, Table: "otherpk"})
 	defer b3.Close()
-	if err := b3.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) {
-		t.Fatalf("Create on a table with primary key \"name\": got %v, want ErrInvalidConfig", err)
+	if err := b3.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) || !errors.Is(err, base.ErrRefused) {
+		t.Fatalf("Create on a table with primary key \"name\": got %v, want ErrInvalidConfig and ErrRefused", err)
 	}
 }
 

@@ -16,8 +16,40 @@
 // or --schema and --table), mongodb:// and mongodb+srv:// (a replica set;
 // the database of the URL's path, default leaderfeed; --table names the
 // collection), rethinkdb://host:port/database (port 28015 by default,
-// database leaderfeed by default). What is missing is created unless
-// --no-create is given.
+// database leaderfeed by default). run creates what is missing unless
+// --no-create is given; status and watch never create anything (an
+// observer needs no right to change the database) and take neither
+// --no-create nor the timing flags.
+//
+// --connect-timeout (default 10s) is how long each command keeps trying
+// to reach the store at start: a refused connection, a name that does not
+// resolve, a server still starting are retried with backoff until then
+// (exit code 3). A refusal is not retried (exit code 4, below).
+//
+// # When the store refuses
+//
+// A store that answers but refuses is not a store that cannot be reached:
+// retrying cannot fix it, so every command exits at once with code 4 and
+// one line naming the cause and the fix. run does so also when the
+// refusal comes while it runs (a GRANT revoked). The lines, on
+// PostgreSQL 15, for a role "app" and the table public.leaderfeed:
+//
+//   - no privilege on the table: `election table "public"."leaderfeed"
+//     exists, but this role has no SELECT privilege on it ... fix: GRANT
+//     USAGE ON SCHEMA "public" TO "app"; GRANT SELECT, INSERT, UPDATE,
+//     DELETE ON "public"."leaderfeed" TO "app"`;
+//   - SELECT only (run's first claim): `claim term 1: ... ERROR: permission
+//     denied for table leaderfeed (SQLSTATE 42501); fix: GRANT ...`;
+//   - no table, with --no-create (or from status and watch): `election
+//     table "public"."leaderfeed" does not exist and --no-create is given
+//     ... fix: apply the output of `leaderfeed schema` as a role that may
+//     create tables, or run without --no-create, which creates it`;
+//   - a wrong password (SQLSTATE 28P01), a missing database (3D000): the
+//     server's words and the fix.
+//
+// MongoDB's Unauthorized (13) and AuthenticationFailed (18), RethinkDB's
+// permission errors, wrong credentials and missing databases or tables
+// are sorted the same way.
 //
 // # run
 //
@@ -54,8 +86,10 @@
 // to what it writes, so that a resource can refuse a deposed leader.
 //
 // --health ADDR serves /healthz: 200 and "ok", or 503 and the reason when
-// the election is wedged (see base.Feed.Healthy; --health-bound sets how
-// long). --metrics ADDR serves /metrics for Prometheus (see docs/METRICS.md
+// the election is wedged or the store refuses (see base.Feed.Healthy;
+// --health-bound sets how long). The log line "leaderfeed: CMD started"
+// gives CMD's own pid, and as group the pid of its process group's
+// leader (the guard on Linux). --metrics ADDR serves /metrics for Prometheus (see docs/METRICS.md
 // for the instruments and an example).
 //
 // # Timing
@@ -70,12 +104,19 @@
 //
 // # Exit codes
 //
-//	0    success; run: stopped by SIGINT or SIGTERM
+// One code per cause, the same in every command:
+//
+//	0    success; run, watch: stopped by SIGINT or SIGTERM
 //	1    a failure while running (the store lost, a read that failed)
-//	2    usage: a bad flag, a malformed or unsupported store URL, a missing
-//	     --, an election name or timing the library refuses, a taken --health
-//	     or --metrics address
-//	3    the store could not be reached or refused to serve at start
+//	2    usage: a bad flag (or one the command does not take), a
+//	     malformed or unsupported store URL, a missing --, an election
+//	     name or timing the library refuses, a taken --health or
+//	     --metrics address
+//	3    the store could not be reached within --connect-timeout
+//	4    the store refuses: a missing privilege, a wrong password, a
+//	     missing database or table, a table of another shape, a server
+//	     without a capability leaderfeed needs (MongoDB without a
+//	     replica set)
 //	126  CMD is not executable
 //	127  CMD was not found
 //	N    run without --restart: CMD's own status when it exited by itself

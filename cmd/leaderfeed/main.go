@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,12 +15,14 @@ import (
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
-// Exit codes (see the package doc).
+// Exit codes (see the package doc): one per cause, the same in every
+// command.
 const (
 	exitOK          = 0
 	exitFailure     = 1   // a failure while running: the store lost, a stop that failed
 	exitUsage       = 2   // bad flags or arguments: URL, missing --, election name, timing
-	exitUnreachable = 3   // the store could not be reached or refused at start
+	exitUnreachable = 3   // the store could not be reached within --connect-timeout
+	exitRefused     = 4   // the store refuses: privilege, password, missing database or table
 	exitNotExec     = 126 // CMD exists but cannot be run
 	exitNotFound    = 127 // CMD not found
 )
@@ -55,10 +58,17 @@ Usage:
 Run "leaderfeed COMMAND --help" for a command's flags.
 Store URLs: postgres://, postgresql://, mongodb://, mongodb+srv://,
 rethinkdb://host:port/database.
-Exit codes: 0 ok; 1 failure while running; 2 usage (bad flag, URL, election
-name, timing, missing --); 3 store unreachable or refusing at start; 126 CMD
-not executable; 127 CMD not found; run without --restart: CMD's own status
-when it exits by itself (128+N if killed by signal N).
+Exit codes, the same for every command:
+  0    ok; run, watch: stopped by SIGINT or SIGTERM
+  1    a failure while running (the store lost, a read that failed)
+  2    usage: a bad flag, URL, election name or timing, a missing --
+  3    the store could not be reached within --connect-timeout
+  4    the store refuses: a missing privilege, a wrong password, a missing
+       database or table (see --no-create and leaderfeed schema), a table
+       of another shape, a server without a capability leaderfeed needs
+  126  CMD not executable; 127 CMD not found
+  N    run without --restart: CMD's own status when it exits by itself
+       (128+N if killed by signal N)
 `
 
 // realMain runs the command line args and returns the exit code.
@@ -99,11 +109,46 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	if errors.As(err, &ee) {
 		code = ee.code
 	}
-	fmt.Fprintf(stderr, "leaderfeed %s: %s\n", args[0], strings.Join(strings.Fields(err.Error()), " "))
+	fmt.Fprintf(stderr, "leaderfeed %s: %s\n", args[0], cliWords(args[0]).Replace(strings.Join(strings.Fields(err.Error()), " ")))
 	return code
 }
 
-// common holds the flags every command but schema has.
+// cliWords returns what turns the library's words in an error into the
+// command's: the flags the user typed instead of the Options fields they
+// set, and `leaderfeed schema` instead of postgres.SchemaSQL. status and
+// watch never create anything, so their fix is run's.
+func cliWords(command string) *strings.Replacer {
+	noCreate := "and --no-create is given"
+	create := "run without --no-create, which creates it"
+	if command == "status" || command == "watch" {
+		noCreate = "and " + command + " never creates it"
+		create = "let `leaderfeed run` (without --no-create) create it"
+	}
+	return strings.NewReplacer(
+		"and NoCreate is set", noCreate,
+		"let Create make it (NoCreate unset)", create,
+		"and set NoCreate", "and run with --no-create",
+		"apply SchemaSQL (the output of `leaderfeed schema`)", "apply the output of `leaderfeed schema`",
+		"Options.NoCreate", "--no-create",
+		"Options.Table", "--table",
+		"Options.Collection", "--table",
+		"Options.Schema", "--schema",
+		"MaxNameLen (", "the limit (",
+		"heartbeat.MaxValueLen (", "the limit (",
+		"invalid configuration: Value is", "invalid configuration: --value is",
+		"HeartbeatInterval", "--heartbeat",
+		"ElectionTimeoutMin", "--election-timeout-min",
+		"ElectionTimeoutMax", "--election-timeout-max",
+		"LeaseDuration", "--lease",
+		"VacancyJitter", "--vacancy-jitter",
+	)
+}
+
+// common holds the flags of the commands that reach the store (run,
+// status, watch). Each command registers only the flags that mean
+// something to it: register for all three, registerLog for run and watch,
+// registerRun for run alone (status and watch never create anything and
+// do not campaign, so --no-create and the timing flags are not theirs).
 type common struct {
 	store, election        string
 	table, schema          string
@@ -115,14 +160,21 @@ type common struct {
 	jitter, failover       time.Duration
 }
 
-func (c *common) register(fs *flag.FlagSet, logLevel string) {
+func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.store, "store", "", "store URL: postgres://, postgresql://, mongodb://, mongodb+srv://, rethinkdb://host:port/database (required)")
 	fs.StringVar(&c.election, "election", "", "election name (required)")
 	fs.StringVar(&c.table, "table", "", "election table (postgres, rethinkdb) or collection (mongodb); default leaderfeed")
 	fs.StringVar(&c.schema, "schema", "", "postgres schema of the table; default public")
-	fs.BoolVar(&c.noCreate, "no-create", false, "do not create the table: only check it exists (see leaderfeed schema)")
-	fs.DurationVar(&c.connectTimeout, "connect-timeout", 10*time.Second, "how long to try to reach the store at start")
+	fs.DurationVar(&c.connectTimeout, "connect-timeout", 10*time.Second,
+		"how long to keep trying to reach the store at start, retrying with backoff (a refusal fails at once)")
+}
+
+func (c *common) registerLog(fs *flag.FlagSet, logLevel string) {
 	fs.StringVar(&c.logLevel, "log-level", logLevel, "log level on stderr: debug, info, warn, error")
+}
+
+func (c *common) registerRun(fs *flag.FlagSet) {
+	fs.BoolVar(&c.noCreate, "no-create", false, "do not create the table: only check it exists (see leaderfeed schema)")
 	fs.DurationVar(&c.heartbeat, "heartbeat", 0, "heartbeat interval (default 1s)")
 	fs.DurationVar(&c.timeoutMin, "election-timeout-min", 0, "shortest election timeout (default 2s)")
 	fs.DurationVar(&c.timeoutMax, "election-timeout-max", 0, "longest election timeout (default 4s)")
@@ -132,37 +184,40 @@ func (c *common) register(fs *flag.FlagSet, logLevel string) {
 }
 
 // check validates the flags that need no connection: usage errors.
-func (c *common) check(needElection bool) (*storeURL, heartbeat.Timing, *slog.Logger, error) {
+func (c *common) check(needElection bool) (*storeURL, heartbeat.Timing, error) {
 	u, err := parseStore(c.store)
 	if err != nil {
-		return nil, heartbeat.Timing{}, nil, &exitError{exitUsage, err}
+		return nil, heartbeat.Timing{}, &exitError{exitUsage, err}
 	}
 	if needElection {
 		if c.election == "" {
-			return nil, heartbeat.Timing{}, nil, exitf(exitUsage, "--election is required")
+			return nil, heartbeat.Timing{}, exitf(exitUsage, "--election is required")
 		}
 		if err := heartbeat.ValidateName("election name", c.election); err != nil {
-			return nil, heartbeat.Timing{}, nil, exitf(exitUsage, "bad --election: %v", err)
+			return nil, heartbeat.Timing{}, exitf(exitUsage, "bad --election: %v", err)
 		}
+	}
+	if c.connectTimeout <= 0 {
+		return nil, heartbeat.Timing{}, exitf(exitUsage, "bad --connect-timeout %v: must be positive", c.connectTimeout)
 	}
 	t := heartbeat.Timing{HeartbeatInterval: c.heartbeat, ElectionTimeoutMin: c.timeoutMin,
 		ElectionTimeoutMax: c.timeoutMax, LeaseDuration: c.lease, VacancyJitter: c.jitter}
 	if c.failover != 0 {
 		if t != (heartbeat.Timing{}) {
-			return nil, heartbeat.Timing{}, nil, exitf(exitUsage, "--failover excludes --heartbeat, --election-timeout-min/max, --lease and --vacancy-jitter")
+			return nil, heartbeat.Timing{}, exitf(exitUsage, "--failover excludes --heartbeat, --election-timeout-min/max, --lease and --vacancy-jitter")
 		}
 		if t, err = heartbeat.TimingFor(c.failover); err != nil {
-			return nil, heartbeat.Timing{}, nil, exitf(exitUsage, "bad --failover: %v", err)
+			return nil, heartbeat.Timing{}, exitf(exitUsage, "bad --failover: %v", err)
 		}
 	}
 	if err := t.WithDefaults().Validate(); err != nil {
-		return nil, heartbeat.Timing{}, nil, exitf(exitUsage, "bad timing: %v", err)
+		return nil, heartbeat.Timing{}, exitf(exitUsage, "bad timing: %v", err)
 	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
-		return nil, heartbeat.Timing{}, nil, exitf(exitUsage, "bad --log-level %q: want debug, info, warn or error", c.logLevel)
+	if err := level.UnmarshalText([]byte(c.logLevel)); c.logLevel != "" && err != nil {
+		return nil, heartbeat.Timing{}, exitf(exitUsage, "bad --log-level %q: want debug, info, warn or error", c.logLevel)
 	}
-	return u, t, nil, nil
+	return u, t, nil
 }
 
 func (c *common) storeOptions() storeOptions {
@@ -208,32 +263,71 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// openBackend connects to the store and makes the election's backend. Its
-// errors carry their exit code.
-func openBackend(u *storeURL, c *common, startCtxTimeout time.Duration) (*store, base.Backend, error) {
-	ctx, cancel := contextWithTimeout(startCtxTimeout)
+// openBackend connects to the store and makes the election's backend,
+// trying for as long as --connect-timeout allows (see retry). Its errors
+// carry their exit code.
+func openBackend(u *storeURL, c *common) (*store, base.Backend, error) {
+	ctx, cancel := contextWithTimeout(c.connectTimeout)
 	defer cancel()
-	st, err := u.open(ctx, c.storeOptions())
+	var st *store
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		st, err = u.open(ctx, c.storeOptions())
+		return err
+	})
 	if err != nil {
-		return nil, nil, classify(err)
+		return nil, nil, classify(c, err)
 	}
 	b, err := st.backend(c.election)
 	if err != nil {
 		st.close()
-		return nil, nil, classify(err)
+		return nil, nil, classify(c, err)
 	}
 	return st, b, nil
 }
 
-// classify gives a store error its exit code: a refused configuration is a
-// usage error, anything else means the store cannot be used.
-func classify(err error) error {
+// retry calls f until it succeeds, fails in a way that retrying cannot fix
+// (permanent), or ctx ends: with backoff from 50 ms to 1 s between tries.
+// It returns the last error that said more than that ctx ended.
+func retry(ctx context.Context, f func(context.Context) error) error {
+	wait := 50 * time.Millisecond
+	var last error
+	for {
+		err := f(ctx)
+		if err == nil || permanent(err) {
+			return err
+		}
+		if last == nil || ctx.Err() == nil {
+			last = err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return last
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// permanent reports whether retrying cannot fix err: the store refuses or
+// lacks a capability, or the configuration is wrong.
+func permanent(err error) bool {
+	return errors.Is(err, base.ErrRefused) || errors.Is(err, base.ErrUnsupported) || errors.Is(err, base.ErrInvalidConfig)
+}
+
+// classify gives a store error its exit code (one per cause), and names
+// the store.
+func classify(c *common, err error) error {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return err
 	}
-	if errors.Is(err, base.ErrInvalidConfig) {
+	switch {
+	case errors.Is(err, base.ErrRefused), errors.Is(err, base.ErrUnsupported):
+		return &exitError{exitRefused, fmt.Errorf("store %s: %w", redact(c.store), err)}
+	case errors.Is(err, base.ErrInvalidConfig):
 		return &exitError{exitUsage, err}
 	}
-	return &exitError{exitUnreachable, err}
+	return &exitError{exitUnreachable, fmt.Errorf("store %s: not reached within --connect-timeout %v: %w", redact(c.store), c.connectTimeout, err)}
 }

@@ -15,6 +15,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -278,8 +279,15 @@ func TestRunThreeNodes(t *testing.T) {
 	election := uniqueName("e2e")
 	lockKey := strconv.FormatInt(time.Now().UnixNano()&0x7fffffffffff, 10)
 
+	// watch never creates the table: let run make it first (on an
+	// election of its own; CMD exits at once). status and watch take no
+	// timing flags.
+	mk := start(t, bin, io.Discard, append([]string{"run", "--store", url, "--election", uniqueName("mk")}, append(timingFlags, "--", "true")...)...)
+	if code := mk.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("run making the table: exit %d", code)
+	}
 	var watchOut syncBuffer
-	watch := start(t, bin, &watchOut, append([]string{"watch", "--store", url, "--election", election}, timingFlags...)...)
+	watch := start(t, bin, &watchOut, "watch", "--store", url, "--election", election)
 
 	nodes := map[string]*proc{}
 	for i := 1; i <= 3; i++ {
@@ -301,6 +309,10 @@ func TestRunThreeNodes(t *testing.T) {
 	time.Sleep(3 * electionTimeoutMax) // let every node settle
 	if cs := readChildren(t, dir); len(cs) != 1 {
 		t.Fatalf("children of a stable leader: %+v, want 1", cs)
+	}
+	// The log names CMD's own pid (the child's), not its guard's.
+	if want := fmt.Sprintf(`msg="leaderfeed: CMD started" term=%d pid=%d group=`, first.term, first.pid); !strings.Contains(leader.stderr.String(), want) {
+		t.Fatalf("the leader's log does not say %q:\n%s", want, leader.stderr.String())
 	}
 
 	// status, health and metrics of the leader, on the real server.
@@ -540,13 +552,11 @@ func TestRunGrace(t *testing.T) {
 	}
 }
 
-// schema prints SQL that an administrator runs; run and status then work
-// with --no-create.
-func TestSchema(t *testing.T) {
-	url := postgresURL(t)
-	bin, _ := binaries(t)
-	schema := uniqueName("lf_schema")
-	out, err := exec.Command(bin, "schema", "--store", url, "--schema", schema).Output()
+// applySchema applies the output of leaderfeed schema (the default
+// table, or the one of args) to the database of url.
+func applySchema(t *testing.T, bin, url string, args ...string) {
+	t.Helper()
+	out, err := exec.Command(bin, append([]string{"schema", "--store", url}, args...)...).Output()
 	if err != nil {
 		t.Fatalf("schema: %v", err)
 	}
@@ -557,10 +567,147 @@ func TestSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), `DROP SCHEMA "`+schema+`" CASCADE`) })
 	if _, err := conn.Exec(ctx, string(out)); err != nil {
 		t.Fatalf("the script of schema fails: %v\n%s", err, out)
 	}
+}
+
+// adminExec runs sql on the database of url.
+func adminExec(t *testing.T, url, sql string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// withURL returns url with what change does to it.
+func withURL(t *testing.T, url string, change func(*neturl.URL)) string {
+	t.Helper()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	change(u)
+	return u.String()
+}
+
+// runErrorLine runs leaderfeed with args, wants exit code want within
+// 20 s, and returns the last line of its standard error: the error.
+func runErrorLine(t *testing.T, bin string, want int, args ...string) string {
+	t.Helper()
+	p := start(t, bin, io.Discard, args...)
+	started := time.Now()
+	if code := p.wait(t, 20*time.Second); code != want {
+		t.Fatalf("%v: exit code %d, want %d\n%s", args, code, want, p.stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(p.stderr.String()), "\n")
+	last := lines[len(lines)-1]
+	t.Logf("%s after %v, exit %d: %s", args[0], time.Since(started).Round(time.Millisecond), want, last)
+	return last
+}
+
+// libraryWords are the library's names that the command must not show:
+// it speaks of its flags and of leaderfeed schema.
+var libraryWords = []string{"Options.", "NoCreate", "SchemaSQL", "Create make", "MaxNameLen", "MaxValueLen", "LeaseDuration", "ElectionTimeoutMin", "Value is"}
+
+func checkCLIWords(t *testing.T, line string) {
+	t.Helper()
+	for _, w := range libraryWords {
+		if strings.Contains(line, w) {
+			t.Errorf("%q speaks the library's words (%q), not the command's", line, w)
+		}
+	}
+}
+
+// As a role with no privilege on an existing election table, and again
+// with SELECT only, run --no-create exits with the refusal's code (4)
+// within 20 s, on one line naming the permission and the GRANT; it does
+// not run on, retrying what cannot succeed.
+func TestRunRefused(t *testing.T) {
+	url := postgresURL(t)
+	bin, _ := binaries(t)
+	table := uniqueName("refused")
+	applySchema(t, bin, url, "--table", table)
+	t.Cleanup(func() { adminExec(t, url, `DROP TABLE IF EXISTS "`+table+`"`) })
+	for _, tc := range []struct {
+		name, grant, says string
+	}{
+		{"no privilege", "", "exists, but this role has no SELECT privilege on it"},
+		{"SELECT only", `GRANT SELECT ON "` + table + `" TO %s`, "permission denied for table " + table},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			role := uniqueName("role")
+			adminExec(t, url, `CREATE ROLE "`+role+`" LOGIN PASSWORD 'pw'`)
+			t.Cleanup(func() { adminExec(t, url, `DROP OWNED BY "`+role+`"; DROP ROLE "`+role+`"`) })
+			if tc.grant != "" {
+				adminExec(t, url, strings.ReplaceAll(tc.grant, "%s", `"`+role+`"`))
+			}
+			line := runErrorLine(t, bin, exitRefused, append([]string{"run", "--store", withURL(t, url, func(u *neturl.URL) { u.User = neturl.UserPassword(role, "pw") }), "--election", "e",
+				"--table", table, "--no-create"}, append(timingFlags, "--", "sh", "-c", "exit 0")...)...)
+			for _, w := range []string{"leaderfeed run: ", tc.says, `GRANT SELECT, INSERT, UPDATE, DELETE ON "public"."` + table + `" TO "` + role + `"`} {
+				if !strings.Contains(line, w) {
+					t.Errorf("last line %q does not say %q", line, w)
+				}
+			}
+			checkCLIWords(t, line)
+		})
+	}
+}
+
+// watch and status change nothing: against a database without the
+// election table they fail (exit 4, saying how to make it) and leave it
+// without the table.
+func TestReadOnlyCommandsCreateNothing(t *testing.T) {
+	url := postgresURL(t)
+	bin, _ := binaries(t)
+	db := uniqueName("empty")
+	adminExec(t, url, `CREATE DATABASE "`+db+`"`)
+	t.Cleanup(func() { adminExec(t, url, `DROP DATABASE "`+db+`" WITH (FORCE)`) })
+	empty := withURL(t, url, func(u *neturl.URL) { u.Path = "/" + db })
+	for _, command := range []string{"watch", "status"} {
+		line := runErrorLine(t, bin, exitRefused, command, "--store", empty, "--election", "e")
+		for _, w := range []string{"leaderfeed " + command + ": ", "does not exist", "leaderfeed schema", "leaderfeed run"} {
+			if !strings.Contains(line, w) {
+				t.Errorf("%s: last line %q does not say %q", command, line, w)
+			}
+		}
+		checkCLIWords(t, line)
+	}
+	var n int
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname = 'leaderfeed'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("relations named leaderfeed after watch and status: %d (%v), want none", n, err)
+	}
+}
+
+// schema prints SQL that an administrator runs; run and status then work
+// with --no-create.
+func TestSchema(t *testing.T) {
+	url := postgresURL(t)
+	bin, _ := binaries(t)
+	schema := uniqueName("lf_schema")
+	t.Cleanup(func() { adminExec(t, url, `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`) })
+	applySchema(t, bin, url, "--schema", schema)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
 	election := uniqueName("schema")
 	p := start(t, bin, io.Discard, append([]string{"run", "--store", url, "--election", election, "--schema", schema, "--no-create"},
 		append(timingFlags, "--", "sh", "-c", "exit 0")...)...)
@@ -606,14 +753,21 @@ func TestBadInput(t *testing.T) {
 		{"missing --", []string{"run", "--store", pg, "--election", "e", "sh", "-c", "touch " + marker}, exitUsage, `put CMD after --`},
 		{"missing -- and CMD", []string{"run", "--store", pg, "--election", "e"}, exitUsage, "missing -- before CMD"},
 		{"bad election name", append([]string{"run", "--store", pg, "--election", strings.Repeat("x", 200)}, touch...), exitUsage, "bad --election"},
-		{"bad timing", append([]string{"run", "--store", pg, "--election", "e", "--lease", "5s"}, touch...), exitUsage, "bad timing"},
+		{"bad timing", append([]string{"run", "--store", pg, "--election", "e", "--lease", "5s"}, touch...), exitUsage, "bad timing: heartbeat: invalid timing: --lease (5s) must be less than --election-timeout-min (2s)"},
+		{"value too long", append([]string{"run", "--store", pg, "--election", "e", "--value", strings.Repeat("v", 3000)}, touch...), exitUsage, "--value is 3000 bytes, more than the limit (2048)"},
 		{"unknown flag", append([]string{"run", "--store", pg, "--election", "e", "--colour"}, touch...), exitUsage, "flag provided but not defined"},
 		{"CMD not found", []string{"run", "--store", pg, "--election", "e", "--", "no-such-command-xyz"}, exitNotFound, `CMD "no-such-command-xyz" not found`},
 		{"CMD not executable", []string{"run", "--store", pg, "--election", "e", "--", noExec}, exitNotExec, "is not executable"},
-		{"unreachable store", append([]string{"run", "--store", "postgres://u@127.0.0.1:1/db", "--election", "e", "--connect-timeout", "2s"}, touch...), exitUnreachable, "127.0.0.1:1"},
-		{"status unreachable", []string{"status", "--store", "postgres://u@127.0.0.1:1/db", "--election", "e", "--connect-timeout", "2s"}, exitUnreachable, "127.0.0.1:1"},
+		{"unreachable store", append([]string{"run", "--store", "postgres://u@127.0.0.1:1/db", "--election", "e", "--connect-timeout", "1s"}, touch...), exitUnreachable, "not reached within --connect-timeout 1s"},
+		{"status unreachable", []string{"status", "--store", "postgres://u@127.0.0.1:1/db", "--election", "e", "--connect-timeout", "1s"}, exitUnreachable, "127.0.0.1:1"},
+		{"watch unreachable", []string{"watch", "--store", "rethinkdb://127.0.0.1:1/db", "--election", "e", "--connect-timeout", "1s"}, exitUnreachable, "127.0.0.1:1"},
 		{"schema of mongodb", []string{"schema", "--store", "mongodb://h/db"}, exitUsage, "only the postgres backend needs a script"},
-		{"schema bad table", []string{"schema", "--store", "postgres://h/db", "--table", "a-b"}, exitUsage, "Table"},
+		{"schema bad table", []string{"schema", "--store", "postgres://h/db", "--table", "a-b"}, exitUsage, `--table "a-b" is not a plain identifier`},
+		{"status --no-create", []string{"status", "--store", pg, "--election", "e", "--no-create"}, exitUsage, "flag provided but not defined: -no-create"},
+		{"status timing", []string{"status", "--store", pg, "--election", "e", "--lease", "1s"}, exitUsage, "flag provided but not defined: -lease"},
+		{"status --log-level", []string{"status", "--store", pg, "--election", "e", "--log-level", "debug"}, exitUsage, "flag provided but not defined: -log-level"},
+		{"watch --no-create", []string{"watch", "--store", pg, "--election", "e", "--no-create"}, exitUsage, "flag provided but not defined: -no-create"},
+		{"watch timing", []string{"watch", "--store", pg, "--election", "e", "--heartbeat", "1s"}, exitUsage, "flag provided but not defined: -heartbeat"},
 	}
 	if os.Getenv("LEADERFEED_POSTGRES_URL") != "" {
 		cases = append(cases, struct {
@@ -621,19 +775,25 @@ func TestBadInput(t *testing.T) {
 			args []string
 			code int
 			says string
-		}{"status without the table", []string{"status", "--store", pg, "--election", "e", "--table", "no_such_table_xyz"}, exitFailure, "Create makes it, or apply the SQL of `leaderfeed schema`"})
+		}{"status without the table", []string{"status", "--store", pg, "--election", "e", "--table", "no_such_table_xyz"}, exitRefused, "apply the output of `leaderfeed schema`"})
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			cmd := exec.Command(bin, tc.args...)
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			started := time.Now()
 			err := cmd.Run()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != tc.code {
 				t.Fatalf("exit: %v, want code %d; stderr %q", err, tc.code, stderr.String())
 			}
+			// An unreachable store is tried until --connect-timeout.
+			if took := time.Since(started); tc.code == exitUnreachable && took < 900*time.Millisecond {
+				t.Fatalf("gave up after %v, before --connect-timeout 1s", took)
+			}
 			msg := stderr.String()
+			checkCLIWords(t, msg)
 			if tc.args != nil && strings.Count(msg, "\n") != 1 {
 				t.Fatalf("stderr is not one line: %q", msg)
 			}

@@ -25,7 +25,10 @@ Prints the election's record: leader (empty when vacant), term, revision,
 value, and the age of the last heartbeat in the store's own clock. It only
 reads; an election that never had a leader shows exists: false.
 
-Exit codes: 0 printed; 1 the read failed; 2 usage; 3 store unreachable.
+It never creates anything: without the table it fails with exit code 4.
+
+Exit codes: 0 printed; 1 the read failed; 2 usage; 3 store not reached
+within --connect-timeout; 4 store refuses (a missing privilege or table).
 `
 
 // statusJSON is what status --json prints.
@@ -41,9 +44,9 @@ type statusJSON struct {
 }
 
 func statusCommand(args []string, stdout, stderr io.Writer) error {
-	var c common
+	c := common{noCreate: true}
 	fs := newFlagSet("status", statusUse, stdout, stderr)
-	c.register(fs, "warn")
+	c.register(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -51,11 +54,11 @@ func statusCommand(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return exitf(exitUsage, "unexpected argument %q", fs.Arg(0))
 	}
-	u, _, _, err := c.check(true)
+	u, _, err := c.check(true)
 	if err != nil {
 		return err
 	}
-	st, b, err := openBackend(u, &c, c.connectTimeout)
+	st, b, err := openBackend(u, &c)
 	if err != nil {
 		return err
 	}
@@ -63,13 +66,15 @@ func statusCommand(args []string, stdout, stderr io.Writer) error {
 	defer b.Close()
 	ctx, cancel := contextWithTimeout(c.connectTimeout)
 	defer cancel()
-	if err := b.Start(ctx); err != nil {
-		return classify(fmt.Errorf("store %s: %w", redact(c.store), err))
+	if err := retry(ctx, b.Start); err != nil {
+		return classify(&c, err)
 	}
 	out := statusJSON{Election: c.election}
 	rec, err := b.Get(ctx)
 	switch {
 	case errors.Is(err, base.ErrNotFound):
+	case errors.Is(err, base.ErrRefused):
+		return classify(&c, err)
 	case err != nil:
 		return fmt.Errorf("read the record: %w", err)
 	default:
@@ -103,7 +108,10 @@ Follows the election without campaigning and prints each change of leader
 as one JSON line ({"time", "leader", "term", "value"}; leader "" when
 vacant), the current one first, until interrupted (SIGINT, SIGTERM).
 
-Exit codes: 0 interrupted; 1 failure; 2 usage; 3 store unreachable.
+It never creates anything: without the table it fails with exit code 4.
+
+Exit codes: 0 interrupted; 1 failure; 2 usage; 3 store not reached within
+--connect-timeout; 4 store refuses (a missing privilege or table).
 `
 
 // watchLine is one line of watch.
@@ -115,22 +123,23 @@ type watchLine struct {
 }
 
 func watchCommand(args []string, stdout, stderr io.Writer) error {
-	var c common
+	c := common{noCreate: true}
 	fs := newFlagSet("watch", watchUse, stdout, stderr)
-	c.register(fs, "warn")
+	c.register(fs)
+	c.registerLog(fs, "warn")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return exitf(exitUsage, "unexpected argument %q", fs.Arg(0))
 	}
-	u, timing, _, err := c.check(true)
+	u, timing, err := c.check(true)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	st, b, err := openBackend(u, &c, c.connectTimeout)
+	st, b, err := openBackend(u, &c)
 	if err != nil {
 		return err
 	}
@@ -138,18 +147,18 @@ func watchCommand(args []string, stdout, stderr io.Writer) error {
 	feed, err := base.New(b, fmt.Sprintf("watch-%d", os.Getpid()), base.Options{Timing: timing, ObserveOnly: true, Logger: c.logger(stderr)})
 	if err != nil {
 		_ = b.Close()
-		return classify(err)
+		return classify(&c, err)
 	}
 	sub := feed.Subscribe(ctx)
 	sctx, cancel := context.WithTimeout(ctx, c.connectTimeout)
-	err = feed.Start(sctx)
+	err = retry(sctx, feed.Start)
 	cancel()
 	if err != nil {
 		_ = feed.Stop(context.Background())
 		if ctx.Err() != nil {
 			return nil
 		}
-		return classify(fmt.Errorf("store %s: %w", redact(c.store), err))
+		return classify(&c, err)
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), timing.WithDefaults().ElectionTimeoutMax)
@@ -158,6 +167,9 @@ func watchCommand(args []string, stdout, stderr io.Writer) error {
 	}()
 	enc := json.NewEncoder(stdout)
 	for e := range sub.C {
+		if (e.Type == base.EventError || e.Type == base.EventSubscribeError) && errors.Is(e.Err, base.ErrRefused) {
+			return classify(&c, e.Err) // retrying cannot fix it
+		}
 		if e.Type != base.EventNewLeader {
 			continue
 		}

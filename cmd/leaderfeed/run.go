@@ -36,9 +36,14 @@ or with --restart campaigns again. On SIGINT or SIGTERM it stops CMD the
 same way, resigns and exits 0. On Linux CMD gets SIGKILL if leaderfeed dies,
 kill -9 included.
 
+When the store refuses (a missing privilege, a missing table), run exits
+with 4 and one line naming the cause and the fix, also when the refusal
+comes while it runs (a GRANT revoked): retrying cannot fix it.
+
 Exit codes: 0 stopped by a signal; 1 failure while running; 2 usage; 3 store
-unreachable at start; 126 CMD not executable; 127 CMD not found; CMD's status
-(128+N if killed by signal N) when CMD exits by itself without --restart.
+not reached within --connect-timeout; 4 store refuses; 126 CMD not
+executable; 127 CMD not found; CMD's status (128+N if killed by signal N)
+when CMD exits by itself without --restart.
 `
 
 // childExit is CMD's exit status, for leaderfeed's own.
@@ -52,7 +57,9 @@ func (e *childExit) Error() string { return fmt.Sprintf("CMD exited: %v", e.err)
 func runCommand(args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := newFlagSet("run", runUse, stdout, stderr)
-	c.register(fs, "info")
+	c.register(fs)
+	c.registerLog(fs, "info")
+	c.registerRun(fs)
 	host, _ := os.Hostname()
 	id := fs.String("id", fmt.Sprintf("%s-%d", host, os.Getpid()), "node id, unique in the election")
 	value := fs.String("value", "", "value published while leading (e.g. this node's address)")
@@ -75,7 +82,7 @@ func runCommand(args []string, stdout, stderr io.Writer) error {
 	if len(cmdArgs) == 0 {
 		return exitf(exitUsage, "no CMD after --")
 	}
-	u, timing, _, err := c.check(true)
+	u, timing, err := c.check(true)
 	if err != nil {
 		return err
 	}
@@ -118,7 +125,7 @@ func runCommand(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	st, b, err := openBackend(u, &c, c.connectTimeout)
+	st, b, err := openBackend(u, &c)
 	if err != nil {
 		return err
 	}
@@ -143,7 +150,7 @@ func runCommand(args []string, stdout, stderr io.Writer) error {
 	feed, err := base.New(b, *id, opts)
 	if err != nil {
 		_ = b.Close()
-		return classify(err)
+		return classify(&c, err)
 	}
 	if metrics != nil {
 		stopMetrics, err := metrics.Observe(feed)
@@ -153,14 +160,14 @@ func runCommand(args []string, stdout, stderr io.Writer) error {
 		defer stopMetrics()
 	}
 	startCtx, cancelStart := context.WithTimeout(ctx, c.connectTimeout)
-	err = feed.Start(startCtx)
+	err = retry(startCtx, feed.Start)
 	cancelStart()
 	if err != nil {
 		_ = feed.Stop(context.Background())
 		if ctx.Err() != nil {
 			return nil // interrupted while connecting
 		}
-		return classify(fmt.Errorf("store %s: %w", redact(c.store), err))
+		return classify(&c, err)
 	}
 
 	var servers []*http.Server
@@ -188,7 +195,11 @@ func runCommand(args []string, stdout, stderr io.Writer) error {
 	sp := newSpawner()
 	r := &runner{feed: feed, log: log, path: path, args: cmdArgs, grace: *grace, restart: *restart, spawner: sp,
 		env: []string{"LEADERFEED_ELECTION=" + c.election, "LEADERFEED_NODE=" + *id}}
-	return feed.Run(ctx, r.lead)
+	err = feed.Run(ctx, r.lead)
+	if errors.Is(err, base.ErrRefused) {
+		return classify(&c, err)
+	}
+	return err
 }
 
 // splitDashes splits args at the first "--".
@@ -235,7 +246,7 @@ func (r *runner) lead(ctx context.Context, term uint64) error {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), append(slices.Clone(r.env), "LEADERFEED_TERM="+strconv.FormatUint(term, 10))...)
 	cmd.SysProcAttr = sysProcAttr()
-	release, err := r.spawner.start(cmd)
+	release, cmdPid, err := r.spawner.start(cmd)
 	if err != nil {
 		code := exitNotExec
 		if errors.Is(err, os.ErrNotExist) {
@@ -245,7 +256,7 @@ func (r *runner) lead(ctx context.Context, term uint64) error {
 	}
 	// pid leads CMD's process group: CMD's guard on Linux, else CMD.
 	pid := cmd.Process.Pid
-	r.log.Info("leaderfeed: CMD started", "term", term, "pid", pid)
+	r.log.Info("leaderfeed: CMD started", "term", term, "pid", cmdPid, "group", pid)
 	exited := make(chan error, 1)
 	go func() {
 		err := cmd.Wait()

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -28,7 +31,12 @@ import (
 const guardArg = "__guard"
 
 // guardFd is the guard's end of the pipe: the first of cmd.ExtraFiles.
-const guardFd = 3
+// pidFd, the second, is where the guard writes CMD's pid, one line, once
+// CMD has started (and nothing if it could not start it).
+const (
+	guardFd = 3
+	pidFd   = 4
+)
 
 // guarded reports whether CMD runs under a guard on this system.
 const guarded = true
@@ -49,21 +57,33 @@ func (*spawner) command(path, argv0 string, args []string) *exec.Cmd {
 	return cmd
 }
 
-// start starts cmd (from command) with the guard's pipe. The returned
+// start starts cmd (from command) with the guard's pipes and returns the
+// pid of CMD itself (0 if the guard could not start it). The returned
 // function closes leaderfeed's end; call it once the guard has exited.
-func (*spawner) start(cmd *exec.Cmd) (func(), error) {
+func (*spawner) start(cmd *exec.Cmd) (func(), int, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("guard pipe: %w", err)
+		return nil, 0, fmt.Errorf("guard pipe: %w", err)
 	}
-	cmd.ExtraFiles = []*os.File{r}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		_ = r.Close()
+		_ = w.Close()
+		return nil, 0, fmt.Errorf("guard pipe: %w", err)
+	}
+	defer pr.Close()
+	cmd.ExtraFiles = []*os.File{r, pw}
 	err = cmd.Start()
-	_ = r.Close() // the guard has its copy
+	_ = r.Close() // the guard has its copies
+	_ = pw.Close()
 	if err != nil {
 		_ = w.Close()
-		return nil, err
+		return nil, 0, err
 	}
-	return func() { _ = w.Close() }, nil
+	// The guard writes the pid right after starting CMD, or exits: EOF.
+	line, _ := bufio.NewReader(pr).ReadString('\n')
+	pid, _ := strconv.Atoi(strings.TrimSpace(line))
+	return func() { _ = w.Close() }, pid, nil
 }
 
 // guardMain is the guard: args are PATH ARGV0 ARGS...
@@ -73,10 +93,15 @@ func guardMain(args []string) int {
 		return exitUsage
 	}
 	parent := os.NewFile(guardFd, "leaderfeed")
-	if parent == nil {
+	pidOut := os.NewFile(pidFd, "leaderfeed-pid")
+	if parent == nil || pidOut == nil {
 		fmt.Fprintln(os.Stderr, "leaderfeed: guard: no pipe from leaderfeed")
 		return exitUsage
 	}
+	// Neither pipe is CMD's: with the pid pipe open in CMD, leaderfeed
+	// would read no EOF if the guard died before writing.
+	syscall.CloseOnExec(guardFd)
+	syscall.CloseOnExec(pidFd)
 	// Handled, not ignored: ignored signals would stay ignored in CMD.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -96,7 +121,12 @@ func guardMain(args []string) int {
 	cmd.Args[0] = args[1]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	err := cmd.Start()
+	if err == nil {
+		fmt.Fprintln(pidOut, cmd.Process.Pid)
+	}
+	_ = pidOut.Close()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "leaderfeed: cannot start CMD %q: %v\n", args[1], err)
 		if os.IsNotExist(err) {
 			return exitNotFound

@@ -25,6 +25,12 @@ func (*spawner) command(path, argv0 string, args []string) *exec.Cmd {
 	return cmd
 }
 
-func (*spawner) start(cmd *exec.Cmd) (func(), error) { return func() {}, cmd.Start() }
+// start starts cmd and returns CMD's pid.
+func (*spawner) start(cmd *exec.Cmd) (func(), int, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, 0, err
+	}
+	return func() {}, cmd.Process.Pid, nil
+}
 
 func guardMain([]string) int { return exitUsage }

@@ -173,8 +173,11 @@ func (u *storeURL) open(ctx context.Context, so storeOptions) (*store, error) {
 			timeout = time.Until(d)
 		}
 		sess, err := r.Connect(r.ConnectOpts{Address: u.addr, Timeout: timeout})
+		if errors.As(err, new(r.RQLAuthError)) {
+			return nil, fmt.Errorf("rethinkdb: cannot connect to %s: %w: %s; fix: the user and password of the connection", u.addr, base.ErrRefused, oneLine(err))
+		}
 		if err != nil {
-			return nil, &unreachableError{fmt.Errorf("rethinkdb: cannot connect to %s: %s", u.addr, oneLine(err))}
+			return nil, fmt.Errorf("rethinkdb: cannot connect to %s: %s", u.addr, oneLine(err))
 		}
 		return &store{
 			kind: u.kind,
@@ -190,11 +193,6 @@ func (u *storeURL) open(ctx context.Context, so storeOptions) (*store, error) {
 	}
 	return nil, fmt.Errorf("unsupported store %q", u.kind)
 }
-
-// unreachableError marks a failure to reach the store (exit code 3).
-type unreachableError struct{ error }
-
-func (e *unreachableError) Unwrap() error { return e.error }
 
 // oneLine returns err's message on one line.
 func oneLine(err error) string {

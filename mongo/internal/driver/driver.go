@@ -42,6 +42,12 @@ var (
 	// the collection was dropped or renamed (an invalidate event). The
 	// backend ends the stream with it; adapters do not return it.
 	ErrInvalidated = errors.New("change stream invalidated: the collection was dropped or renamed")
+	// ErrUnauthorized: the user may not run the command (server code 13
+	// Unauthorized). Retrying cannot fix it.
+	ErrUnauthorized = errors.New("not authorized")
+	// ErrAuthFailed: the server refused the credentials (server codes 18
+	// AuthenticationFailed, 11 UserNotFound). Retrying cannot fix it.
+	ErrAuthFailed = errors.New("authentication failed")
 )
 
 // Collection is the collection that holds the election documents, as the

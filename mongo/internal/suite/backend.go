@@ -183,8 +183,10 @@ func testCreate(t *testing.T, newServer NewServer) {
 	if err := strict.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := strict.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) {
-		t.Fatalf("Create with NoCreate on a missing collection = %v, want ErrInvalidConfig", err)
+	// A refusal: retrying cannot make the collection; the error says how.
+	if err := strict.Create(ctx); !errors.Is(err, base.ErrInvalidConfig) || !errors.Is(err, base.ErrRefused) ||
+		!strings.Contains(err.Error(), "createCollection") {
+		t.Fatalf("Create with NoCreate on a missing collection = %v, want ErrInvalidConfig and ErrRefused with the fix", err)
 	}
 	b := s.backend(t, el, mongo.Options{})
 	for range 2 { // idempotent

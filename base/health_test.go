@@ -225,14 +225,15 @@ func TestTrace(t *testing.T) {
 
 		ta.mu.Lock()
 		defer ta.mu.Unlock()
-		if len(ta.claims) != 1 || !ta.claims[0].Won || ta.claims[0].Err != nil || ta.claims[0].Term != 1 {
-			t.Fatalf("a's claims: %+v, want one won, term 1", ta.claims)
+		if len(ta.claims) != 1 || !ta.claims[0].Won || ta.claims[0].Err != nil || ta.claims[0].Term != 1 ||
+			ta.claims[0].Election != "e" || ta.claims[0].NodeID != "a" {
+			t.Fatalf("a's claims: %+v, want one won, term 1, by a in e", ta.claims)
 		}
 		if len(ta.renews) < 5 {
 			t.Fatalf("a's renewals: %d traced, want at least 5", len(ta.renews))
 		}
-		if r := ta.renews[0]; r.Err != nil || r.Latency != delay || r.Term != 1 {
-			t.Fatalf("first renewal %+v, want no error and latency %v", r, delay)
+		if r := ta.renews[0]; r.Err != nil || r.Latency != delay || r.Term != 1 || r.Election != "e" || r.NodeID != "a" {
+			t.Fatalf("first renewal %+v, want no error and latency %v, by a in e", r, delay)
 		}
 		if r := ta.renews[1]; r.Err == nil || !strings.Contains(r.Err.Error(), "boom") {
 			t.Fatalf("second renewal %+v, want the injected error", r)
@@ -243,6 +244,9 @@ func TestTrace(t *testing.T) {
 		for _, c := range tb.claims {
 			if c.Won {
 				t.Fatalf("b won a claim on a stale revision: %+v", c)
+			}
+			if c.Election != "e" || c.NodeID != "b" {
+				t.Fatalf("b's claim %+v names another Feed", c)
 			}
 			if errors.Is(c.Err, base.ErrConflict) {
 				lost++

@@ -12,6 +12,10 @@ import "time"
 // the order the calls returned. They must not block and must not call the
 // Feed's methods that wait for the engine (Resign, Proclaim, Stop): the
 // election waits while a hook runs. Record a number and return.
+//
+// Every call names its election and node, so one Trace may serve every
+// Feed of a process (all the Feeds of an Elections, say); its hooks are
+// then called from many goroutines at once and must be safe for that.
 type Trace struct {
 	// ClaimDone is called when the reply to a claim of leadership came
 	// back (or the call failed).
@@ -23,6 +27,8 @@ type Trace struct {
 
 // ClaimInfo is the outcome of one claim.
 type ClaimInfo struct {
+	// Election and NodeID name the Feed that claimed.
+	Election, NodeID string
 	// Term is the term claimed.
 	Term uint64
 	// Latency is the time from sending the claim to taking in its reply.
@@ -38,6 +44,8 @@ type ClaimInfo struct {
 
 // RenewInfo is the outcome of one renewal.
 type RenewInfo struct {
+	// Election and NodeID name the Feed that renewed.
+	Election, NodeID string
 	// Term is the term renewed.
 	Term uint64
 	// Latency is the time from sending the renewal to taking in its reply.

@@ -23,6 +23,19 @@ type Trace struct {
 	// RenewDone is called when the reply to a renewal came back (or the
 	// call failed).
 	RenewDone func(RenewInfo)
+	// Event is called with every event the Feed emits (the last ones of
+	// Stop too), before any subscription is handed it: a metrics package
+	// counts leadership changes here without a subscription, and its
+	// goroutine, per Feed.
+	Event func(EventInfo)
+}
+
+// EventInfo is one event of a Feed, as Trace.Event sees it.
+type EventInfo struct {
+	// Election and NodeID name the Feed.
+	Election, NodeID string
+	// Event is the event, as subscriptions get it.
+	Event Event
 }
 
 // ClaimInfo is the outcome of one claim.

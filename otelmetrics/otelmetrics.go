@@ -96,7 +96,13 @@ type observed struct {
 	attrs attribute.Set // election and node
 
 	mu       sync.Mutex
-	outcomes map[string]attribute.Set // attrs and an outcome, made on first use
+	outcomes []outcomeSet // made on first use of each outcome
+}
+
+// outcomeSet is the attribute set of a Feed's election, node and outcome.
+type outcomeSet struct {
+	outcome string
+	attrs   attribute.Set
 }
 
 // New creates the instruments on a meter of mp and registers the one
@@ -274,13 +280,12 @@ func (m *Metrics) withOutcome(election, node string, err error) metric.Measureme
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	s, ok := o.outcomes[oc]
-	if !ok {
-		if o.outcomes == nil {
-			o.outcomes = make(map[string]attribute.Set, 1)
+	for _, s := range o.outcomes {
+		if s.outcome == oc {
+			return metric.WithAttributeSet(s.attrs)
 		}
-		s = attribute.NewSet(attrElection.String(election), attrNode.String(node), attrOutcome.String(oc))
-		o.outcomes[oc] = s
 	}
+	s := attribute.NewSet(attrElection.String(election), attrNode.String(node), attrOutcome.String(oc))
+	o.outcomes = append(o.outcomes, outcomeSet{oc, s})
 	return metric.WithAttributeSet(s)
 }

@@ -261,7 +261,7 @@ func writeProm(w io.Writer, rm metricdata.ResourceMetrics) {
 func labels(s attribute.Set, extra ...string) string {
 	var kv []string
 	for _, a := range s.ToSlice() {
-		kv = append(kv, fmt.Sprintf("%s=%q", strings.ReplaceAll(string(a.Key), ".", "_"), a.Value.AsString()))
+		kv = append(kv, fmt.Sprintf("%s=%q", strings.ReplaceAll(string(a.Key), ".", "_"), a.Value.String()))
 	}
 	slices.Sort(kv)
 	if len(extra) == 2 {

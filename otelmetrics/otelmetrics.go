@@ -18,7 +18,10 @@
 // gauges (leading, term, heartbeat age, dropped events), which one
 // callback reads from every observed Feed at each collection; a Feed
 // leaves them when it stops. An election costs the SDK's points for its
-// attribute sets, not instruments of its own.
+// attribute sets (7 for a leader in a steady state), not instruments of
+// its own. The SDK keeps at most 2,000 points per instrument unless told
+// otherwise (sdkmetric.WithCardinalityLimit) and folds the rest into one
+// overflow point: a process with more Feeds must raise the limit.
 //
 // The instruments, attributes and an example scrape are in
 // docs/METRICS.md. Names follow the OpenTelemetry semantic conventions:

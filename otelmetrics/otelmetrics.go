@@ -86,8 +86,10 @@ type Metrics struct {
 	age       metric.Float64ObservableGauge
 	dropped   metric.Int64ObservableCounter
 
-	mu    sync.RWMutex
-	feeds map[feedKey]*observed
+	// feeds holds a *observed per feedKey. A sync.Map, so that the hooks
+	// of every Feed find their attributes without a lock that a
+	// collection or an Observe would hold.
+	feeds sync.Map
 }
 
 type feedKey struct{ election, node string }
@@ -116,7 +118,7 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 		return nil, errors.New("otelmetrics: MeterProvider is nil")
 	}
 	meter := mp.Meter(ScopeName)
-	m := &Metrics{feeds: make(map[feedKey]*observed)}
+	m := &Metrics{}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
@@ -169,22 +171,20 @@ func (m *Metrics) Trace() *base.Trace { return m.trace }
 func (m *Metrics) Observe(f *base.Feed) (stop func(), err error) {
 	k := feedKey{f.Election(), f.NodeID()}
 	o := &observed{feed: f, attrs: attribute.NewSet(attrElection.String(k.election), attrNode.String(k.node))}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if old, ok := m.feeds[k]; ok && !stopped(old.feed) {
-		return nil, fmt.Errorf("otelmetrics: election %q, node %q is observed already (one running Feed per election and node)", k.election, k.node)
+	for {
+		old, loaded := m.feeds.LoadOrStore(k, o)
+		if !loaded {
+			break
+		}
+		if !stopped(old.(*observed).feed) {
+			return nil, fmt.Errorf("otelmetrics: election %q, node %q is observed already (one running Feed per election and node)", k.election, k.node)
+		}
+		if m.feeds.CompareAndSwap(k, old, o) {
+			break
+		}
 	}
-	m.feeds[k] = o
-	return func() { m.forget(k, o) }, nil
-}
-
-// forget removes o from the gauges, unless another Feed took its place.
-func (m *Metrics) forget(k feedKey, o *observed) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.feeds[k] == o {
-		delete(m.feeds, k)
-	}
+	// Never removes a Feed observed later under the same names.
+	return func() { m.feeds.CompareAndDelete(k, o) }, nil
 }
 
 func stopped(f *base.Feed) bool {
@@ -199,14 +199,13 @@ func stopped(f *base.Feed) bool {
 // observe is the callback of the gauges: one pass over the observed
 // Feeds, forgetting those that stopped.
 func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
-	var gone []feedKey
 	now := time.Now()
-	m.mu.RLock()
-	for k, ob := range m.feeds {
+	m.feeds.Range(func(k, v any) bool {
+		ob := v.(*observed)
 		f := ob.feed
 		if stopped(f) {
-			gone = append(gone, k)
-			continue
+			m.feeds.CompareAndDelete(k, ob)
+			return true
 		}
 		attrs := metric.WithAttributeSet(ob.attrs)
 		leading := int64(0)
@@ -221,17 +220,8 @@ func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
 			o.ObserveFloat64(m.age, now.Sub(h.LastRecord).Seconds(), attrs)
 		}
 		o.ObserveInt64(m.dropped, int64(f.DroppedChanges()), attrs)
-	}
-	m.mu.RUnlock()
-	if len(gone) > 0 {
-		m.mu.Lock()
-		for _, k := range gone {
-			if ob, ok := m.feeds[k]; ok && stopped(ob.feed) {
-				delete(m.feeds, k)
-			}
-		}
-		m.mu.Unlock()
-	}
+		return true
+	})
 	return nil
 }
 
@@ -259,9 +249,10 @@ func (m *Metrics) event(e base.EventInfo) {
 
 // lookup returns the observed Feed of election and node, or nil.
 func (m *Metrics) lookup(election, node string) *observed {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.feeds[feedKey{election, node}]
+	if v, ok := m.feeds.Load(feedKey{election, node}); ok {
+		return v.(*observed)
+	}
+	return nil
 }
 
 // attrs returns the attribute set of election and node: the observed

@@ -2,11 +2,11 @@ package base
 
 import "time"
 
-// Trace is a set of hooks that a Feed calls as its store calls return, for
-// metrics and tracing, in the style of net/http/httptrace.ClientTrace: set
-// Options.Trace, and leave the fields you do not need nil. Events say what
-// happened; Trace adds what they do not carry, such as latencies and lost
-// claims.
+// Trace is a set of hooks that a Feed calls as its store calls return and
+// as it emits events, for metrics and tracing, in the style of
+// net/http/httptrace.ClientTrace: set Options.Trace, and leave the fields
+// you do not need nil. Events say what happened; Trace adds what they do
+// not carry, such as latencies and lost claims.
 //
 // The hooks are called on the Feed's engine goroutine, one at a time, in
 // the order the calls returned. They must not block and must not call the

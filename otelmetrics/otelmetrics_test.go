@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -400,5 +401,35 @@ func TestClaimConflict(t *testing.T) {
 func TestNewNilProvider(t *testing.T) {
 	if _, err := otelmetrics.New(nil); err == nil {
 		t.Fatal("New(nil) succeeded")
+	}
+}
+
+// TestObserveStartsNoGoroutine: observing a Feed costs an entry in a map,
+// not a goroutine (the old Observe subscribed to each Feed's events).
+func TestObserveStartsNoGoroutine(t *testing.T) {
+	m, _ := newMetrics(t)
+	store := memory.NewStore()
+	els, err := base.NewElections(store.Conn(), base.ElectionsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer els.Close()
+	var feeds []*base.Feed
+	for i := range 100 {
+		f, err := els.Feed(fmt.Sprintf("e%03d", i), "n1", base.Options{Timing: timing, Trace: m.Trace()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Stop(context.Background())
+		feeds = append(feeds, f)
+	}
+	before := runtime.NumGoroutine()
+	for _, f := range feeds {
+		if _, err := m.Observe(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := runtime.NumGoroutine(); after != before {
+		t.Fatalf("%d goroutines after observing 100 Feeds, %d before", after, before)
 	}
 }

@@ -218,8 +218,8 @@ func (l *loop) noteResult(r callResult) {
 	}
 	switch {
 	case r.kind == callClaim && tr.ClaimDone != nil:
-		tr.ClaimDone(ClaimInfo{Term: r.next.Term, Latency: now.Sub(r.sentAt), Won: leading, Err: r.err})
+		tr.ClaimDone(ClaimInfo{Election: l.f.Election(), NodeID: l.f.id, Term: r.next.Term, Latency: now.Sub(r.sentAt), Won: leading, Err: r.err})
 	case r.kind == callRenew && tr.RenewDone != nil:
-		tr.RenewDone(RenewInfo{Term: r.next.Term, Latency: now.Sub(r.sentAt), Err: r.err})
+		tr.RenewDone(RenewInfo{Election: l.f.Election(), NodeID: l.f.id, Term: r.next.Term, Latency: now.Sub(r.sentAt), Err: r.err})
 	}
 }

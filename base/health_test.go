@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -192,12 +193,14 @@ type traceLog struct {
 	mu     sync.Mutex
 	claims []base.ClaimInfo
 	renews []base.RenewInfo
+	events []base.EventInfo
 }
 
 func (tl *traceLog) trace() *base.Trace {
 	return &base.Trace{
 		ClaimDone: func(c base.ClaimInfo) { tl.mu.Lock(); tl.claims = append(tl.claims, c); tl.mu.Unlock() },
 		RenewDone: func(r base.RenewInfo) { tl.mu.Lock(); tl.renews = append(tl.renews, r); tl.mu.Unlock() },
+		Event:     func(e base.EventInfo) { tl.mu.Lock(); tl.events = append(tl.events, e); tl.mu.Unlock() },
 	}
 }
 
@@ -222,27 +225,49 @@ func TestTrace(t *testing.T) {
 		time.Sleep(2 * timing.ElectionTimeoutMax)
 		synctest.Wait()
 		_ = b
+		if err := a.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 
 		ta.mu.Lock()
 		defer ta.mu.Unlock()
-		if len(ta.claims) != 1 || !ta.claims[0].Won || ta.claims[0].Err != nil || ta.claims[0].Term != 1 {
-			t.Fatalf("a's claims: %+v, want one won, term 1", ta.claims)
+		if len(ta.claims) != 1 || !ta.claims[0].Won || ta.claims[0].Err != nil || ta.claims[0].Term != 1 ||
+			ta.claims[0].Election != "e" || ta.claims[0].NodeID != "a" {
+			t.Fatalf("a's claims: %+v, want one won, term 1, by a in e", ta.claims)
 		}
 		if len(ta.renews) < 5 {
 			t.Fatalf("a's renewals: %d traced, want at least 5", len(ta.renews))
 		}
-		if r := ta.renews[0]; r.Err != nil || r.Latency != delay || r.Term != 1 {
-			t.Fatalf("first renewal %+v, want no error and latency %v", r, delay)
+		if r := ta.renews[0]; r.Err != nil || r.Latency != delay || r.Term != 1 || r.Election != "e" || r.NodeID != "a" {
+			t.Fatalf("first renewal %+v, want no error and latency %v, by a in e", r, delay)
 		}
 		if r := ta.renews[1]; r.Err == nil || !strings.Contains(r.Err.Error(), "boom") {
 			t.Fatalf("second renewal %+v, want the injected error", r)
 		}
+		var leadership []string
+		for _, e := range ta.events {
+			if e.Election != "e" || e.NodeID != "a" {
+				t.Fatalf("a's event %+v names another Feed", e)
+			}
+			if e.Event.Type == base.EventElected || e.Event.Type == base.EventUnelected {
+				leadership = append(leadership, e.Event.String())
+			}
+		}
+		if want := []string{"elected term=1", "unelected term=1 reason=stopped"}; !slices.Equal(leadership, want) {
+			t.Fatalf("a's leadership events %q, want %q (Stop's last event too)", leadership, want)
+		}
 		tb.mu.Lock()
 		defer tb.mu.Unlock()
+		if !slices.ContainsFunc(tb.events, func(e base.EventInfo) bool { return e.Event.Type == base.EventSubscribeError }) {
+			t.Fatalf("b's events %+v: no subscribe-error for its broken feed", tb.events)
+		}
 		lost := 0
 		for _, c := range tb.claims {
 			if c.Won {
 				t.Fatalf("b won a claim on a stale revision: %+v", c)
+			}
+			if c.Election != "e" || c.NodeID != "b" {
+				t.Fatalf("b's claim %+v names another Feed", c)
 			}
 			if errors.Is(c.Err, base.ErrConflict) {
 				lost++

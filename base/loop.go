@@ -230,6 +230,9 @@ func (l *loop) emit(e Event) {
 	case EventChange:
 		log.Debug("leaderfeed: change", "table", e.Change.Table, "op", e.Change.Op.String())
 	}
+	if tr := l.f.opts.Trace; tr != nil && tr.Event != nil {
+		tr.Event(EventInfo{Election: l.f.Election(), NodeID: l.f.id, Event: e})
+	}
 	l.f.events.push(e)
 }
 

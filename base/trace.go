@@ -2,16 +2,20 @@ package base
 
 import "time"
 
-// Trace is a set of hooks that a Feed calls as its store calls return, for
-// metrics and tracing, in the style of net/http/httptrace.ClientTrace: set
-// Options.Trace, and leave the fields you do not need nil. Events say what
-// happened; Trace adds what they do not carry, such as latencies and lost
-// claims.
+// Trace is a set of hooks that a Feed calls as its store calls return and
+// as it emits events, for metrics and tracing, in the style of
+// net/http/httptrace.ClientTrace: set Options.Trace, and leave the fields
+// you do not need nil. Events say what happened; Trace adds what they do
+// not carry, such as latencies and lost claims.
 //
 // The hooks are called on the Feed's engine goroutine, one at a time, in
 // the order the calls returned. They must not block and must not call the
 // Feed's methods that wait for the engine (Resign, Proclaim, Stop): the
 // election waits while a hook runs. Record a number and return.
+//
+// Every call names its election and node, so one Trace may serve every
+// Feed of a process (all the Feeds of an Elections, say); its hooks are
+// then called from many goroutines at once and must be safe for that.
 type Trace struct {
 	// ClaimDone is called when the reply to a claim of leadership came
 	// back (or the call failed).
@@ -19,10 +23,25 @@ type Trace struct {
 	// RenewDone is called when the reply to a renewal came back (or the
 	// call failed).
 	RenewDone func(RenewInfo)
+	// Event is called with every event the Feed emits (the last ones of
+	// Stop too), before any subscription is handed it: a metrics package
+	// counts leadership changes here without a subscription, and its
+	// goroutine, per Feed.
+	Event func(EventInfo)
+}
+
+// EventInfo is one event of a Feed, as Trace.Event sees it.
+type EventInfo struct {
+	// Election and NodeID name the Feed.
+	Election, NodeID string
+	// Event is the event, as subscriptions get it.
+	Event Event
 }
 
 // ClaimInfo is the outcome of one claim.
 type ClaimInfo struct {
+	// Election and NodeID name the Feed that claimed.
+	Election, NodeID string
 	// Term is the term claimed.
 	Term uint64
 	// Latency is the time from sending the claim to taking in its reply.
@@ -38,6 +57,8 @@ type ClaimInfo struct {
 
 // RenewInfo is the outcome of one renewal.
 type RenewInfo struct {
+	// Election and NodeID name the Feed that renewed.
+	Election, NodeID string
 	// Term is the term renewed.
 	Term uint64
 	// Latency is the time from sending the renewal to taking in its reply.

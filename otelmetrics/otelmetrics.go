@@ -1,33 +1,40 @@
-// Package otelmetrics records the metrics of a leaderfeed Feed through the
+// Package otelmetrics records the metrics of leaderfeed Feeds through the
 // OpenTelemetry metric API, the vendor-neutral standard: export them with
 // any OpenTelemetry exporter (Prometheus users take OpenTelemetry's
 // Prometheus exporter, as the leaderfeed command does). It is a module of
 // its own, so that the root module keeps no dependency.
 //
+// One Metrics serves every Feed of a process, however many elections:
+//
 //	m, err := otelmetrics.New(otel.GetMeterProvider())
-//	feed, err := base.New(b, id, base.Options{Trace: m.Trace()})
-//	stop, err := m.Observe(feed) // before feed.Start or feed.Run
+//	opts := base.Options{Trace: m.Trace()} // the same Trace for every Feed
+//	feed, err := elections.Feed(election, nodeID, opts)
+//	stop, err := m.Observe(feed) // adds the Feed to the gauges
 //	defer stop()
 //
-// The instruments (every point carries the attributes election and node):
+// Trace records claims, renewals, leadership changes and changefeed
+// failures; every call of its hooks names its election and node, so no
+// point can carry another Feed's attributes. Observe adds a Feed to the
+// gauges (leading, term, heartbeat age, dropped events), which one
+// callback reads from every observed Feed at each collection; a Feed
+// leaves them when it stops. An election costs the SDK's points for its
+// attribute sets (7 for a leader in a steady state), not instruments of
+// its own. The SDK keeps at most 2,000 points per instrument unless told
+// otherwise (sdkmetric.WithCardinalityLimit) and folds the rest into one
+// overflow point: a process with more Feeds must raise the limit.
 //
-//	leaderfeed.leader              gauge        1 while this node leads, else 0
-//	leaderfeed.term                gauge        term of the last record seen (the election's current term)
-//	leaderfeed.leadership.changes  counter      elections won and lost; attributes event (elected, unelected) and reason (unelected only: resigned, stopped, deposed, lease-expired)
-//	leaderfeed.renewal.duration    histogram    seconds from sending a renewal to its reply
-//	leaderfeed.renewal.failures    counter      renewals that failed or were refused
-//	leaderfeed.claims              counter      claims of leadership sent
-//	leaderfeed.claims.lost         counter      claims refused because another node wrote first
-//	leaderfeed.feed.reconnects     counter      changefeed reopened after a failure
-//	leaderfeed.changes.dropped     counter      change events dropped for slow readers
-//	leaderfeed.heartbeat.age       gauge        seconds since the newest revision of the record was seen
+// The instruments, attributes and an example scrape are in
+// docs/METRICS.md. Names follow the OpenTelemetry semantic conventions:
+// durations in seconds as histograms named .duration with an outcome
+// attribute, counts named by what they count, attributes in the
+// leaderfeed namespace.
 package otelmetrics
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -39,152 +46,240 @@ import (
 // ScopeName is the instrumentation scope of the meter.
 const ScopeName = "github.com/leaderfeed/leaderfeed/otelmetrics"
 
-// Metrics records the metrics of one Feed. Make it with New, put Trace in
-// the Feed's Options, and call Observe with the Feed before starting it.
-type Metrics struct {
-	meter metric.Meter
+// The attributes. Every point carries election and node.
+const (
+	attrElection   = attribute.Key("leaderfeed.election")
+	attrNode       = attribute.Key("leaderfeed.node")
+	attrOutcome    = attribute.Key("leaderfeed.outcome")
+	attrTransition = attribute.Key("leaderfeed.transition")
+	attrReason     = attribute.Key("leaderfeed.reason")
+)
 
-	changes   metric.Int64Counter
-	renewDur  metric.Float64Histogram
-	renewFail metric.Int64Counter
-	claims    metric.Int64Counter
-	lost      metric.Int64Counter
-	reconnect metric.Int64Counter
-	leader    metric.Int64ObservableGauge
-	term      metric.Int64ObservableGauge
-	dropped   metric.Int64ObservableCounter
-	age       metric.Float64ObservableGauge
-
-	attrs atomic.Pointer[attribute.Set] // election and node, set by Observe
+// outcome is the value of leaderfeed.outcome for a claim or renewal whose
+// store call returned err. Every outcome of the metrics comes from here.
+func outcome(err error) string {
+	switch {
+	case err == nil:
+		return "success"
+	case errors.Is(err, base.ErrConflict):
+		return "conflict"
+	}
+	return "error"
 }
 
-// New creates the instruments on a meter of mp.
+// durationBuckets are the histogram boundaries, in seconds: from a local
+// store's half millisecond to a lease's few seconds.
+var durationBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}
+
+// Metrics records the metrics of every Feed of a process. Make one with
+// New, put its Trace in the Options of every Feed, and Observe each Feed.
+// Its methods are safe for concurrent use.
+type Metrics struct {
+	trace *base.Trace
+
+	claimDur  metric.Float64Histogram
+	renewDur  metric.Float64Histogram
+	changes   metric.Int64Counter
+	feedFails metric.Int64Counter
+	leading   metric.Int64ObservableGauge
+	term      metric.Int64ObservableGauge
+	age       metric.Float64ObservableGauge
+	dropped   metric.Int64ObservableCounter
+
+	// feeds holds a *observed per feedKey. A sync.Map, so that the hooks
+	// of every Feed find their attributes without a lock that a
+	// collection or an Observe would hold.
+	feeds sync.Map
+}
+
+type feedKey struct{ election, node string }
+
+// observed is one Feed in the gauges, with the attribute sets of its
+// points, made once.
+type observed struct {
+	feed  *base.Feed
+	attrs attribute.Set // election and node
+
+	mu       sync.Mutex
+	outcomes []outcomeSet // made on first use of each outcome
+}
+
+// outcomeSet is the attribute set of a Feed's election, node and outcome.
+type outcomeSet struct {
+	outcome string
+	attrs   attribute.Set
+}
+
+// New creates the instruments on a meter of mp and registers the one
+// callback that reads the observed Feeds. Make one per process (per
+// MeterProvider): two would export the same series twice.
 func New(mp metric.MeterProvider) (*Metrics, error) {
 	if mp == nil {
 		return nil, errors.New("otelmetrics: MeterProvider is nil")
 	}
-	m := &Metrics{meter: mp.Meter(ScopeName)}
+	meter := mp.Meter(ScopeName)
+	m := &Metrics{}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
-	m.changes, err = m.meter.Int64Counter("leaderfeed.leadership.changes", metric.WithUnit("{change}"),
-		metric.WithDescription("Leadership won (event=elected) and lost (event=unelected, with its reason) by this node."))
+	m.claimDur, err = meter.Float64Histogram("leaderfeed.claim.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time from sending a claim of leadership to its reply, by outcome."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	add(err)
-	m.renewDur, err = m.meter.Float64Histogram("leaderfeed.renewal.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time from sending a renewal of the leader's record to its reply."),
-		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+	m.renewDur, err = meter.Float64Histogram("leaderfeed.renewal.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time from sending a renewal of the leader's record to its reply, by outcome."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	add(err)
-	m.renewFail, err = m.meter.Int64Counter("leaderfeed.renewal.failures", metric.WithUnit("{renewal}"),
-		metric.WithDescription("Renewals of the leader's record that failed or were refused."))
+	m.changes, err = meter.Int64Counter("leaderfeed.leadership.changes", metric.WithUnit("{change}"),
+		metric.WithDescription("Leadership won (transition=elected) and lost (transition=unelected, with its reason) by this node."))
 	add(err)
-	m.claims, err = m.meter.Int64Counter("leaderfeed.claims", metric.WithUnit("{claim}"),
-		metric.WithDescription("Claims of leadership sent by this node."))
+	m.feedFails, err = meter.Int64Counter("leaderfeed.changefeed.failures", metric.WithUnit("{failure}"),
+		metric.WithDescription("Times the changefeed failed or could not be reopened; it is reopened with backoff."))
 	add(err)
-	m.lost, err = m.meter.Int64Counter("leaderfeed.claims.lost", metric.WithUnit("{claim}"),
-		metric.WithDescription("Claims of leadership refused because another node wrote the record first."))
-	add(err)
-	m.reconnect, err = m.meter.Int64Counter("leaderfeed.feed.reconnects", metric.WithUnit("{reconnect}"),
-		metric.WithDescription("Times the changefeed was reopened after a failure."))
-	add(err)
-	m.leader, err = m.meter.Int64ObservableGauge("leaderfeed.leader",
+	m.leading, err = meter.Int64ObservableGauge("leaderfeed.leading",
 		metric.WithDescription("1 while this node leads, else 0."))
 	add(err)
-	m.term, err = m.meter.Int64ObservableGauge("leaderfeed.term",
+	m.term, err = meter.Int64ObservableGauge("leaderfeed.term", metric.WithUnit("{term}"),
 		metric.WithDescription("The term (fencing token) of the last election record seen."))
 	add(err)
-	m.dropped, err = m.meter.Int64ObservableCounter("leaderfeed.changes.dropped", metric.WithUnit("{event}"),
-		metric.WithDescription("Change events dropped for readers that fell behind."))
-	add(err)
-	m.age, err = m.meter.Float64ObservableGauge("leaderfeed.heartbeat.age", metric.WithUnit("s"),
+	m.age, err = meter.Float64ObservableGauge("leaderfeed.heartbeat.age", metric.WithUnit("s"),
 		metric.WithDescription("Time since this node saw the newest revision of the election record, on its own clock."))
+	add(err)
+	m.dropped, err = meter.Int64ObservableCounter("leaderfeed.event.dropped", metric.WithUnit("{event}"),
+		metric.WithDescription("Change events dropped for readers that fell behind."))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	if _, err := meter.RegisterCallback(m.observe, m.leading, m.term, m.age, m.dropped); err != nil {
+		return nil, err
+	}
+	m.trace = &base.Trace{ClaimDone: m.claimDone, RenewDone: m.renewDone, Event: m.event}
 	return m, nil
 }
 
-func (m *Metrics) opt() metric.MeasurementOption {
-	if s := m.attrs.Load(); s != nil {
-		return metric.WithAttributeSet(*s)
-	}
-	return metric.WithAttributeSet(*attribute.EmptySet())
-}
+// Trace returns the hooks to put in base.Options.Trace of every Feed (the
+// same value each call). They record claims, renewals, leadership changes
+// and changefeed failures under the election and node each call names, of
+// observed Feeds or not. They never block.
+func (m *Metrics) Trace() *base.Trace { return m.trace }
 
-// Trace returns the hooks to put in base.Options.Trace: they record the
-// renewals and claims. They never block.
-func (m *Metrics) Trace() *base.Trace {
-	ctx := context.Background()
-	return &base.Trace{
-		ClaimDone: func(c base.ClaimInfo) {
-			m.claims.Add(ctx, 1, m.opt())
-			if errors.Is(c.Err, base.ErrConflict) {
-				m.lost.Add(ctx, 1, m.opt())
-			}
-		},
-		RenewDone: func(r base.RenewInfo) {
-			m.renewDur.Record(ctx, r.Latency.Seconds(), m.opt())
-			if r.Err != nil {
-				m.renewFail.Add(ctx, 1, m.opt())
-			}
-		},
-	}
-}
-
-// Observe records f's metrics: it subscribes to f's events (for the
-// leadership changes and reconnects; call it before Start, or Run, to miss
-// none) and reads f's state when the metrics are collected. The attributes
-// election and node are f's. stop ends it and waits for its goroutine; it
-// is idempotent. It also ends when f has stopped.
+// Observe adds f to the gauges until f stops or stop is called (stop is
+// idempotent). It costs an entry in a map: no goroutine, no registration.
+// It fails if a Feed of the same election and node is observed and has
+// not stopped: their gauges could not be told apart.
 func (m *Metrics) Observe(f *base.Feed) (stop func(), err error) {
-	set := attribute.NewSet(attribute.String("election", f.Election()), attribute.String("node", f.NodeID()))
-	m.attrs.Store(&set)
-	attrs := metric.WithAttributeSet(set)
-	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	k := feedKey{f.Election(), f.NodeID()}
+	o := &observed{feed: f, attrs: attribute.NewSet(attrElection.String(k.election), attrNode.String(k.node))}
+	for {
+		old, loaded := m.feeds.LoadOrStore(k, o)
+		if !loaded {
+			break
+		}
+		if !stopped(old.(*observed).feed) {
+			return nil, fmt.Errorf("otelmetrics: election %q, node %q is observed already (one running Feed per election and node)", k.election, k.node)
+		}
+		if m.feeds.CompareAndSwap(k, old, o) {
+			break
+		}
+	}
+	// Never removes a Feed observed later under the same names.
+	return func() { m.feeds.CompareAndDelete(k, o) }, nil
+}
+
+func stopped(f *base.Feed) bool {
+	select {
+	case <-f.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// observe is the callback of the gauges: one pass over the observed
+// Feeds, forgetting those that stopped.
+func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
+	now := time.Now()
+	m.feeds.Range(func(k, v any) bool {
+		ob := v.(*observed)
+		f := ob.feed
+		if stopped(f) {
+			m.feeds.CompareAndDelete(k, ob)
+			return true
+		}
+		attrs := metric.WithAttributeSet(ob.attrs)
 		leading := int64(0)
 		if f.IsLeader() {
 			leading = 1
 		}
-		o.ObserveInt64(m.leader, leading, attrs)
+		o.ObserveInt64(m.leading, leading, attrs)
 		if rec, ok := f.Leader(); ok {
 			o.ObserveInt64(m.term, int64(rec.Term), attrs)
 		}
-		o.ObserveInt64(m.dropped, int64(f.DroppedChanges()), attrs)
 		if h := f.Health(); !h.LastRecord.IsZero() {
-			o.ObserveFloat64(m.age, time.Since(h.LastRecord).Seconds(), attrs)
+			o.ObserveFloat64(m.age, now.Sub(h.LastRecord).Seconds(), attrs)
 		}
-		return nil
-	}, m.leader, m.term, m.dropped, m.age)
-	if err != nil {
-		return nil, err
+		o.ObserveInt64(m.dropped, int64(f.DroppedChanges()), attrs)
+		return true
+	})
+	return nil
+}
+
+func (m *Metrics) claimDone(c base.ClaimInfo) {
+	m.claimDur.Record(context.Background(), c.Latency.Seconds(), m.withOutcome(c.Election, c.NodeID, c.Err))
+}
+
+func (m *Metrics) renewDone(r base.RenewInfo) {
+	m.renewDur.Record(context.Background(), r.Latency.Seconds(), m.withOutcome(r.Election, r.NodeID, r.Err))
+}
+
+func (m *Metrics) event(e base.EventInfo) {
+	ctx := context.Background()
+	switch e.Event.Type {
+	case base.EventElected:
+		m.changes.Add(ctx, 1, metric.WithAttributes(attrElection.String(e.Election), attrNode.String(e.NodeID),
+			attrTransition.String("elected")))
+	case base.EventUnelected:
+		m.changes.Add(ctx, 1, metric.WithAttributes(attrElection.String(e.Election), attrNode.String(e.NodeID),
+			attrTransition.String("unelected"), attrReason.String(e.Event.Reason.String())))
+	case base.EventSubscribeError:
+		m.feedFails.Add(ctx, 1, metric.WithAttributeSet(m.attrs(e.Election, e.NodeID)))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	sub := f.Subscribe(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		opened := false
-		for e := range sub.C {
-			switch e.Type {
-			case base.EventElected:
-				m.changes.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(append(set.ToSlice(), attribute.String("event", "elected"))...)))
-			case base.EventUnelected:
-				m.changes.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(append(set.ToSlice(),
-					attribute.String("event", "unelected"), attribute.String("reason", e.Reason.String()))...)))
-			case base.EventSubscribeStarted:
-				if opened {
-					m.reconnect.Add(ctx, 1, attrs)
-				}
-				opened = true
-			}
+}
+
+// lookup returns the observed Feed of election and node, or nil.
+func (m *Metrics) lookup(election, node string) *observed {
+	if v, ok := m.feeds.Load(feedKey{election, node}); ok {
+		return v.(*observed)
+	}
+	return nil
+}
+
+// attrs returns the attribute set of election and node: the observed
+// Feed's, or a new one for a Feed that is not observed.
+func (m *Metrics) attrs(election, node string) attribute.Set {
+	if o := m.lookup(election, node); o != nil {
+		return o.attrs
+	}
+	return attribute.NewSet(attrElection.String(election), attrNode.String(node))
+}
+
+// withOutcome returns the attributes of a claim or renewal of election and
+// node whose store call returned err.
+func (m *Metrics) withOutcome(election, node string, err error) metric.MeasurementOption {
+	oc := outcome(err)
+	o := m.lookup(election, node)
+	if o == nil {
+		return metric.WithAttributes(attrElection.String(election), attrNode.String(node), attrOutcome.String(oc))
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, s := range o.outcomes {
+		if s.outcome == oc {
+			return metric.WithAttributeSet(s.attrs)
 		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			cancel()
-			<-done
-			_ = reg.Unregister()
-		})
-	}, nil
+	}
+	s := attribute.NewSet(attrElection.String(election), attrNode.String(node), attrOutcome.String(oc))
+	o.outcomes = append(o.outcomes, outcomeSet{oc, s})
+	return metric.WithAttributeSet(s)
 }

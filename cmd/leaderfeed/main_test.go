@@ -327,10 +327,10 @@ func TestRunThreeNodes(t *testing.T) {
 	}
 	_, metrics := httpGet(t, "http://"+leader.metric+"/metrics")
 	for _, want := range []string{
-		`leaderfeed_leader{election="` + election + `",node="` + first.node + `"`,
-		`leaderfeed_term{election="` + election + `",node="` + first.node + `"`,
-		"leaderfeed_renewal_duration_seconds_bucket{",
-		"leaderfeed_claims_total{",
+		`leaderfeed_leading{leaderfeed_election="` + election + `",leaderfeed_node="` + first.node + `"`,
+		`leaderfeed_term{leaderfeed_election="` + election + `",leaderfeed_node="` + first.node + `"`,
+		`leaderfeed_renewal_duration_seconds_bucket{leaderfeed_election="` + election + `",leaderfeed_node="` + first.node + `",leaderfeed_outcome="success"`,
+		`leaderfeed_claim_duration_seconds_count{leaderfeed_election="` + election + `",leaderfeed_node="` + first.node + `",leaderfeed_outcome="success"`,
 		"leaderfeed_heartbeat_age_seconds{",
 	} {
 		if !strings.Contains(metrics, want) {

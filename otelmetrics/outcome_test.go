@@ -1,0 +1,26 @@
+package otelmetrics
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/leaderfeed/leaderfeed/base"
+)
+
+func TestOutcome(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{nil, "success"},
+		{&base.ConflictError{}, "conflict"},
+		{fmt.Errorf("renew: %w", base.ErrConflict), "conflict"},
+		{errors.New("connection reset"), "error"},
+		{base.ErrClosed, "error"},
+	} {
+		if got := outcome(tc.err); got != tc.want {
+			t.Errorf("outcome(%v) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}

@@ -63,6 +63,8 @@ func outcome(err error) string {
 		return "success"
 	case errors.Is(err, base.ErrConflict):
 		return "conflict"
+	case errors.Is(err, base.ErrRefused):
+		return "refused"
 	}
 	return "error"
 }

@@ -18,6 +18,7 @@ func TestOutcome(t *testing.T) {
 		{fmt.Errorf("renew: %w", base.ErrConflict), "conflict"},
 		{errors.New("connection reset"), "error"},
 		{base.ErrClosed, "error"},
+		{fmt.Errorf("postgres: Heartbeat: %w: permission denied", base.ErrRefused), "refused"},
 	} {
 		if got := outcome(tc.err); got != tc.want {
 			t.Errorf("outcome(%v) = %q, want %q", tc.err, got, tc.want)

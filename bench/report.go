@@ -22,6 +22,7 @@ type writesRow struct {
 	renewals  float64 // etcd: lease keepalives per session
 	proposals float64 // etcd: raft proposals committed
 	intervals float64
+	lost      losses // counts done again (the leadership changed during one)
 	note      string
 	err       error
 }
@@ -209,6 +210,9 @@ func (r *report) markdown() string {
 			if s.failed > 0 {
 				notes = append(notes, fmt.Sprintf("%s, %s: %d rounds or deliveries gave no sample (timed out)", key, s.system, s.failed))
 			}
+			if n := s.lost.total(); n > 0 {
+				notes = append(notes, fmt.Sprintf("%s, %s: lost rounds: %d, retried (%s)", key, s.system, n, s.lost))
+			}
 			if s.note != "" {
 				notes = append(notes, fmt.Sprintf("%s, %s: %s", key, s.system, s.note))
 			}
@@ -239,6 +243,9 @@ func (r *report) markdown() string {
 	for _, w := range r.writes {
 		if w.err == nil && w.note != "" {
 			p("- %s: %s.\n", w.system, w.note)
+		}
+		if n := w.lost.total(); n > 0 {
+			p("- %s: lost counts: %d, counted again (%s).\n", w.system, n, w.lost)
 		}
 	}
 	p("\n")

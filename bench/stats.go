@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -13,8 +15,63 @@ type series struct {
 	system   string // e.g. "leaderfeed/postgres", "etcd"
 	samples  []time.Duration
 	resign   []time.Duration // handover: how long Resign itself took
-	failed   int             // rounds that gave no sample (timed out)
+	failed   int             // rounds or deliveries that gave no sample (timed out)
+	lost     losses          // rounds that gave no sample and were retried
 	note     string
+}
+
+// losses counts the rounds of a scenario that gave no sample and were
+// retried, by cause: something the guarantee allows happened under load
+// (a lease that ran out before the resign, a leader that changed by
+// itself, an etcd session that expired), or a wait derived from the timing
+// (config.within) ran out. The scenario retries the round, so it still
+// produces its figures, and the report gives the count beside them.
+type losses map[string]int
+
+func (l *losses) add(cause string) {
+	if *l == nil {
+		*l = losses{}
+	}
+	(*l)[cause]++
+}
+
+func (l losses) total() int {
+	n := 0
+	for _, v := range l {
+		n += v
+	}
+	return n
+}
+
+// String lists the causes, most frequent first.
+func (l losses) String() string {
+	causes := slices.SortedFunc(maps.Keys(l), func(a, b string) int {
+		if l[a] != l[b] {
+			return l[b] - l[a]
+		}
+		return strings.Compare(a, b)
+	})
+	out := make([]string, len(causes))
+	for i, c := range causes {
+		out[i] = fmt.Sprintf("%d %s", l[c], c)
+	}
+	return strings.Join(out, "; ")
+}
+
+// lose counts a lost round of s and logs it.
+func (s *series) lose(cause string) {
+	s.lost.add(cause)
+	logf("  %s %s: lost a round: %s", s.scenario, s.system, cause)
+}
+
+// tooManyLost ends a scenario whose rounds keep getting lost, so that a
+// fault shows as a failure rather than as a run that never ends: more
+// lost rounds than rounds wanted (and at least 10).
+func (s *series) tooManyLost(want int) error {
+	if n := s.lost.total(); n > max(want, 10) {
+		return fmt.Errorf("gave up after %d lost rounds (%s)", n, s.lost)
+	}
+	return nil
 }
 
 // summary holds the order statistics of a series.

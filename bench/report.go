@@ -23,6 +23,7 @@ type writesRow struct {
 	proposals float64 // etcd: raft proposals committed
 	intervals float64
 	lost      losses // counts done again (the leadership changed during one)
+	unsettled bool   // the leadership changed during every count; the last is reported
 	note      string
 	err       error
 }
@@ -329,7 +330,9 @@ func (r *report) targets() []string {
 		}
 	}
 	for _, w := range r.writes {
-		if w.system == sys && w.err == nil {
+		if w.system == sys && w.err == nil && w.unsettled {
+			out = append(out, fmt.Sprintf("One write per interval by the leader, none by followers: **not measured** (the leadership changed during each of %d counts: %s).", w.lost.total(), w.lost))
+		} else if w.system == sys && w.err == nil {
 			ok := w.leader > 0.9 && w.leader < 1.1 && w.follower == 0 && w.observer == 0
 			out = append(out, fmt.Sprintf("One write per interval by the leader, none by followers: %s (leader %.2f, followers %.2f, observer %.2f writes per interval).", verdict(ok), w.leader, w.follower, w.observer))
 		}

@@ -483,7 +483,8 @@ func runMany(ctx context.Context, cfg config, pool *pgxpool.Pool, etcdURL string
 	single := func(label string) {
 		c := cfg
 		c.cmpSamples, c.cmpCrash = cfg.manySamples, cfg.manySamples
-		r := &cmpResult{kind: kindLeaderfeed, label: label, cfg: c, checks: map[string]overlapStats{}}
+		r := &cmpResult{kind: kindLeaderfeed, label: label, cfg: c, checks: map[string]overlapStats{},
+			handover: series{scenario: "one election's handover", system: label}, crash: series{scenario: "one election's crash", system: label}}
 		if err := cmpHandover(ctx, c, r); err != nil {
 			r.fail("handover", err)
 		}
@@ -668,6 +669,16 @@ func (m *manyReport) markdown() string {
 			ov += st.count
 		}
 		p("| %s | %s / %s / %s (n=%d) | %s / %s / %s (n=%d) | %d |\n", r.label, ms(h.p50), ms(h.p99), ms(h.max), h.n, ms(c.p50), ms(c.p99), ms(c.max), c.n, ov)
+	}
+	for _, r := range m.single {
+		for _, s := range []series{r.handover, r.crash} {
+			if n := s.lost.total(); n > 0 {
+				p("\n- %s, %s: lost rounds: %d, retried (%s).\n", s.scenario, r.label, n, s.lost)
+			}
+		}
+		for _, e := range r.errs {
+			p("\n- %s failed: %s.\n", r.label, e)
+		}
 	}
 	for _, n := range m.notes {
 		p("\n%s\n", n)

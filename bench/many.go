@@ -279,12 +279,15 @@ func etcdOps() (map[string]float64, error) {
 // measurePhase leaves c alone for -many-window and measures.
 func measurePhase(ctx context.Context, cfg config, c *cluster, pool *pgxpool.Pool, label string) (ph manyPhase) {
 	ph = manyPhase{label: label, cpuMs: -1}
-	leaders, none := c.leaderCounts()
-	if none > 0 {
-		ph.err = fmt.Errorf("%d elections without a leader before the window", none)
+	// A lease lost under load leaves its election without a leader until
+	// it is claimed again (seen at load 16-19 after the spread): wait for
+	// that, -slack bounds at most, rather than fail the phase. Leadership
+	// that changes during the window is counted (changes).
+	if err := c.waitAllLed(ctx, nil, cfg.within(cfg.bound())); err != nil {
+		ph.err = fmt.Errorf("before the window: %w", err)
 		return ph
 	}
-	ph.leaders = leaders
+	ph.leaders, _ = c.leaderCounts()
 	before := map[int]*nodeProc{}
 	for i := range c.elections {
 		before[i] = c.leaderOf(i)

@@ -39,6 +39,7 @@ type cmpResult struct {
 	handover series
 	crash    series
 	cut      []cutSample
+	cutLost  losses                  // cut rounds without a leader to cut, retried
 	checks   map[string]overlapStats // per scenario, from the checker
 	errs     []string
 }
@@ -305,10 +306,18 @@ func cmpCut(ctx context.Context, cfg config, r *cmpResult) error {
 		c.close()
 		r.check("cut", c)
 	}()
-	for range cfg.cmpCut {
-		leader, err := c.waitLeader(ctx, 0, cfg.cutWait+10*time.Second)
-		if err != nil {
+	wait := cfg.within(cfg.bound())
+	for len(r.cut) < cfg.cmpCut {
+		if err := r.cutLost.tooMany(cfg.cmpCut); err != nil {
 			return err
+		}
+		leader, err := c.waitLeader(ctx, 0, wait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r.cutLost.lose("cut "+r.label, fmt.Sprintf("no leader within %v", wait))
+			continue
 		}
 		if err := sleep(ctx, crashPause()); err != nil {
 			return err

@@ -120,6 +120,9 @@ func (r *report) compareMarkdown() string {
 				p("- %s, %s: lost rounds: %d, retried (%s).\n", res.label, strings.TrimPrefix(s.scenario, "cmp-"), n, s.lost)
 			}
 		}
+		if n := res.cutLost.total(); n > 0 {
+			p("- %s, cut: lost rounds: %d, retried (%s).\n", res.label, n, res.cutLost)
+		}
 		for _, e := range res.errs {
 			p("- %s failed: %s.\n", res.label, e)
 		}

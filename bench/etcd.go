@@ -364,7 +364,7 @@ func (x *etcdSystem) handover(ctx context.Context, cfg config) (hand, obs series
 		if lost != "" {
 			col.collect()
 			hand.lose(lost)
-			obs.lose(lost)
+			obs.lost.add(lost) // the same round, logged once
 			if cur, err = g.reset(ctx); err != nil {
 				return hand, obs, err
 			}

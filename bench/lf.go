@@ -283,7 +283,7 @@ func (s *lfSystem) handover(ctx context.Context, cfg config) (hand, obs series, 
 		if lost != "" {
 			col.collect()
 			hand.lose(lost)
-			obs.lose(lost)
+			obs.lost.add(lost) // the same round, logged once
 			if cur, term, err = settle(ctx, all, wait); err != nil {
 				return hand, obs, err
 			}

@@ -58,21 +58,25 @@ func (l losses) String() string {
 	return strings.Join(out, "; ")
 }
 
-// lose counts a lost round of s and logs it.
-func (s *series) lose(cause string) {
-	s.lost.add(cause)
-	logf("  %s %s: lost a round: %s", s.scenario, s.system, cause)
+// lose counts a lost round of what (scenario and system) and logs it.
+func (l *losses) lose(what, cause string) {
+	l.add(cause)
+	logf("  %s: lost a round: %s", what, cause)
 }
 
-// tooManyLost ends a scenario whose rounds keep getting lost, so that a
-// fault shows as a failure rather than as a run that never ends: more
-// lost rounds than rounds wanted (and at least 10).
-func (s *series) tooManyLost(want int) error {
-	if n := s.lost.total(); n > max(want, 10) {
-		return fmt.Errorf("gave up after %d lost rounds (%s)", n, s.lost)
+// tooMany ends a scenario whose rounds keep getting lost, so that a fault
+// shows as a failure rather than as a run that never ends: more lost
+// rounds than rounds wanted (and at least 10).
+func (l losses) tooMany(want int) error {
+	if n := l.total(); n > max(want, 10) {
+		return fmt.Errorf("gave up after %d lost rounds (%s)", n, l)
 	}
 	return nil
 }
+
+func (s *series) lose(cause string) { s.lost.lose(s.scenario+" "+s.system, cause) }
+
+func (s *series) tooManyLost(want int) error { return s.lost.tooMany(want) }
 
 // summary holds the order statistics of a series.
 type summary struct {

@@ -54,6 +54,7 @@ type manyPhase struct {
 // process that led them all.
 type manyCrash struct {
 	label   string
+	slot    int             // the killed process's
 	samples []time.Duration // per election, kill → new leader
 	missing int             // elections without a new leader within the wait
 	last    time.Duration
@@ -405,6 +406,7 @@ func crashAll(ctx context.Context, cfg config, c *cluster, label string) (cr man
 		want[i] = true
 	}
 	c.drain()
+	cr.slot = victim.slot
 	t0 := monotonic()
 	c.kill(victim)
 	got := map[int]time.Duration{}
@@ -542,12 +544,15 @@ func runMany(ctx context.Context, cfg config, pool *pgxpool.Pool, etcdURL string
 			if cr.err != nil {
 				return
 			}
-			// A new first process; the survivors hand it a third.
-			if err := c.start(ctx, 0); err != nil {
+			// A new process in the killed one's place: the first, unless
+			// leadership had moved (one statement per election at load 17),
+			// when starting the first again lost the live first process
+			// from the cluster. The survivors hand it a third.
+			if err := c.start(ctx, cr.slot); err != nil {
 				rep.phases = append(rep.phases, manyPhase{label: mode.label + ", spread", err: err})
 				return
 			}
-			if err := c.spread(ctx, c.procs[0]); err != nil {
+			if err := c.spread(ctx, c.procs[cr.slot]); err != nil {
 				rep.phases = append(rep.phases, manyPhase{label: mode.label + ", spread", err: err})
 				return
 			}

@@ -39,6 +39,7 @@ type cmpResult struct {
 	handover series
 	crash    series
 	cut      []cutSample
+	cutLost  losses                  // cut rounds without a leader to cut, retried
 	checks   map[string]overlapStats // per scenario, from the checker
 	errs     []string
 }
@@ -177,7 +178,9 @@ func logCut(r *cmpResult) {
 }
 
 // cmpHandover: after a pause, the leader is told to resign; the sample is from when it
-// began to (its own stamp) until another node believes it leads.
+// began to (its own stamp) until another node believes it leads. A round
+// in which the leadership changed before the resign, or no other node led
+// within -slack bounds, is counted and retried.
 func cmpHandover(ctx context.Context, cfg config, r *cmpResult) error {
 	c, err := newCluster(ctx, cfg, r.kind, "cmphand", 1)
 	if err != nil {
@@ -187,12 +190,19 @@ func cmpHandover(ctx context.Context, cfg config, r *cmpResult) error {
 		c.close()
 		r.check("handover", c)
 	}()
-	leader, err := c.waitLeader(ctx, 0, 10*time.Second)
-	if err != nil {
-		return err
-	}
-	limit := 3*cfg.bound() + 2*time.Second
-	for range cfg.cmpSamples {
+	wait := cfg.within(cfg.bound())
+	for len(r.handover.samples) < cfg.cmpSamples {
+		if err := r.handover.tooManyLost(cfg.cmpSamples); err != nil {
+			return err
+		}
+		leader, err := c.waitLeader(ctx, 0, wait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r.handover.lose(fmt.Sprintf("no leader within %v", wait))
+			continue
+		}
 		// A random part of the pause lets the resign fall at any phase of
 		// the others' retry or poll timers (a fixed pause would lock it to
 		// one phase).
@@ -200,10 +210,14 @@ func cmpHandover(ctx context.Context, cfg config, r *cmpResult) error {
 			return err
 		}
 		c.drain()
+		if c.leaderOf(0) != leader {
+			r.handover.lose("leadership changed before the resign")
+			continue
+		}
 		if err := c.send(leader, "resign 0"); err != nil {
 			return err
 		}
-		deadline := monotonic() + int64(limit)
+		deadline := monotonic() + int64(wait)
 		var t0 int64
 		ev, err := c.next(ctx, deadline, func(ev nodeEvent) bool {
 			if ev.kind == 'S' && ev.p == leader {
@@ -211,22 +225,23 @@ func cmpHandover(ctx context.Context, cfg config, r *cmpResult) error {
 			}
 			return ev.kind == 'E' && ev.p != leader && t0 != 0
 		})
-		if err != nil {
-			r.handover.failed++
-			if leader, err = c.waitLeader(ctx, 0, 10*time.Second); err != nil {
-				return err
-			}
-			continue
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			r.handover.lose(fmt.Sprintf("no other node led within %v of the resign", wait))
+		default:
+			r.handover.samples = append(r.handover.samples, time.Duration(ev.mono-t0))
 		}
-		r.handover.samples = append(r.handover.samples, time.Duration(ev.mono-t0))
-		leader = ev.p
 	}
 	return nil
 }
 
 // cmpCrash: after a random pause, kill -9 the leader's process; the sample
 // is from just before the kill until another node believes it leads. The
-// dead node is replaced by a new process.
+// dead node is replaced by a new process. A round in which the leadership
+// changed in the pause, or no other node led within the wait, is counted
+// and retried.
 func cmpCrash(ctx context.Context, cfg config, r *cmpResult) error {
 	c, err := newCluster(ctx, cfg, r.kind, "cmpcrash", 1)
 	if err != nil {
@@ -236,22 +251,39 @@ func cmpCrash(ctx context.Context, cfg config, r *cmpResult) error {
 		c.close()
 		r.check("crash", c)
 	}()
-	limit := 3*cfg.bound() + 5*time.Second
-	for range cfg.cmpCrash {
+	// Each elector promises a new leader within the bound (its retry or
+	// poll period, or election timeout, after the holder's session or
+	// heartbeats end).
+	limit := cfg.within(cfg.bound())
+	for len(r.crash.samples) < cfg.cmpCrash {
+		if err := r.crash.tooManyLost(cfg.cmpCrash); err != nil {
+			return err
+		}
 		leader, err := c.waitLeader(ctx, 0, limit)
 		if err != nil {
-			return err
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r.crash.lose(fmt.Sprintf("no leader within %v", limit))
+			continue
 		}
 		if err := sleep(ctx, crashPause()); err != nil {
 			return err
 		}
 		c.drain()
+		if c.leaderOf(0) != leader {
+			r.crash.lose("leadership changed before the crash")
+			continue
+		}
 		t0 := monotonic()
 		c.kill(leader)
 		ev, err := c.next(ctx, t0+int64(limit), func(ev nodeEvent) bool { return ev.kind == 'E' && ev.p != leader })
-		if err != nil {
-			r.crash.failed++
-		} else {
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			r.crash.lose(fmt.Sprintf("no other node led within %v of the kill", limit))
+		default:
 			r.crash.samples = append(r.crash.samples, time.Duration(ev.mono-t0))
 		}
 		if err := c.start(ctx, leader.slot); err != nil {
@@ -274,10 +306,18 @@ func cmpCut(ctx context.Context, cfg config, r *cmpResult) error {
 		c.close()
 		r.check("cut", c)
 	}()
-	for range cfg.cmpCut {
-		leader, err := c.waitLeader(ctx, 0, cfg.cutWait+10*time.Second)
-		if err != nil {
+	wait := cfg.within(cfg.bound())
+	for len(r.cut) < cfg.cmpCut {
+		if err := r.cutLost.tooMany(cfg.cmpCut); err != nil {
 			return err
+		}
+		leader, err := c.waitLeader(ctx, 0, wait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r.cutLost.lose("cut "+r.label, fmt.Sprintf("no leader within %v", wait))
+			continue
 		}
 		if err := sleep(ctx, crashPause()); err != nil {
 			return err

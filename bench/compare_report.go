@@ -115,8 +115,13 @@ func (r *report) compareMarkdown() string {
 	row("silent cut of the leader → another node leads", "cut", func(x *cmpResult) []time.Duration { return summarizeCut(x.cut).toLeader })
 	p("\n")
 	for _, res := range c.results {
-		if res.handover.failed > 0 || res.crash.failed > 0 {
-			p("- %s: %d handovers and %d crashes gave no sample (no new leader in time).\n", res.label, res.handover.failed, res.crash.failed)
+		for _, s := range []series{res.handover, res.crash} {
+			if n := s.lost.total(); n > 0 {
+				p("- %s, %s: lost rounds: %d, retried (%s).\n", res.label, strings.TrimPrefix(s.scenario, "cmp-"), n, s.lost)
+			}
+		}
+		if n := res.cutLost.total(); n > 0 {
+			p("- %s, cut: lost rounds: %d, retried (%s).\n", res.label, n, res.cutLost)
 		}
 		for _, e := range res.errs {
 			p("- %s failed: %s.\n", res.label, e)

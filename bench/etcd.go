@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -163,13 +164,15 @@ func closeCands(cs []*etcdCand) {
 	wg.Wait()
 }
 
-func waitWon(ctx context.Context, ch <-chan etcdWon, not *etcdCand, d time.Duration) (etcdWon, error) {
+// waitWon returns the next win, at or after since, of a candidate other
+// than not.
+func waitWon(ctx context.Context, ch <-chan etcdWon, not *etcdCand, since time.Time, d time.Duration) (etcdWon, error) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
 		select {
 		case w := <-ch:
-			if w.c != not {
+			if w.c != not && !w.at.Before(since) {
 				return w, nil
 			}
 		case <-t.C:
@@ -181,27 +184,88 @@ func waitWon(ctx context.Context, ch <-chan etcdWon, not *etcdCand, d time.Durat
 }
 
 // startCands starts n candidates one after the other (so the first wins
-// and the others queue in order).
-func (x *etcdSystem) startCands(ctx context.Context, prefix string, n int, won chan etcdWon) ([]*etcdCand, etcdWon, error) {
+// and the others queue in order), named node-<first+1>, node-<first+2>...,
+// and waits at most d for the first to win.
+func (x *etcdSystem) startCands(ctx context.Context, prefix string, n, first int, won chan etcdWon, d time.Duration) ([]*etcdCand, etcdWon, error) {
 	var cs []*etcdCand
-	var first etcdWon
+	var leader etcdWon
 	for i := range n {
-		c, err := x.newCand(ctx, prefix, fmt.Sprintf("node-%d", i+1))
+		c, err := x.newCand(ctx, prefix, fmt.Sprintf("node-%d", first+i+1))
 		if err != nil {
 			closeCands(cs)
-			return nil, first, err
+			return nil, leader, err
 		}
 		cs = append(cs, c)
 		c.campaign(won)
 		if i == 0 {
-			if first, err = waitWon(ctx, won, nil, 10*time.Second); err != nil {
+			if leader, err = waitWon(ctx, won, nil, time.Time{}, d); err != nil {
 				closeCands(cs)
-				return nil, first, err
+				return nil, leader, err
 			}
 		}
 	}
-	return cs, first, nil
+	return cs, leader, nil
 }
+
+// etcdGroup is the candidates of one scenario. Under load a session's
+// lease can expire (TTL 1 s, a keepalive every 500 ms): its key is gone,
+// so the candidate can neither lead nor queue any more (its Campaign may
+// even return without a key, when the key before it goes). A round that
+// meets this, or whose resign fails, or that sees no new leader within the
+// wait, is lost; reset then replaces every candidate, so that the next
+// round starts from a clean queue.
+type etcdGroup struct {
+	x       *etcdSystem
+	prefix  string
+	n       int
+	wait    time.Duration // for the first win after a reset
+	started int           // candidates started, for unique ids
+	cands   []*etcdCand
+	won     chan etcdWon
+}
+
+func (x *etcdSystem) newGroup(ctx context.Context, prefix string, n int, wait time.Duration) (*etcdGroup, etcdWon, error) {
+	g := &etcdGroup{x: x, prefix: prefix, n: n, wait: wait}
+	w, err := g.reset(ctx)
+	return g, w, err
+}
+
+// reset closes every candidate (revoking its lease, so its key goes at
+// once) and starts n new ones; it returns the first one's win.
+func (g *etcdGroup) reset(ctx context.Context) (etcdWon, error) {
+	closeCands(g.cands)
+	g.won = make(chan etcdWon, 256) // the old candidates' wins stay in the old one
+	cands, first, err := g.x.startCands(ctx, g.prefix, g.n, g.started, g.won, g.wait)
+	g.started += g.n
+	g.cands = cands
+	return first, err
+}
+
+// expired reports whether the session of a candidate has ended.
+func (g *etcdGroup) expired() bool {
+	for _, c := range g.cands {
+		if c == nil {
+			continue
+		}
+		select {
+		case <-c.sess.Done():
+			return true
+		default:
+		}
+	}
+	return false
+}
+
+// timedOut is the cause of a round that saw no new leader in time.
+func (g *etcdGroup) timedOut(err error, of string) string {
+	cause := err.Error() + " of the " + of
+	if g.expired() {
+		cause += " (a session had expired)"
+	}
+	return cause
+}
+
+func (g *etcdGroup) close() { closeCands(g.cands) }
 
 // observers starts n Observe loops on one shared client; each reports to
 // the collector when its application reads a response naming a leader.
@@ -243,93 +307,143 @@ func (x *etcdSystem) observers(ctx context.Context, prefix string, n int, col *c
 // handover: 3 candidates and one observer. Each round the leader calls
 // Resign; the sample is from just before Resign until the Campaign of the
 // next candidate returns, and until the observer reads the response naming
-// it. The resigned candidate then campaigns again (after the sample).
+// it. The resigned candidate then campaigns again (after the sample). A
+// round lost under load (see etcdGroup) is counted and retried.
 func (x *etcdSystem) handover(ctx context.Context, cfg config) (hand, obs series, err error) {
 	hand = series{scenario: "handover", system: "etcd"}
 	obs = series{scenario: "observer", system: "etcd"}
 	prefix := "/" + electionName("handover")
-	won := make(chan etcdWon, 256)
-	cands, cur, err := x.startCands(ctx, prefix, 3, won)
+	wait := cfg.within(x.leaseBound())
+	g, cur, err := x.newGroup(ctx, prefix, 3, wait)
 	if err != nil {
 		return hand, obs, err
 	}
-	defer func() { closeCands(cands) }()
+	defer func() { g.close() }()
 	col := newCollector()
 	stopObs, err := x.observers(ctx, prefix, 1, col)
 	if err != nil {
 		return hand, obs, err
 	}
 	defer stopObs()
-	if err := col.waitAll(ctx, 1, cur.c.id, 10*time.Second); err != nil {
+	if err := col.waitAll(ctx, 1, cur.c.id, wait); err != nil {
 		return hand, obs, err
 	}
-	for range cfg.samples {
+	for len(hand.samples) < cfg.samples {
+		if err := hand.tooManyLost(cfg.samples); err != nil {
+			return hand, obs, err
+		}
 		if err := sleep(ctx, cfg.settle); err != nil {
 			return hand, obs, err
 		}
+		var (
+			lost string
+			w    etcdWon
+			t0   time.Time
+		)
 		old := cur.c
 		done := col.arm(1, func(l string) bool { return l != "" && l != old.id })
-		t0 := time.Now()
-		err := old.el.Resign(ctx)
-		hand.resign = append(hand.resign, time.Since(t0))
-		if err != nil {
-			col.collect()
-			return hand, obs, fmt.Errorf("etcd: resign: %w", err)
+		if g.expired() {
+			lost = "session expired before the resign"
+		} else {
+			t0 = time.Now()
+			err := old.el.Resign(ctx)
+			hand.resign = append(hand.resign, time.Since(t0))
+			switch {
+			case ctx.Err() != nil:
+				return hand, obs, ctx.Err()
+			case err != nil:
+				lost = "resign failed: " + err.Error()
+			default:
+				if w, err = waitWon(ctx, g.won, old, t0, wait); ctx.Err() != nil {
+					return hand, obs, ctx.Err()
+				} else if err != nil {
+					lost = g.timedOut(err, "resign")
+				}
+			}
 		}
-		w, err := waitWon(ctx, won, old, 5*time.Second)
-		if err != nil {
+		if lost != "" {
 			col.collect()
-			return hand, obs, err
+			hand.lose(lost)
+			obs.lost.add(lost) // the same round, logged once
+			if cur, err = g.reset(ctx); err != nil {
+				return hand, obs, err
+			}
+			if err := col.waitAll(ctx, 1, cur.c.id, wait); err != nil {
+				return hand, obs, err
+			}
+			continue
 		}
 		hand.samples = append(hand.samples, w.at.Sub(t0))
-		ok := waitDone(ctx, done, 5*time.Second)
+		ok := waitDone(ctx, done, wait)
 		if ts := col.collect(); ok {
 			obs.samples = append(obs.samples, ts[0].Sub(t0))
 		} else {
 			obs.failed++
 		}
-		old.campaign(won)
+		old.campaign(g.won)
 		cur = w
 	}
 	return hand, obs, nil
+}
+
+// leaseBound is the longest a dead session's key can stay: the TTL, plus
+// up to 500 ms until the lessor's next expiry scan.
+func (x *etcdSystem) leaseBound() time.Duration {
+	return time.Duration(x.ttl)*time.Second + 500*time.Millisecond
 }
 
 // crash: 3 candidates with session TTL x.ttl. Each round, after a random
 // pause, the leader's client is closed without revoking its lease; the
 // sample is from then until the next candidate's Campaign returns, which
 // happens when the server expires the lease and deletes the leader's key.
-// The crashed candidate is replaced by a fresh one, which queues.
+// The crashed candidate is replaced by a fresh one, which queues. A round
+// lost under load (see etcdGroup) is counted and retried.
 func (x *etcdSystem) crash(ctx context.Context, cfg config) (series, error) {
 	out := series{scenario: "crash", system: "etcd"}
 	prefix := "/" + electionName("crash")
-	won := make(chan etcdWon, 256)
-	cands, cur, err := x.startCands(ctx, prefix, 3, won)
+	wait := cfg.within(x.leaseBound())
+	g, cur, err := x.newGroup(ctx, prefix, 3, wait)
 	if err != nil {
 		return out, err
 	}
-	defer func() { closeCands(cands) }()
-	for r := range cfg.crashSamples {
+	defer func() { g.close() }()
+	for r := 1; len(out.samples) < cfg.crashSamples; r++ {
+		if err := out.tooManyLost(cfg.crashSamples); err != nil {
+			return out, err
+		}
 		if err := sleep(ctx, crashPause()); err != nil {
 			return out, err
 		}
-		old := cur.c
-		t0 := time.Now()
-		old.crash()
-		w, err := waitWon(ctx, won, old, 10*time.Second)
-		if err != nil {
-			return out, err
-		}
-		out.samples = append(out.samples, w.at.Sub(t0))
-		cur = w
-		for i, c := range cands {
-			if c == old {
-				cands[i] = nil
-				nc, err := x.newCand(ctx, prefix, fmt.Sprintf("node-r%d", r+1))
+		lost := ""
+		if g.expired() {
+			lost = "session expired before the crash"
+		} else {
+			old := cur.c
+			t0 := time.Now()
+			old.crash()
+			w, err := waitWon(ctx, g.won, old, t0, wait)
+			switch {
+			case ctx.Err() != nil:
+				return out, ctx.Err()
+			case err != nil:
+				lost = g.timedOut(err, "crash")
+			default:
+				out.samples = append(out.samples, w.at.Sub(t0))
+				cur = w
+				i := slices.Index(g.cands, old)
+				g.cands[i] = nil
+				nc, err := x.newCand(ctx, prefix, fmt.Sprintf("node-r%d", r))
 				if err != nil {
 					return out, err
 				}
-				cands[i] = nc
-				nc.campaign(won)
+				g.cands[i] = nc
+				nc.campaign(g.won)
+			}
+		}
+		if lost != "" {
+			out.lose(lost)
+			if cur, err = g.reset(ctx); err != nil {
+				return out, err
 			}
 		}
 	}
@@ -339,16 +453,18 @@ func (x *etcdSystem) crash(ctx context.Context, cfg config) (series, error) {
 // fanout: 2 candidates and n observers sharing one client. Each round the
 // leader resigns and the other candidate takes over; a sample is, for each
 // observer, from just before Resign is called until the observer reads the
-// response naming the new leader.
+// response naming the new leader. A round lost under load (see
+// etcdGroup), or whose deliveries did not all come while a session
+// expired, is counted and retried.
 func (x *etcdSystem) fanout(ctx context.Context, cfg config, n int) (series, error) {
 	out := series{scenario: fmt.Sprintf("fanout-%d", n), system: "etcd"}
 	prefix := "/" + electionName(fmt.Sprintf("fanout%d", n))
-	won := make(chan etcdWon, 256)
-	cands, cur, err := x.startCands(ctx, prefix, 2, won)
+	wait := cfg.within(x.leaseBound())
+	g, cur, err := x.newGroup(ctx, prefix, 2, wait)
 	if err != nil {
 		return out, err
 	}
-	defer func() { closeCands(cands) }()
+	defer func() { g.close() }()
 	col := newCollector()
 	stopObs, err := x.observers(ctx, prefix, n, col)
 	if err != nil {
@@ -358,33 +474,61 @@ func (x *etcdSystem) fanout(ctx context.Context, cfg config, n int) (series, err
 	if err := col.waitAll(ctx, n, cur.c.id, 60*time.Second); err != nil {
 		return out, err
 	}
-	for range cfg.fanoutRounds {
+	for rounds := 0; rounds < cfg.fanoutRounds; {
+		if err := out.tooManyLost(cfg.fanoutRounds); err != nil {
+			return out, err
+		}
 		if err := sleep(ctx, cfg.settle); err != nil {
 			return out, err
 		}
-		old, next := cands[0], cands[1]
-		if cur.c == cands[1] {
-			old, next = cands[1], cands[0]
+		var (
+			lost string
+			w    etcdWon
+			t0   time.Time
+		)
+		old, next := g.cands[0], g.cands[1]
+		if cur.c == g.cands[1] {
+			old, next = g.cands[1], g.cands[0]
 		}
 		done := col.arm(n, func(l string) bool { return l == next.id })
-		t0 := time.Now()
-		if err := old.el.Resign(ctx); err != nil {
-			col.collect()
-			return out, fmt.Errorf("etcd: resign: %w", err)
+		if g.expired() {
+			lost = "session expired before the resign"
+		} else {
+			t0 = time.Now()
+			err := old.el.Resign(ctx)
+			switch {
+			case ctx.Err() != nil:
+				return out, ctx.Err()
+			case err != nil:
+				lost = "resign failed: " + err.Error()
+			default:
+				if w, err = waitWon(ctx, g.won, old, t0, wait); ctx.Err() != nil {
+					return out, ctx.Err()
+				} else if err != nil {
+					lost = g.timedOut(err, "resign")
+				} else if !waitDone(ctx, done, wait) && g.expired() {
+					lost = "session expired during the round"
+				}
+			}
 		}
-		w, err := waitWon(ctx, won, old, 5*time.Second)
-		if err != nil {
-			col.collect()
-			return out, err
-		}
-		waitDone(ctx, done, 10*time.Second)
 		ts := col.collect()
+		if lost != "" {
+			out.lose(lost)
+			if cur, err = g.reset(ctx); err != nil {
+				return out, err
+			}
+			if err := col.waitAll(ctx, n, cur.c.id, wait); err != nil {
+				return out, err
+			}
+			continue
+		}
 		for _, t := range ts {
 			out.samples = append(out.samples, t.Sub(t0))
 		}
 		out.failed += n - len(ts)
-		old.campaign(won)
+		old.campaign(g.won)
 		cur = w
+		rounds++
 	}
 	return out, nil
 }
@@ -422,7 +566,7 @@ func (x *etcdSystem) writes(ctx context.Context, cfg config) (writesRow, error) 
 	row := writesRow{system: "etcd"}
 	prefix := "/" + electionName("writes")
 	won := make(chan etcdWon, 256)
-	cands, _, err := x.startCands(ctx, prefix, 3, won)
+	cands, _, err := x.startCands(ctx, prefix, 3, 0, won, cfg.within(x.leaseBound()))
 	if err != nil {
 		return row, err
 	}

@@ -56,6 +56,7 @@ type config struct {
 	strict       bool
 	diagJitter   time.Duration // 0: no diagnostic handover
 	settle       time.Duration
+	slack        float64          // waits allow slack × what the timing promises
 	timing       heartbeat.Timing // leaderfeed's, derived from ttl
 
 	old             bool // the scenarios against etcd
@@ -80,6 +81,15 @@ type config struct {
 
 // bound is the dead-leader bound (-ttl).
 func (c config) bound() time.Duration { return time.Duration(c.ttl) * time.Second }
+
+// within is how long the run waits for something the timing in use
+// promises within d (a new leader within the election timeout or the
+// session TTL, a follower that learns of it): -slack × d, room for a
+// loaded machine. A wait that runs out loses that round, counted and
+// retried (series.lose), not the run.
+func (c config) within(d time.Duration) time.Duration {
+	return time.Duration(c.slack * float64(d))
+}
 
 // parseSizes parses a comma-separated list of positive integers.
 func parseSizes(flagName, list string) ([]int, error) {
@@ -110,6 +120,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.strict, "strict", true, "also measure leaderfeed's crash failover (on PostgreSQL, else memory) with ElectionTimeoutMin = ElectionTimeoutMax = TTL")
 	fs.DurationVar(&c.diagJitter, "diag-jitter", 2*time.Millisecond, "also measure leaderfeed's handover (on PostgreSQL, else memory) with this VacancyJitter (default 0), to show what a jitter costs; 0: don't")
 	fs.DurationVar(&c.settle, "settle", 150*time.Millisecond, "pause before each handover; keep it above etcd's 100 ms watcher sync period")
+	fs.Float64Var(&c.slack, "slack", 10, "a wait for what the timing promises within d (a new leader within the election timeout or session TTL) allows slack × d; a wait that runs out loses that round (counted, retried), not the run")
 	fs.BoolVar(&c.old, "etcd", true, "run the scenarios against etcd (handover, observer, fan-out, writes, crash); false: only the comparison")
 	fs.BoolVar(&c.compare, "compare", true, "on PostgreSQL, compare leaderfeed with a session advisory lock elector and a polling lease elector, as separate node processes")
 	fs.IntVar(&c.cmpSamples, "cmp-samples", 40, "comparison: handover samples per elector (each about 0.15 s + a random pause of up to -ttl + the handover)")
@@ -138,6 +149,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if c.costElections, err = parseSizes("cost-elections", *costSizes); err != nil {
 		return c, err
+	}
+	if c.slack < 1 {
+		return c, fmt.Errorf("-slack must be at least 1, not %v", c.slack)
 	}
 	if c.ttl < 1 || c.manyTTL < 1 {
 		return c, errors.New("-ttl and -many-ttl must be at least 1 (etcd's lease TTLs are whole seconds)")

@@ -45,6 +45,7 @@ type manyPhase struct {
 	conns     map[string]int // connections per process
 	intervals float64
 	changes   int
+	unsteady  string // why the phase is not the steady state it names, if it is not
 	load      string
 	err       error
 }
@@ -53,6 +54,7 @@ type manyPhase struct {
 // process that led them all.
 type manyCrash struct {
 	label   string
+	slot    int             // the killed process's
 	samples []time.Duration // per election, kill → new leader
 	missing int             // elections without a new leader within the wait
 	last    time.Duration
@@ -245,20 +247,26 @@ func (c *cluster) waitAllLed(ctx context.Context, only *nodeProc, d time.Duratio
 }
 
 // startOneThenTwo starts node 1, waits until it leads every election, then
-// starts nodes 2 and 3.
-func (c *cluster) startOneThenTwo(ctx context.Context) error {
+// starts nodes 2 and 3. When node 1 cannot lead them all within a minute
+// (one statement per election at load 13-19: its renewals did not keep up
+// with the leases), it starts the others all the same and says why.
+func (c *cluster) startOneThenTwo(ctx context.Context) (unsteady string, err error) {
 	if err := c.start(ctx, 0); err != nil {
-		return err
+		return "", err
 	}
 	if err := c.waitAllLed(ctx, c.procs[0], 60*time.Second); err != nil {
-		return err
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		unsteady = "the first process alone did not lead every election within 1m0s (" + err.Error() + ")"
+		logf("  %s", unsteady)
 	}
 	for slot := 1; slot < 3; slot++ {
 		if err := c.start(ctx, slot); err != nil {
-			return err
+			return "", err
 		}
 	}
-	return nil
+	return unsteady, nil
 }
 
 // etcdOps reads the embedded etcd server's counters of store operations.
@@ -279,12 +287,19 @@ func etcdOps() (map[string]float64, error) {
 // measurePhase leaves c alone for -many-window and measures.
 func measurePhase(ctx context.Context, cfg config, c *cluster, pool *pgxpool.Pool, label string) (ph manyPhase) {
 	ph = manyPhase{label: label, cpuMs: -1}
-	leaders, none := c.leaderCounts()
-	if none > 0 {
-		ph.err = fmt.Errorf("%d elections without a leader before the window", none)
-		return ph
+	// A lease lost under load leaves its election without a leader until
+	// it is claimed again (seen at load 16-19 after the spread): wait for
+	// that, -slack bounds at most; if it does not come, measure all the
+	// same and say so. Leadership that changes during the window is
+	// counted (changes).
+	if err := c.waitAllLed(ctx, nil, cfg.within(cfg.bound())); err != nil {
+		if ctx.Err() != nil {
+			ph.err = ctx.Err()
+			return ph
+		}
+		ph.unsteady = "not every election had a leader at the start of the window (" + err.Error() + ")"
 	}
-	ph.leaders = leaders
+	ph.leaders, _ = c.leaderCounts()
 	before := map[int]*nodeProc{}
 	for i := range c.elections {
 		before[i] = c.leaderOf(i)
@@ -391,6 +406,7 @@ func crashAll(ctx context.Context, cfg config, c *cluster, label string) (cr man
 		want[i] = true
 	}
 	c.drain()
+	cr.slot = victim.slot
 	t0 := monotonic()
 	c.kill(victim)
 	got := map[int]time.Duration{}
@@ -483,7 +499,8 @@ func runMany(ctx context.Context, cfg config, pool *pgxpool.Pool, etcdURL string
 	single := func(label string) {
 		c := cfg
 		c.cmpSamples, c.cmpCrash = cfg.manySamples, cfg.manySamples
-		r := &cmpResult{kind: kindLeaderfeed, label: label, cfg: c, checks: map[string]overlapStats{}}
+		r := &cmpResult{kind: kindLeaderfeed, label: label, cfg: c, checks: map[string]overlapStats{},
+			handover: series{scenario: "one election's handover", system: label}, crash: series{scenario: "one election's crash", system: label}}
 		if err := cmpHandover(ctx, c, r); err != nil {
 			r.fail("handover", err)
 		}
@@ -509,7 +526,8 @@ func runMany(ctx context.Context, cfg config, pool *pgxpool.Pool, etcdURL string
 		}
 		func() {
 			defer c.close()
-			if err := c.startOneThenTwo(ctx); err != nil {
+			unsteady, err := c.startOneThenTwo(ctx)
+			if err != nil {
 				rep.phases = append(rep.phases, manyPhase{label: mode.label + ", all led by one", err: err})
 				return
 			}
@@ -517,6 +535,7 @@ func runMany(ctx context.Context, cfg config, pool *pgxpool.Pool, etcdURL string
 				return
 			}
 			ph := measurePhase(ctx, mcfg, c, pool, mode.label+", all led by one")
+			ph.unsteady = joinNonEmpty(unsteady, ph.unsteady)
 			logPhase(ph)
 			rep.phases = append(rep.phases, ph)
 			cr := crashAll(ctx, mcfg, c, "leaderfeed/postgres, "+mode.label)
@@ -525,19 +544,30 @@ func runMany(ctx context.Context, cfg config, pool *pgxpool.Pool, etcdURL string
 			if cr.err != nil {
 				return
 			}
-			// A new first process; the survivors hand it a third.
-			if err := c.start(ctx, 0); err != nil {
+			// A new process in the killed one's place: the first, unless
+			// leadership had moved (one statement per election at load 17),
+			// when starting the first again lost the live first process
+			// from the cluster. The survivors hand it a third.
+			if err := c.start(ctx, cr.slot); err != nil {
 				rep.phases = append(rep.phases, manyPhase{label: mode.label + ", spread", err: err})
 				return
 			}
-			if err := c.spread(ctx, c.procs[0]); err != nil {
-				rep.phases = append(rep.phases, manyPhase{label: mode.label + ", spread", err: err})
-				return
+			// One statement per election at load 8-17 does not hold: every
+			// election can be without a leader at once. Measure what there
+			// is, marked.
+			unsteady = ""
+			if err := c.spread(ctx, c.procs[cr.slot]); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				unsteady = "the spread did not complete (" + err.Error() + ")"
+				logf("  %s", unsteady)
 			}
 			if err := sleep(ctx, mb); err != nil {
 				return
 			}
 			ph = measurePhase(ctx, mcfg, c, pool, mode.label+", spread")
+			ph.unsteady = joinNonEmpty(unsteady, ph.unsteady)
 			logPhase(ph)
 			rep.phases = append(rep.phases, ph)
 			if mode.extra == nil {
@@ -555,7 +585,8 @@ func runMany(ctx context.Context, cfg config, pool *pgxpool.Pool, etcdURL string
 			return rep
 		}
 		defer c.close()
-		if err := c.startOneThenTwo(ctx); err != nil {
+		unsteady, err := c.startOneThenTwo(ctx)
+		if err != nil {
 			rep.phases = append(rep.phases, manyPhase{label: "etcd, all led by one", err: err})
 			return rep
 		}
@@ -563,6 +594,7 @@ func runMany(ctx context.Context, cfg config, pool *pgxpool.Pool, etcdURL string
 			return rep
 		}
 		ph := measurePhase(ctx, mcfg, c, nil, "etcd, all led by one")
+		ph.unsteady = joinNonEmpty(unsteady, ph.unsteady)
 		logPhase(ph)
 		rep.phases = append(rep.phases, ph)
 		cr := crashAll(ctx, mcfg, c, "etcd")
@@ -572,6 +604,17 @@ func runMany(ctx context.Context, cfg config, pool *pgxpool.Pool, etcdURL string
 	return rep
 }
 
+// joinNonEmpty joins the non-empty strings with "; ".
+func joinNonEmpty(ss ...string) string {
+	var out []string
+	for _, s := range ss {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
 func logPhase(ph manyPhase) {
 	if ph.err != nil {
 		logf("  %s: FAILED: %v", ph.label, ph.err)
@@ -579,6 +622,9 @@ func logPhase(ph manyPhase) {
 	}
 	logf("  %s: leaders %v; per process %s statements/interval; server writes %.2f, all %.2f, exec %.2f ms, CPU %.1f ms per interval; LISTEN %v of conns %v; etcd %v; %d leader changes; load %s",
 		ph.label, ph.leaders, fmtMap(ph.perProc), ph.serverW, ph.serverAll, ph.execMs, ph.cpuMs, ph.listens, ph.conns, fmtMap(ph.etcdOps), ph.changes, ph.load)
+	if ph.unsteady != "" {
+		logf("  %s: not steady: %s", ph.label, ph.unsteady)
+	}
 }
 
 func logCrash(cr manyCrash) {
@@ -615,7 +661,12 @@ func (m *manyReport) markdown() string {
 	p("| system, phase | elections led per process | statements/interval per process | server write stmts/interval | server stmts/interval | server exec ms/interval | server CPU ms/interval | LISTEN conns per process | leader changes | load (1/5/15) |\n")
 	p("| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |\n")
 	var batchedCPU, unbatchedCPU, batchedExec, unbatchedExec float64
+	var batchedChanges, unbatchedChanges int
+	var unsteady []string
 	for _, ph := range m.phases {
+		if ph.err == nil && ph.unsteady != "" {
+			unsteady = append(unsteady, fmt.Sprintf("- %s: not the steady state it names: %s; its figures include the claims.", ph.label, ph.unsteady))
+		}
 		if ph.err != nil {
 			p("| %s | failed: %v | | | | | | | | |\n", ph.label, ph.err)
 			continue
@@ -640,14 +691,18 @@ func (m *manyReport) markdown() string {
 		}
 		p("| %s | %s | %s | %.2f | %.2f | %.2f | %s | %s | %d | %s |\n", ph.label, fmtCounts(ph.leaders), fmtShort(ph.perProc), ph.serverW, ph.serverAll, ph.execMs, cpu, fmtShort(listens), ph.changes, ph.load)
 		switch {
+		case ph.unsteady != "": // no ratio from it
 		case strings.HasPrefix(ph.label, "batched, all"):
-			batchedCPU, batchedExec = ph.cpuMs, ph.execMs
+			batchedCPU, batchedExec, batchedChanges = ph.cpuMs, ph.execMs, ph.changes
 		case strings.HasPrefix(ph.label, "one statement per election, all"):
-			unbatchedCPU, unbatchedExec = ph.cpuMs, ph.execMs
+			unbatchedCPU, unbatchedExec, unbatchedChanges = ph.cpuMs, ph.execMs, ph.changes
 		}
 	}
+	if len(unsteady) > 0 {
+		p("\n%s\n", strings.Join(unsteady, "\n"))
+	}
 	if batchedCPU > 0 && unbatchedCPU > 0 {
-		p("\nServer CPU, all led by one: one statement per election / batched = %.1f× (execution time %.1f×).\n", unbatchedCPU/batchedCPU, unbatchedExec/max(batchedExec, 1e-9))
+		p("\nServer CPU, all led by one: one statement per election / batched = %.1f× (execution time %.1f×; leader changes in the windows %d and %d).\n", unbatchedCPU/batchedCPU, unbatchedExec/max(batchedExec, 1e-9), unbatchedChanges, batchedChanges)
 	}
 	p("\n### Crash of the process that leads every election (kill -9)\n\nRight after the \"all led by one\" window, the process leading the most elections (all of them, unless some moved) is killed; per election of its, the time from the kill until another process leads it.\n\n")
 	p("| system | elections with a new leader | p50 ms | p99 ms | last ms | load (1/5/15) |\n| --- | ---: | ---: | ---: | ---: | --- |\n")
@@ -668,6 +723,16 @@ func (m *manyReport) markdown() string {
 			ov += st.count
 		}
 		p("| %s | %s / %s / %s (n=%d) | %s / %s / %s (n=%d) | %d |\n", r.label, ms(h.p50), ms(h.p99), ms(h.max), h.n, ms(c.p50), ms(c.p99), ms(c.max), c.n, ov)
+	}
+	for _, r := range m.single {
+		for _, s := range []series{r.handover, r.crash} {
+			if n := s.lost.total(); n > 0 {
+				p("\n- %s, %s: lost rounds: %d, retried (%s).\n", s.scenario, r.label, n, s.lost)
+			}
+		}
+		for _, e := range r.errs {
+			p("\n- %s failed: %s.\n", r.label, e)
+		}
 	}
 	for _, n := range m.notes {
 		p("\n%s\n", n)

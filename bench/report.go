@@ -22,6 +22,8 @@ type writesRow struct {
 	renewals  float64 // etcd: lease keepalives per session
 	proposals float64 // etcd: raft proposals committed
 	intervals float64
+	lost      losses // counts done again (the leadership changed during one)
+	unsettled bool   // the leadership changed during every count; the last is reported
 	note      string
 	err       error
 }
@@ -209,6 +211,9 @@ func (r *report) markdown() string {
 			if s.failed > 0 {
 				notes = append(notes, fmt.Sprintf("%s, %s: %d rounds or deliveries gave no sample (timed out)", key, s.system, s.failed))
 			}
+			if n := s.lost.total(); n > 0 {
+				notes = append(notes, fmt.Sprintf("%s, %s: lost rounds: %d, retried (%s)", key, s.system, n, s.lost))
+			}
 			if s.note != "" {
 				notes = append(notes, fmt.Sprintf("%s, %s: %s", key, s.system, s.note))
 			}
@@ -239,6 +244,9 @@ func (r *report) markdown() string {
 	for _, w := range r.writes {
 		if w.err == nil && w.note != "" {
 			p("- %s: %s.\n", w.system, w.note)
+		}
+		if n := w.lost.total(); n > 0 {
+			p("- %s: lost counts: %d, counted again (%s).\n", w.system, n, w.lost)
 		}
 	}
 	p("\n")
@@ -322,7 +330,9 @@ func (r *report) targets() []string {
 		}
 	}
 	for _, w := range r.writes {
-		if w.system == sys && w.err == nil {
+		if w.system == sys && w.err == nil && w.unsettled {
+			out = append(out, fmt.Sprintf("One write per interval by the leader, none by followers: **not measured** (the leadership changed during each of %d counts: %s).", w.lost.total(), w.lost))
+		} else if w.system == sys && w.err == nil {
 			ok := w.leader > 0.9 && w.leader < 1.1 && w.follower == 0 && w.observer == 0
 			out = append(out, fmt.Sprintf("One write per interval by the leader, none by followers: %s (leader %.2f, followers %.2f, observer %.2f writes per interval).", verdict(ok), w.leader, w.follower, w.observer))
 		}

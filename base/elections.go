@@ -778,21 +778,75 @@ func (s *feedSub) pump() {
 
 // ---- batched writes ----
 
-// writeReq is one write waiting for a batch. done is called exactly once,
-// by the batcher (or by the caller when the request never reached it),
-// and must not block: it hands the result to the waiter (a channel with
-// room, or the Feed's loop without a goroutine, submitWrite).
+// maxInFlight bounds the batches of writes, and those of reads, that one
+// Elections has in flight at once. A batch in flight never holds up the
+// next one (a hung write costs the other elections nothing) until this
+// many hang at once; it is also about the connections a database client
+// gives one process.
+const maxInFlight = 8
+
+// flights runs the batches of a batcher each on a goroutine of its own,
+// at most maxInFlight at once; Elections.Close waits for them (e.wg).
+type flights struct {
+	e     *Elections
+	slots chan struct{}
+}
+
+func newFlights(e *Elections) *flights {
+	return &flights{e: e, slots: make(chan struct{}, maxInFlight)}
+}
+
+// slot returns the channel that takes a token when a batch may start.
+func (f *flights) slot() chan<- struct{} { return f.slots }
+
+// start runs send on its own goroutine; the caller holds a token.
+func (f *flights) start(send func()) {
+	f.e.wg.Add(1)
+	go func() {
+		defer f.e.wg.Done()
+		defer func() { <-f.slots }()
+		send()
+	}()
+}
+
+// writeReq is one write waiting for a batch. It is answered exactly once
+// (answer): by its batch's result, or with its context's error when the
+// context ends or its deadline passes first, whatever its batch does, or
+// with ErrClosed. done must not block: it hands the result to the waiter
+// (a channel with room, or the Feed's loop without a goroutine,
+// submitWrite).
 type writeReq struct {
 	ctx      context.Context // the caller's: a request whose ctx ended is answered, not sent
 	deadline time.Time       // the caller's deadline; zero: none
 	w        Write
 	arrived  time.Time
 	flush    time.Time // send by then: arrived for claims and vacancies
+	window   time.Duration
 	done     func(WriteResult)
+
+	answered atomic.Bool
+	stop     func() bool // stops the watcher of ctx and deadline
+}
+
+// answer hands res to the waiter, unless the request was answered already,
+// and stops the watcher. Only the watcher itself calls reply instead (it
+// may run before newWriteReq has set stop).
+func (r *writeReq) answer(res WriteResult) {
+	r.stop()
+	r.reply(res)
+}
+
+func (r *writeReq) reply(res WriteResult) {
+	if r.answered.CompareAndSwap(false, true) {
+		r.done(res)
+	}
 }
 
 // expired reports the error of a request that must not be sent any more.
 func (r *writeReq) expired(now time.Time) error {
+	if r.answered.Load() {
+		return context.Canceled
+	}
 	if err := r.ctx.Err(); err != nil {
 		return err
 	}
@@ -809,13 +863,23 @@ func isRenewal(w Write) bool {
 }
 
 // newWriteReq returns the request of a write; a renewal may wait up to
-// window for others.
+// window for others. Its watcher answers it when ctx ends or the deadline
+// passes.
 func newWriteReq(ctx context.Context, deadline time.Time, w Write, window time.Duration, done func(WriteResult)) *writeReq {
 	now := time.Now()
 	r := &writeReq{ctx: ctx, deadline: deadline, w: w, arrived: now, flush: now, done: done}
 	if isRenewal(w) {
-		r.flush = now.Add(window)
+		r.flush, r.window = now.Add(window), window
 	}
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if !deadline.IsZero() {
+		wctx, cancel = context.WithDeadline(ctx, deadline)
+	}
+	stop := context.AfterFunc(wctx, func() {
+		cancel()
+		r.reply(WriteResult{Err: wctx.Err()})
+	})
+	r.stop = func() bool { cancel(); return stop() }
 	return r
 }
 
@@ -835,26 +899,28 @@ func (e *Elections) write(ctx context.Context, w Write, window time.Duration) (h
 	select {
 	case e.writes <- r:
 	case <-ctx.Done():
+		r.answer(WriteResult{Err: ctx.Err()})
 		return heartbeat.Record{}, ctx.Err()
 	case <-e.ctx.Done():
+		r.answer(WriteResult{Err: ErrClosed})
 		return heartbeat.Record{}, fmt.Errorf("leaderfeed: election %q: %w", w.Next.Election, ErrClosed)
 	}
 	select {
 	case res := <-reply:
 		return res.Record, res.Err
-	case <-ctx.Done():
-		return heartbeat.Record{}, ctx.Err()
 	case <-e.ctx.Done():
 		// Closed: the write may or may not have been sent.
+		r.answer(WriteResult{Err: ErrClosed})
 		return heartbeat.Record{}, fmt.Errorf("leaderfeed: election %q: %w", w.Next.Election, ErrClosed)
 	}
 }
 
 // submitWrite hands a claim or renewal to the batcher without waiting and
-// without a goroutine: done gets the result (on the batcher's goroutine;
-// it must not block). ctx is the Feed's own (it ends when the Feed stops),
-// deadline bounds the call. It reports false when the write is not
-// batched; the caller then calls Heartbeat as usual.
+// without a goroutine: done gets the result (on the batcher's goroutines,
+// or the watcher's when ctx ends or deadline passes first; it must not
+// block). ctx is the Feed's own (it ends when the Feed stops), deadline
+// bounds the call. It reports false when the write is not batched; the
+// caller then calls Heartbeat as usual.
 func (b *electionBackend) submitWrite(ctx context.Context, deadline time.Time, expected, next heartbeat.Record, done func(heartbeat.Record, error)) bool {
 	if b.e.batch == nil || b.observer || next.Election != b.name {
 		return false
@@ -875,29 +941,34 @@ func (b *electionBackend) submitWrite(ctx context.Context, deadline time.Time, e
 	go func() {
 		select {
 		case b.e.writes <- r:
-		case <-ctx.Done():
-			reply(WriteResult{Err: ctx.Err()})
+		case <-r.ctx.Done():
+			r.answer(WriteResult{Err: r.ctx.Err()})
 		case <-b.e.ctx.Done():
-			reply(WriteResult{Err: fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed)})
+			r.answer(WriteResult{Err: fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed)})
 		}
 	}()
 	return true
 }
 
 // batcher collects writes and sends them in batches: at once when a claim
-// or vacancy is waiting, else when the oldest renewal has waited its
-// window; while a batch is in flight the next one gathers (group commit).
+// or vacancy is waiting, else when a renewal has waited its window. Each
+// batch is sent on a goroutine of its own (flights), so that a batch in
+// flight never holds up the next, nor a write that hangs another
+// election's; while maxInFlight batches are in flight the next one keeps
+// gathering (group commit).
 //
 // Renewals of elections with one heartbeat interval fall due at one
 // instant (AlignRenewal), but the Feeds of thousands of elections take
 // a while to wake and hand them over, longer on a loaded machine. So a
 // batch of renewals only keeps waiting past its window while renewals
-// keep coming (the last came less than half a window ago), and
-// never longer than three windows: one batch carries the renewals of
-// one instant, and a renewal spends at most three windows of its lease's
-// margin here.
+// keep coming (the last came less than half a window ago, the smallest
+// window of the batch), and never past three windows of any of its
+// renewals: one batch carries the renewals of one instant, and a renewal
+// spends at most three of its own windows of its lease's margin here,
+// whatever the timings of the others in its batch.
 func (e *Elections) batcher() {
 	defer e.wg.Done()
+	fl := newFlights(e)
 	var pending []*writeReq
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -913,29 +984,50 @@ func (e *Elections) batcher() {
 			}
 		}
 		g := newGather(pending)
+		var slot chan<- struct{} // set once the batch is due: a token starts it
 	gather:
-		for len(pending) < e.maxBatch {
-			d := time.Until(g.flushAt)
-			if d <= 0 {
-				// Take what is queued already, without waiting.
-				select {
-				case r := <-e.writes:
-					pending = append(pending, r)
-					g.add(r)
-					continue
-				default:
-				}
-				if !g.extend(time.Now()) {
-					break gather
-				}
-				continue
+		for {
+			writes := e.writes
+			if len(pending) >= e.maxBatch {
+				writes = nil
 			}
-			timer.Reset(d)
+			var timeout <-chan time.Time
+			if slot == nil {
+				d := time.Until(g.flushAt)
+				if d <= 0 && len(pending) < e.maxBatch {
+					// Take what is queued already, without waiting.
+					select {
+					case r := <-e.writes:
+						pending = append(pending, r)
+						g.add(r)
+						continue
+					default:
+					}
+				}
+				if d <= 0 || len(pending) >= e.maxBatch {
+					if len(pending) < e.maxBatch && g.extend(time.Now()) {
+						continue
+					}
+					select {
+					case fl.slot() <- struct{}{}:
+						break gather
+					default:
+					}
+					// maxInFlight batches are in flight: keep gathering
+					// until one ends.
+					slot = fl.slot()
+					continue
+				}
+				timer.Reset(d)
+				timeout = timer.C
+			}
 			select {
-			case r := <-e.writes:
+			case r := <-writes:
 				pending = append(pending, r)
 				g.add(r)
-			case <-timer.C:
+			case <-timeout:
+			case slot <- struct{}{}:
+				break gather
 			case <-e.ctx.Done():
 				timer.Stop()
 				e.failWrites(pending)
@@ -947,14 +1039,14 @@ func (e *Elections) batcher() {
 		now := time.Now()
 		for _, r := range pending {
 			if err := r.expired(now); err != nil {
-				r.done(WriteResult{Err: err})
+				r.answer(WriteResult{Err: err})
 			} else {
 				batch = append(batch, r)
 			}
 		}
 		clear(pending)
 		pending = pending[:0]
-		e.send(batch)
+		fl.start(func() { e.send(batch) })
 	}
 }
 
@@ -969,23 +1061,26 @@ type gather struct {
 
 func newGather(pending []*writeReq) *gather {
 	g := &gather{}
-	for i, r := range pending {
-		if i == 0 {
-			g.flushAt, g.last = r.flush, r.arrived
-			window := r.flush.Sub(r.arrived)
-			g.quiet, g.limit = window/2, r.arrived.Add(3*window)
-		}
+	for _, r := range pending {
 		g.add(r)
 	}
 	return g
 }
 
 func (g *gather) add(r *writeReq) {
-	if r.flush.Before(g.flushAt) {
+	if g.flushAt.IsZero() || r.flush.Before(g.flushAt) {
 		g.flushAt = r.flush
 	}
-	if !r.flush.After(r.arrived) {
+	if r.window <= 0 {
 		g.urgent = true
+	} else {
+		// The batch keeps gathering by the strictest renewal's timing.
+		if g.quiet == 0 || r.window/2 < g.quiet {
+			g.quiet = r.window / 2
+		}
+		if l := r.arrived.Add(3 * r.window); g.limit.IsZero() || l.Before(g.limit) {
+			g.limit = l
+		}
 	}
 	if r.arrived.After(g.last) {
 		g.last = r.arrived
@@ -1005,12 +1100,13 @@ func (g *gather) extend(now time.Time) bool {
 	return true
 }
 
-// send writes one batch and hands out the results.
+// send writes one batch and hands out the results. The batch lasts as
+// long as its most patient write allows; each write is answered at its own
+// deadline (its watcher) if the batch takes longer.
 func (e *Elections) send(batch []*writeReq) {
 	if len(batch) == 0 {
 		return
 	}
-	// The batch lasts as long as its most patient write allows.
 	var deadline time.Time
 	bounded := true
 	for _, r := range batch {
@@ -1020,35 +1116,33 @@ func (e *Elections) send(batch []*writeReq) {
 			deadline = r.deadline
 		}
 	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	if bounded {
+		ctx, cancel = context.WithDeadline(e.ctx, deadline)
+	}
+	defer cancel()
 	if len(batch) == 1 {
 		r := batch[0]
-		ctx, cancel := r.ctx, context.CancelFunc(func() {})
-		if bounded {
-			ctx, cancel = context.WithDeadline(r.ctx, deadline)
-		}
+		// A write alone ends with its own context too.
+		stop := context.AfterFunc(r.ctx, cancel)
 		rec, err := e.store.Heartbeat(ctx, r.w.Expected, r.w.Next)
-		cancel()
-		r.done(WriteResult{Record: rec, Err: err})
+		stop()
+		r.answer(WriteResult{Record: rec, Err: err})
 		return
 	}
 	writes := make([]Write, len(batch))
 	for i, r := range batch {
 		writes[i] = r.w
 	}
-	ctx, cancel := context.WithCancel(e.ctx)
-	if bounded {
-		ctx, cancel = context.WithDeadline(e.ctx, deadline)
-	}
 	results, err := e.batch.HeartbeatBatch(ctx, writes)
-	cancel()
 	if err == nil && len(results) != len(batch) {
 		err = fmt.Errorf("leaderfeed: store returned %d results for a batch of %d writes", len(results), len(batch))
 	}
 	for i, r := range batch {
 		if err != nil {
-			r.done(WriteResult{Err: err})
+			r.answer(WriteResult{Err: err})
 		} else {
-			r.done(results[i])
+			r.answer(results[i])
 		}
 	}
 }
@@ -1056,12 +1150,12 @@ func (e *Elections) send(batch []*writeReq) {
 func (e *Elections) failWrites(pending []*writeReq) {
 	err := fmt.Errorf("leaderfeed: elections: %w", ErrClosed)
 	for _, r := range pending {
-		r.done(WriteResult{Err: err})
+		r.answer(WriteResult{Err: err})
 	}
 	for {
 		select {
 		case r := <-e.writes:
-			r.done(WriteResult{Err: err})
+			r.answer(WriteResult{Err: err})
 		default:
 			return
 		}

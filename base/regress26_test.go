@@ -8,12 +8,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/base/faulty"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/memory"
 )
 
@@ -156,6 +158,140 @@ func TestRegress26ViewNeverGoesBack(t *testing.T) {
 		}
 		if !sawB {
 			t.Errorf("%s announced %v after resigning, never %s", a.ID, leaders, b.ID)
+		}
+	})
+}
+
+// batchProcess is one process with a batching Elections on a faulty
+// wrapper of a memory store's connection, and a Feed of node "p" in each
+// of the elections named.
+func batchProcess(t *testing.T, store *memory.Store, timings map[string]heartbeat.Timing) (*faulty.Store, map[string]*base.Feed) {
+	t.Helper()
+	fs := faulty.WrapStore(store.Conn())
+	els, err := base.NewElections(fs, base.ElectionsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feeds := make(map[string]*base.Feed)
+	for name, tm := range timings {
+		f, err := els.Feed(name, "p", base.Options{Timing: tm, Rand: rand.New(rand.NewPCG(1, uint64(len(feeds))))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		feeds[name] = f
+	}
+	t.Cleanup(func() {
+		for _, f := range feeds {
+			_ = f.Stop(context.Background())
+		}
+		_ = els.Close()
+	})
+	for _, f := range feeds {
+		for !f.IsLeader() {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return fs, feeds
+}
+
+// Fault 1: a process leads x and y on one batching Elections; its writes
+// are black-holed for a while, during which x resigns with a long context.
+// Once the store answers again, y leads again at once: the vacancy of x,
+// hanging until its context ends, holds up no write of y.
+func TestRegress26HungWriteHoldsUpNoOtherElection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs, feeds := batchProcess(t, memory.NewStore(), map[string]heartbeat.Timing{"x": timing, "y": timing})
+		fs.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Hang: true})
+		fs.Inject(faulty.Fault{Method: faulty.MethodHeartbeatBatch, Hang: true})
+		resigned := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			resigned <- feeds["x"].Resign(ctx)
+		}()
+		time.Sleep(10 * timing.LeaseDuration)
+		if feeds["y"].IsLeader() {
+			t.Fatal("y leads with every write black-holed")
+		}
+		fs.Heal() // the calls in flight still hang, to their deadlines
+		healed := time.Now()
+		for !feeds["y"].IsLeader() {
+			if time.Since(healed) > timing.ElectionTimeoutMax+5*timing.HeartbeatInterval {
+				t.Fatalf("y has no leader %v after the store answers again, behind x's hung vacancy", time.Since(healed))
+			}
+			time.Sleep(time.Millisecond)
+		}
+		<-resigned
+	})
+}
+
+// Fault 2: the leader of x (another process) is gone; this process's
+// claim of x hangs to its deadline (the lease). y, led by this process and
+// never faulted, keeps its lease all along.
+func TestRegress26HungClaimHoldsUpNoRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		// The other process leads x, then crashes: it never writes again.
+		other, _ := store.Backend("x")
+		defer other.Close()
+		if _, err := other.Heartbeat(context.Background(), heartbeat.Record{}, heartbeat.Record{Election: "x", Leader: "q", Term: 1, Lease: timing.LeaseDuration}); err != nil {
+			t.Fatal(err)
+		}
+		fs := faulty.WrapStore(store.Conn())
+		fs.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Election: "x", Nth: 1, Hang: true})
+		els, err := base.NewElections(fs, base.ElectionsOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer els.Close()
+		y, _ := els.Feed("y", "p", base.Options{Timing: timing, Rand: rand.New(rand.NewPCG(1, 1))})
+		if err := y.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		defer y.Stop(context.Background())
+		for !y.IsLeader() {
+			time.Sleep(time.Millisecond)
+		}
+		term, _ := y.Term()
+		x, _ := els.Feed("x", "p", base.Options{Timing: timing, Rand: rand.New(rand.NewPCG(1, 2))})
+		if err := x.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		defer x.Stop(context.Background())
+		for fs.Calls(faulty.MethodHeartbeat+"/x") == 0 {
+			if got, ok := y.Term(); !ok || got != term {
+				t.Fatalf("y lost its lease of term %d before x claimed", term)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		// x's claim hangs; y renews all along, and x leads once its claim
+		// has timed out.
+		for !x.IsLeader() {
+			if got, ok := y.Term(); !ok || got != term {
+				t.Fatalf("y lost its lease of term %d while x's claim hung", term)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+}
+
+// Fault 3: elections of very different timings on one batching Elections,
+// no fault: each renewal waits by its own timing, so the fast election
+// keeps its lease whatever the slow one's renewals do to the batches.
+func TestRegress26RenewalWaitsByItsOwnTiming(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		slow := heartbeat.Timing{HeartbeatInterval: 4 * time.Second, LeaseDuration: 8 * time.Second, ElectionTimeoutMin: 10 * time.Second, ElectionTimeoutMax: 12 * time.Second}
+		fast := heartbeat.Timing{HeartbeatInterval: 100 * time.Millisecond, LeaseDuration: 150 * time.Millisecond, ElectionTimeoutMin: 200 * time.Millisecond, ElectionTimeoutMax: 300 * time.Millisecond}
+		_, feeds := batchProcess(t, memory.NewStore(), map[string]heartbeat.Timing{"slow": slow, "fast": fast})
+		term, _ := feeds["fast"].Term()
+		for start := time.Now(); time.Since(start) < 60*time.Second; {
+			if got, ok := feeds["fast"].Term(); !ok || got != term {
+				t.Fatalf("the fast election lost its lease of term %d after %v", term, time.Since(start))
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	})
 }

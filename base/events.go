@@ -356,9 +356,15 @@ func (s *Subscription) run() {
 			var expired <-chan time.Time
 			if ended == nil && s.linger > 0 {
 				if !taken {
-					// A reader that never read is not waited for.
-					s.dropRest(e)
-					return
+					// A reader that never took an event, and does not
+					// wait for one now, is not waited for.
+					select {
+					case s.out <- e:
+					default:
+						s.dropRest(e)
+						return
+					}
+					break
 				}
 				if expire == nil {
 					expire = time.NewTimer(s.linger)

@@ -468,8 +468,12 @@ func (f *Feed) Resign(ctx context.Context) error {
 }
 
 // Proclaim changes the value the leader publishes and writes it at once
-// (like etcd's Proclaim). It returns ErrNotLeader if the node does not lead.
-// A follower that calls it fails; the value given in Options stays in force.
+// (like etcd's Proclaim). It returns ErrNotLeader if the node does not lead,
+// or stopped leading before a renewal carried the value. The value is the
+// node's from then on (later terms publish it) only if Proclaim returns
+// nil: a Proclaim that fails has no later effect, though one that returns
+// its context's error may have been written in this term, as any write
+// whose caller gave up.
 func (f *Feed) Proclaim(ctx context.Context, value []byte) error {
 	if len(value) > heartbeat.MaxValueLen {
 		return fmt.Errorf("%w: value is %d bytes, more than heartbeat.MaxValueLen (%d)", ErrInvalidConfig, len(value), heartbeat.MaxValueLen)

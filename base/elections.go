@@ -879,7 +879,9 @@ func newWriteReq(ctx context.Context, deadline time.Time, w Write, window time.D
 		cancel()
 		r.reply(WriteResult{Err: wctx.Err()})
 	})
-	r.stop = func() bool { cancel(); return stop() }
+	// Unregister the watcher before cancelling wctx: cancelling first
+	// would run it, and its context error could win over the result.
+	r.stop = func() bool { ok := stop(); cancel(); return ok }
 	return r
 }
 

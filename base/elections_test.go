@@ -90,8 +90,16 @@ func TestElectionsBatchRenewals(t *testing.T) {
 		}
 		const n = 50
 		feeds := make([]*base.Feed, n)
+		// No fault: no renewal may fail (a batched write's own watcher
+		// once answered it with its context's error as it was answered).
+		var failed atomic.Int64
+		trace := &base.Trace{RenewDone: func(ri base.RenewInfo) {
+			if ri.Err != nil {
+				failed.Add(1)
+			}
+		}}
 		for i := range feeds {
-			f, err := els.Feed(fmt.Sprintf("e%02d", i), "node", base.Options{Timing: timing})
+			f, err := els.Feed(fmt.Sprintf("e%02d", i), "node", base.Options{Timing: timing, Trace: trace})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,6 +130,9 @@ func TestElectionsBatchRenewals(t *testing.T) {
 		}
 		if got := cc.subscribes.Load(); got != 1 {
 			t.Fatalf("%d changefeeds for %d elections, want 1", got, n)
+		}
+		if got := failed.Load(); got != 0 {
+			t.Fatalf("%d renewals failed with no fault in force", got)
 		}
 		for i, f := range feeds {
 			if term, ok := f.Term(); !ok || term != 1 {

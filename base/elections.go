@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -810,10 +811,10 @@ func (f *flights) start(send func()) {
 }
 
 // writeReq is one write waiting for a batch. It is answered exactly once
-// (answer): by its batch's result, or with its context's error when the
-// context ends or its deadline passes first, whatever its batch does, or
-// with ErrClosed. done must not block: it hands the result to the waiter
-// (a channel with room, or the Feed's loop without a goroutine,
+// (answer): by its batch's result, or with its context's error when its
+// deadline passes first, whatever its batch still does (send), or with
+// ErrClosed. done must not block: it hands the result to the waiter (a
+// channel with room, or the Feed's loop without a goroutine,
 // submitWrite).
 type writeReq struct {
 	ctx      context.Context // the caller's: a request whose ctx ended is answered, not sent
@@ -825,18 +826,10 @@ type writeReq struct {
 	done     func(WriteResult)
 
 	answered atomic.Bool
-	stop     func() bool // stops the watcher of ctx and deadline
 }
 
-// answer hands res to the waiter, unless the request was answered already,
-// and stops the watcher. Only the watcher itself calls reply instead (it
-// may run before newWriteReq has set stop).
+// answer hands res to the waiter, unless the request was answered already.
 func (r *writeReq) answer(res WriteResult) {
-	r.stop()
-	r.reply(res)
-}
-
-func (r *writeReq) reply(res WriteResult) {
 	if r.answered.CompareAndSwap(false, true) {
 		r.done(res)
 	}
@@ -863,25 +856,13 @@ func isRenewal(w Write) bool {
 }
 
 // newWriteReq returns the request of a write; a renewal may wait up to
-// window for others. Its watcher answers it when ctx ends or the deadline
-// passes.
+// window for others.
 func newWriteReq(ctx context.Context, deadline time.Time, w Write, window time.Duration, done func(WriteResult)) *writeReq {
 	now := time.Now()
 	r := &writeReq{ctx: ctx, deadline: deadline, w: w, arrived: now, flush: now, done: done}
 	if isRenewal(w) {
 		r.flush, r.window = now.Add(window), window
 	}
-	wctx, cancel := ctx, context.CancelFunc(func() {})
-	if !deadline.IsZero() {
-		wctx, cancel = context.WithDeadline(ctx, deadline)
-	}
-	stop := context.AfterFunc(wctx, func() {
-		cancel()
-		r.reply(WriteResult{Err: wctx.Err()})
-	})
-	// Unregister the watcher before cancelling wctx: cancelling first
-	// would run it, and its context error could win over the result.
-	r.stop = func() bool { ok := stop(); cancel(); return ok }
 	return r
 }
 
@@ -910,6 +891,9 @@ func (e *Elections) write(ctx context.Context, w Write, window time.Duration) (h
 	select {
 	case res := <-reply:
 		return res.Record, res.Err
+	case <-ctx.Done():
+		r.answer(WriteResult{Err: ctx.Err()})
+		return heartbeat.Record{}, ctx.Err()
 	case <-e.ctx.Done():
 		// Closed: the write may or may not have been sent.
 		r.answer(WriteResult{Err: ErrClosed})
@@ -919,8 +903,7 @@ func (e *Elections) write(ctx context.Context, w Write, window time.Duration) (h
 
 // submitWrite hands a claim or renewal to the batcher without waiting and
 // without a goroutine: done gets the result (on the batcher's goroutines,
-// or the watcher's when ctx ends or deadline passes first; it must not
-// block). ctx is the Feed's own (it ends when the Feed stops), deadline
+// at deadline at the latest; it must not block). ctx is the Feed's own (it ends when the Feed stops), deadline
 // bounds the call. It reports false when the write is not batched; the
 // caller then calls Heartbeat as usual.
 func (b *electionBackend) submitWrite(ctx context.Context, deadline time.Time, expected, next heartbeat.Record, done func(heartbeat.Record, error)) bool {
@@ -987,6 +970,7 @@ func (e *Elections) batcher() {
 		}
 		g := newGather(pending)
 		var slot chan<- struct{} // set once the batch is due: a token starts it
+		var expire *time.Timer   // while waiting for a slot: the earliest deadline
 	gather:
 		for {
 			writes := e.writes
@@ -1016,18 +1000,32 @@ func (e *Elections) batcher() {
 					default:
 					}
 					// maxInFlight batches are in flight: keep gathering
-					// until one ends.
+					// until one ends, answering the writes whose deadline
+					// passes meanwhile.
 					slot = fl.slot()
 					continue
 				}
 				timer.Reset(d)
 				timeout = timer.C
 			}
+			var expired <-chan time.Time
+			if slot != nil {
+				pending = answerExpired(pending, time.Now())
+				if at := earliestDeadline(pending); !at.IsZero() {
+					if expire == nil {
+						expire = time.NewTimer(time.Until(at))
+					} else {
+						expire.Reset(time.Until(at))
+					}
+					expired = expire.C
+				}
+			}
 			select {
 			case r := <-writes:
 				pending = append(pending, r)
 				g.add(r)
 			case <-timeout:
+			case <-expired:
 			case slot <- struct{}{}:
 				break gather
 			case <-e.ctx.Done():
@@ -1037,19 +1035,40 @@ func (e *Elections) batcher() {
 			}
 			timer.Stop()
 		}
-		batch := pending[:0:0]
-		now := time.Now()
-		for _, r := range pending {
-			if err := r.expired(now); err != nil {
-				r.answer(WriteResult{Err: err})
-			} else {
-				batch = append(batch, r)
-			}
+		if expire != nil {
+			expire.Stop()
 		}
+		batch := slices.Clone(answerExpired(pending, time.Now()))
 		clear(pending)
 		pending = pending[:0]
 		fl.start(func() { e.send(batch) })
 	}
+}
+
+// answerExpired answers the writes of pending whose context ended or whose
+// deadline passed, and returns the others.
+func answerExpired(pending []*writeReq, now time.Time) []*writeReq {
+	kept := pending[:0]
+	for _, r := range pending {
+		if err := r.expired(now); err != nil {
+			r.answer(WriteResult{Err: err})
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	clear(pending[len(kept):])
+	return kept
+}
+
+// earliestDeadline returns the earliest deadline of writes; zero: none.
+func earliestDeadline(writes []*writeReq) time.Time {
+	var at time.Time
+	for _, r := range writes {
+		if !r.deadline.IsZero() && (at.IsZero() || r.deadline.Before(at)) {
+			at = r.deadline
+		}
+	}
+	return at
 }
 
 // gather is when the batch being gathered is sent.
@@ -1104,11 +1123,14 @@ func (g *gather) extend(now time.Time) bool {
 
 // send writes one batch and hands out the results. The batch lasts as
 // long as its most patient write allows; each write is answered at its own
-// deadline (its watcher) if the batch takes longer.
+// deadline if the batch takes longer (one timer, at the earliest deadline
+// not yet passed).
 func (e *Elections) send(batch []*writeReq) {
 	if len(batch) == 0 {
 		return
 	}
+	stop := sweepDeadlines(batch)
+	defer stop()
 	var deadline time.Time
 	bounded := true
 	for _, r := range batch {
@@ -1146,6 +1168,48 @@ func (e *Elections) send(batch []*writeReq) {
 		} else {
 			r.answer(results[i])
 		}
+	}
+}
+
+// sweepDeadlines answers each write of batch at its deadline, with
+// context.DeadlineExceeded, unless it was answered before; stop ends it.
+func sweepDeadlines(batch []*writeReq) (stop func()) {
+	byDeadline := make([]*writeReq, 0, len(batch))
+	for _, r := range batch {
+		if !r.deadline.IsZero() {
+			byDeadline = append(byDeadline, r)
+		}
+	}
+	if len(byDeadline) == 0 {
+		return func() {}
+	}
+	slices.SortFunc(byDeadline, func(a, b *writeReq) int { return a.deadline.Compare(b.deadline) })
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	sweep := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		now := time.Now()
+		for len(byDeadline) > 0 && !now.Before(byDeadline[0].deadline) {
+			byDeadline[0].answer(WriteResult{Err: context.DeadlineExceeded})
+			byDeadline = byDeadline[1:]
+		}
+		if len(byDeadline) > 0 {
+			t.Reset(time.Until(byDeadline[0].deadline))
+		}
+	}
+	mu.Lock()
+	t = time.AfterFunc(time.Until(byDeadline[0].deadline), sweep)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
 	}
 }
 

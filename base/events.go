@@ -361,7 +361,7 @@ func (s *Subscription) run() {
 					select {
 					case s.out <- e:
 					default:
-						s.dropRest(e)
+						s.dropRest()
 						return
 					}
 					break
@@ -379,7 +379,7 @@ func (s *Subscription) run() {
 			case <-ended:
 				ended = nil // from now on each event waits at most linger
 			case <-expired:
-				s.dropRest(e)
+				s.dropRest()
 				return
 			case <-s.ctx.Done():
 				return
@@ -389,18 +389,11 @@ func (s *Subscription) run() {
 	}
 }
 
-// dropRest drops e, the event being sent, and the queue, and counts them.
-func (s *Subscription) dropRest(e Event) {
+// dropRest drops the event being sent and the queue, and counts them
+// in Dropped (Feed.DroppedChanges counts the drops of slow readers only).
+func (s *Subscription) dropRest() {
 	s.mu.Lock()
 	n := uint64(1 + len(s.queue))
-	if e.Type == EventChange {
-		s.hub.dropped.Add(1)
-	}
-	for _, q := range s.queue {
-		if q.Type == EventChange {
-			s.hub.dropped.Add(1)
-		}
-	}
 	s.dropped += n
 	s.queue, s.changes, s.others = nil, 0, 0
 	s.mu.Unlock()

@@ -60,13 +60,15 @@ func (e *Elections) read(ctx context.Context, election string) (heartbeat.Record
 	}
 }
 
-// reader serves the Gets of every election: a Get that finds it idle is
-// sent alone at once, and the Gets that arrive while a read is in flight
-// go out together in one GetBatch (group commit): after a failure of the
-// shared changefeed, thousands of elections read in a few statements
-// instead of one each, and a lone Get waits for nothing.
+// reader serves the Gets of every election: a Get that finds a batch free
+// to start (flights) is sent alone at once, and the Gets that arrive while
+// maxInFlight reads are in flight go out together in one GetBatch (group
+// commit): after a failure of the shared changefeed, thousands of elections
+// read in a few statements instead of one each, a lone Get waits for
+// nothing, and a read that hangs holds up no other.
 func (e *Elections) reader() {
 	defer e.wg.Done()
+	fl := newFlights(e)
 	var pending []*readReq
 	for {
 		select {
@@ -74,6 +76,12 @@ func (e *Elections) reader() {
 			pending = append(pending, r)
 		case <-e.ctx.Done():
 			e.failReads(nil)
+			return
+		}
+		select {
+		case fl.slot() <- struct{}{}:
+		case <-e.ctx.Done():
+			e.failReads(pending)
 			return
 		}
 	gather:
@@ -95,7 +103,7 @@ func (e *Elections) reader() {
 		}
 		clear(pending)
 		pending = pending[:0]
-		e.readBatch(batch)
+		fl.start(func() { e.readBatch(batch) })
 	}
 }
 

@@ -75,7 +75,9 @@
 // batch an instant, so a leading process makes two writes per interval
 // (one more per ElectionsOptions.MaxBatch elections an instant); each
 // write of a batch is the compare-and-set of a single one. A batched claim
-// or renewal needs no goroutine of its own. Elections gives out one Backend per election at a time.
+// or renewal needs no goroutine of its own. Batches are sent each on its
+// own goroutine (a bounded number in flight) and every write ends at its
+// own deadline: a write that hangs holds up no other election's. Elections gives out one Backend per election at a time.
 // Stop the Feeds before closing the Elections: closing it closes the
 // Store and ends every Feed on it with ErrClosed, without handing over.
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -778,21 +779,67 @@ func (s *feedSub) pump() {
 
 // ---- batched writes ----
 
-// writeReq is one write waiting for a batch. done is called exactly once,
-// by the batcher (or by the caller when the request never reached it),
-// and must not block: it hands the result to the waiter (a channel with
-// room, or the Feed's loop without a goroutine, submitWrite).
+// maxInFlight bounds the batches of writes, and those of reads, that one
+// Elections has in flight at once. A batch in flight never holds up the
+// next one (a hung write costs the other elections nothing) until this
+// many hang at once; it is also about the connections a database client
+// gives one process.
+const maxInFlight = 8
+
+// flights runs the batches of a batcher each on a goroutine of its own,
+// at most maxInFlight at once; Elections.Close waits for them (e.wg).
+type flights struct {
+	e     *Elections
+	slots chan struct{}
+}
+
+func newFlights(e *Elections) *flights {
+	return &flights{e: e, slots: make(chan struct{}, maxInFlight)}
+}
+
+// slot returns the channel that takes a token when a batch may start.
+func (f *flights) slot() chan<- struct{} { return f.slots }
+
+// start runs send on its own goroutine; the caller holds a token.
+func (f *flights) start(send func()) {
+	f.e.wg.Add(1)
+	go func() {
+		defer f.e.wg.Done()
+		defer func() { <-f.slots }()
+		send()
+	}()
+}
+
+// writeReq is one write waiting for a batch. It is answered exactly once
+// (answer): by its batch's result, or with its context's error when its
+// deadline passes first, whatever its batch still does (send), or with
+// ErrClosed. done must not block: it hands the result to the waiter (a
+// channel with room, or the Feed's loop without a goroutine,
+// submitWrite).
 type writeReq struct {
 	ctx      context.Context // the caller's: a request whose ctx ended is answered, not sent
 	deadline time.Time       // the caller's deadline; zero: none
 	w        Write
 	arrived  time.Time
 	flush    time.Time // send by then: arrived for claims and vacancies
+	window   time.Duration
 	done     func(WriteResult)
+
+	answered atomic.Bool
+}
+
+// answer hands res to the waiter, unless the request was answered already.
+func (r *writeReq) answer(res WriteResult) {
+	if r.answered.CompareAndSwap(false, true) {
+		r.done(res)
+	}
 }
 
 // expired reports the error of a request that must not be sent any more.
 func (r *writeReq) expired(now time.Time) error {
+	if r.answered.Load() {
+		return context.Canceled
+	}
 	if err := r.ctx.Err(); err != nil {
 		return err
 	}
@@ -814,7 +861,7 @@ func newWriteReq(ctx context.Context, deadline time.Time, w Write, window time.D
 	now := time.Now()
 	r := &writeReq{ctx: ctx, deadline: deadline, w: w, arrived: now, flush: now, done: done}
 	if isRenewal(w) {
-		r.flush = now.Add(window)
+		r.flush, r.window = now.Add(window), window
 	}
 	return r
 }
@@ -835,26 +882,30 @@ func (e *Elections) write(ctx context.Context, w Write, window time.Duration) (h
 	select {
 	case e.writes <- r:
 	case <-ctx.Done():
+		r.answer(WriteResult{Err: ctx.Err()})
 		return heartbeat.Record{}, ctx.Err()
 	case <-e.ctx.Done():
+		r.answer(WriteResult{Err: ErrClosed})
 		return heartbeat.Record{}, fmt.Errorf("leaderfeed: election %q: %w", w.Next.Election, ErrClosed)
 	}
 	select {
 	case res := <-reply:
 		return res.Record, res.Err
 	case <-ctx.Done():
+		r.answer(WriteResult{Err: ctx.Err()})
 		return heartbeat.Record{}, ctx.Err()
 	case <-e.ctx.Done():
 		// Closed: the write may or may not have been sent.
+		r.answer(WriteResult{Err: ErrClosed})
 		return heartbeat.Record{}, fmt.Errorf("leaderfeed: election %q: %w", w.Next.Election, ErrClosed)
 	}
 }
 
 // submitWrite hands a claim or renewal to the batcher without waiting and
-// without a goroutine: done gets the result (on the batcher's goroutine;
-// it must not block). ctx is the Feed's own (it ends when the Feed stops),
-// deadline bounds the call. It reports false when the write is not
-// batched; the caller then calls Heartbeat as usual.
+// without a goroutine: done gets the result (on the batcher's goroutines,
+// at deadline at the latest; it must not block). ctx is the Feed's own (it ends when the Feed stops), deadline
+// bounds the call. It reports false when the write is not batched; the
+// caller then calls Heartbeat as usual.
 func (b *electionBackend) submitWrite(ctx context.Context, deadline time.Time, expected, next heartbeat.Record, done func(heartbeat.Record, error)) bool {
 	if b.e.batch == nil || b.observer || next.Election != b.name {
 		return false
@@ -875,29 +926,34 @@ func (b *electionBackend) submitWrite(ctx context.Context, deadline time.Time, e
 	go func() {
 		select {
 		case b.e.writes <- r:
-		case <-ctx.Done():
-			reply(WriteResult{Err: ctx.Err()})
+		case <-r.ctx.Done():
+			r.answer(WriteResult{Err: r.ctx.Err()})
 		case <-b.e.ctx.Done():
-			reply(WriteResult{Err: fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed)})
+			r.answer(WriteResult{Err: fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed)})
 		}
 	}()
 	return true
 }
 
 // batcher collects writes and sends them in batches: at once when a claim
-// or vacancy is waiting, else when the oldest renewal has waited its
-// window; while a batch is in flight the next one gathers (group commit).
+// or vacancy is waiting, else when a renewal has waited its window. Each
+// batch is sent on a goroutine of its own (flights), so that a batch in
+// flight never holds up the next, nor a write that hangs another
+// election's; while maxInFlight batches are in flight the next one keeps
+// gathering (group commit).
 //
 // Renewals of elections with one heartbeat interval fall due at one
 // instant (AlignRenewal), but the Feeds of thousands of elections take
 // a while to wake and hand them over, longer on a loaded machine. So a
 // batch of renewals only keeps waiting past its window while renewals
-// keep coming (the last came less than half a window ago), and
-// never longer than three windows: one batch carries the renewals of
-// one instant, and a renewal spends at most three windows of its lease's
-// margin here.
+// keep coming (the last came less than half a window ago, the smallest
+// window of the batch), and never past three windows of any of its
+// renewals: one batch carries the renewals of one instant, and a renewal
+// spends at most three of its own windows of its lease's margin here,
+// whatever the timings of the others in its batch.
 func (e *Elections) batcher() {
 	defer e.wg.Done()
+	fl := newFlights(e)
 	var pending []*writeReq
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -913,29 +969,65 @@ func (e *Elections) batcher() {
 			}
 		}
 		g := newGather(pending)
+		var slot chan<- struct{} // set once the batch is due: a token starts it
+		var expire *time.Timer   // while waiting for a slot: the earliest deadline
 	gather:
-		for len(pending) < e.maxBatch {
-			d := time.Until(g.flushAt)
-			if d <= 0 {
-				// Take what is queued already, without waiting.
-				select {
-				case r := <-e.writes:
-					pending = append(pending, r)
-					g.add(r)
-					continue
-				default:
-				}
-				if !g.extend(time.Now()) {
-					break gather
-				}
-				continue
+		for {
+			writes := e.writes
+			if len(pending) >= e.maxBatch {
+				writes = nil
 			}
-			timer.Reset(d)
+			var timeout <-chan time.Time
+			if slot == nil {
+				d := time.Until(g.flushAt)
+				if d <= 0 && len(pending) < e.maxBatch {
+					// Take what is queued already, without waiting.
+					select {
+					case r := <-e.writes:
+						pending = append(pending, r)
+						g.add(r)
+						continue
+					default:
+					}
+				}
+				if d <= 0 || len(pending) >= e.maxBatch {
+					if len(pending) < e.maxBatch && g.extend(time.Now()) {
+						continue
+					}
+					select {
+					case fl.slot() <- struct{}{}:
+						break gather
+					default:
+					}
+					// maxInFlight batches are in flight: keep gathering
+					// until one ends, answering the writes whose deadline
+					// passes meanwhile.
+					slot = fl.slot()
+					continue
+				}
+				timer.Reset(d)
+				timeout = timer.C
+			}
+			var expired <-chan time.Time
+			if slot != nil {
+				pending = answerExpired(pending, time.Now())
+				if at := earliestDeadline(pending); !at.IsZero() {
+					if expire == nil {
+						expire = time.NewTimer(time.Until(at))
+					} else {
+						expire.Reset(time.Until(at))
+					}
+					expired = expire.C
+				}
+			}
 			select {
-			case r := <-e.writes:
+			case r := <-writes:
 				pending = append(pending, r)
 				g.add(r)
-			case <-timer.C:
+			case <-timeout:
+			case <-expired:
+			case slot <- struct{}{}:
+				break gather
 			case <-e.ctx.Done():
 				timer.Stop()
 				e.failWrites(pending)
@@ -943,19 +1035,40 @@ func (e *Elections) batcher() {
 			}
 			timer.Stop()
 		}
-		batch := pending[:0:0]
-		now := time.Now()
-		for _, r := range pending {
-			if err := r.expired(now); err != nil {
-				r.done(WriteResult{Err: err})
-			} else {
-				batch = append(batch, r)
-			}
+		if expire != nil {
+			expire.Stop()
 		}
+		batch := slices.Clone(answerExpired(pending, time.Now()))
 		clear(pending)
 		pending = pending[:0]
-		e.send(batch)
+		fl.start(func() { e.send(batch) })
 	}
+}
+
+// answerExpired answers the writes of pending whose context ended or whose
+// deadline passed, and returns the others.
+func answerExpired(pending []*writeReq, now time.Time) []*writeReq {
+	kept := pending[:0]
+	for _, r := range pending {
+		if err := r.expired(now); err != nil {
+			r.answer(WriteResult{Err: err})
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	clear(pending[len(kept):])
+	return kept
+}
+
+// earliestDeadline returns the earliest deadline of writes; zero: none.
+func earliestDeadline(writes []*writeReq) time.Time {
+	var at time.Time
+	for _, r := range writes {
+		if !r.deadline.IsZero() && (at.IsZero() || r.deadline.Before(at)) {
+			at = r.deadline
+		}
+	}
+	return at
 }
 
 // gather is when the batch being gathered is sent.
@@ -969,23 +1082,26 @@ type gather struct {
 
 func newGather(pending []*writeReq) *gather {
 	g := &gather{}
-	for i, r := range pending {
-		if i == 0 {
-			g.flushAt, g.last = r.flush, r.arrived
-			window := r.flush.Sub(r.arrived)
-			g.quiet, g.limit = window/2, r.arrived.Add(3*window)
-		}
+	for _, r := range pending {
 		g.add(r)
 	}
 	return g
 }
 
 func (g *gather) add(r *writeReq) {
-	if r.flush.Before(g.flushAt) {
+	if g.flushAt.IsZero() || r.flush.Before(g.flushAt) {
 		g.flushAt = r.flush
 	}
-	if !r.flush.After(r.arrived) {
+	if r.window <= 0 {
 		g.urgent = true
+	} else {
+		// The batch keeps gathering by the strictest renewal's timing.
+		if g.quiet == 0 || r.window/2 < g.quiet {
+			g.quiet = r.window / 2
+		}
+		if l := r.arrived.Add(3 * r.window); g.limit.IsZero() || l.Before(g.limit) {
+			g.limit = l
+		}
 	}
 	if r.arrived.After(g.last) {
 		g.last = r.arrived
@@ -1005,12 +1121,16 @@ func (g *gather) extend(now time.Time) bool {
 	return true
 }
 
-// send writes one batch and hands out the results.
+// send writes one batch and hands out the results. The batch lasts as
+// long as its most patient write allows; each write is answered at its own
+// deadline if the batch takes longer (one timer, at the earliest deadline
+// not yet passed).
 func (e *Elections) send(batch []*writeReq) {
 	if len(batch) == 0 {
 		return
 	}
-	// The batch lasts as long as its most patient write allows.
+	stop := sweepDeadlines(batch)
+	defer stop()
 	var deadline time.Time
 	bounded := true
 	for _, r := range batch {
@@ -1020,48 +1140,88 @@ func (e *Elections) send(batch []*writeReq) {
 			deadline = r.deadline
 		}
 	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	if bounded {
+		ctx, cancel = context.WithDeadline(e.ctx, deadline)
+	}
+	defer cancel()
 	if len(batch) == 1 {
 		r := batch[0]
-		ctx, cancel := r.ctx, context.CancelFunc(func() {})
-		if bounded {
-			ctx, cancel = context.WithDeadline(r.ctx, deadline)
-		}
+		// A write alone ends with its own context too.
+		stop := context.AfterFunc(r.ctx, cancel)
 		rec, err := e.store.Heartbeat(ctx, r.w.Expected, r.w.Next)
-		cancel()
-		r.done(WriteResult{Record: rec, Err: err})
+		stop()
+		r.answer(WriteResult{Record: rec, Err: err})
 		return
 	}
 	writes := make([]Write, len(batch))
 	for i, r := range batch {
 		writes[i] = r.w
 	}
-	ctx, cancel := context.WithCancel(e.ctx)
-	if bounded {
-		ctx, cancel = context.WithDeadline(e.ctx, deadline)
-	}
 	results, err := e.batch.HeartbeatBatch(ctx, writes)
-	cancel()
 	if err == nil && len(results) != len(batch) {
 		err = fmt.Errorf("leaderfeed: store returned %d results for a batch of %d writes", len(results), len(batch))
 	}
 	for i, r := range batch {
 		if err != nil {
-			r.done(WriteResult{Err: err})
+			r.answer(WriteResult{Err: err})
 		} else {
-			r.done(results[i])
+			r.answer(results[i])
 		}
+	}
+}
+
+// sweepDeadlines answers each write of batch at its deadline, with
+// context.DeadlineExceeded, unless it was answered before; stop ends it.
+func sweepDeadlines(batch []*writeReq) (stop func()) {
+	byDeadline := make([]*writeReq, 0, len(batch))
+	for _, r := range batch {
+		if !r.deadline.IsZero() {
+			byDeadline = append(byDeadline, r)
+		}
+	}
+	if len(byDeadline) == 0 {
+		return func() {}
+	}
+	slices.SortFunc(byDeadline, func(a, b *writeReq) int { return a.deadline.Compare(b.deadline) })
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	sweep := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		now := time.Now()
+		for len(byDeadline) > 0 && !now.Before(byDeadline[0].deadline) {
+			byDeadline[0].answer(WriteResult{Err: context.DeadlineExceeded})
+			byDeadline = byDeadline[1:]
+		}
+		if len(byDeadline) > 0 {
+			t.Reset(time.Until(byDeadline[0].deadline))
+		}
+	}
+	mu.Lock()
+	t = time.AfterFunc(time.Until(byDeadline[0].deadline), sweep)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
 	}
 }
 
 func (e *Elections) failWrites(pending []*writeReq) {
 	err := fmt.Errorf("leaderfeed: elections: %w", ErrClosed)
 	for _, r := range pending {
-		r.done(WriteResult{Err: err})
+		r.answer(WriteResult{Err: err})
 	}
 	for {
 		select {
 		case r := <-e.writes:
-			r.done(WriteResult{Err: err})
+			r.answer(WriteResult{Err: err})
 		default:
 			return
 		}

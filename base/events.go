@@ -227,6 +227,11 @@ type Subscription struct {
 	wake       chan struct{}
 	ctx        context.Context
 	cancel     context.CancelFunc
+	// linger, if set, bounds how long an event queued when the Feed
+	// finished waits for the reader: then it and the rest are dropped and
+	// counted (Events: a subscription nobody closes). 0: until ctx ends.
+	linger time.Duration
+	ended  chan struct{} // closed by finish
 
 	mu       sync.Mutex
 	queue    []Event
@@ -275,16 +280,17 @@ func (s *Subscription) push(e Event) {
 
 func (s *Subscription) finish() {
 	s.mu.Lock()
+	if !s.finished {
+		close(s.ended)
+	}
 	s.finished = true
 	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
 }
 
-// Dropped returns how many change events this subscription dropped
-// because its reader fell more than Options.MaxPendingChanges behind.
+// Dropped returns how many events this subscription dropped: change events
+// beyond Options.MaxPendingChanges waiting for its reader, and, for the
+// subscription of Feed.Events, the events its reader left untaken too long
+// after Stop (see Events).
 func (s *Subscription) Dropped() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -304,10 +310,19 @@ func (s *Subscription) Err() error {
 func (s *Subscription) Close() { s.cancel() }
 
 // run delivers the queue to out until the subscription's context ends, or
-// the Feed finished and the queue is empty.
+// the Feed finished and the queue is empty (or, with linger, the reader
+// left one event longer than linger after the Feed finished).
 func (s *Subscription) run() {
 	defer close(s.out)
 	defer s.hub.remove(s)
+	ended := s.ended
+	taken := false // the reader took an event
+	var expire *time.Timer
+	defer func() {
+		if expire != nil {
+			expire.Stop()
+		}
+	}()
 	for {
 		s.mu.Lock()
 		var e Event
@@ -330,15 +345,57 @@ func (s *Subscription) run() {
 			}
 			select {
 			case <-s.wake:
+			case <-ended:
+				ended = nil
 			case <-s.ctx.Done():
 				return
 			}
 			continue
 		}
-		select {
-		case s.out <- e:
-		case <-s.ctx.Done():
-			return
+		for sent := false; !sent; {
+			var expired <-chan time.Time
+			if ended == nil && s.linger > 0 {
+				if !taken {
+					// A reader that never took an event, and does not
+					// wait for one now, is not waited for.
+					select {
+					case s.out <- e:
+					default:
+						s.dropRest()
+						return
+					}
+					break
+				}
+				if expire == nil {
+					expire = time.NewTimer(s.linger)
+				} else {
+					expire.Reset(s.linger)
+				}
+				expired = expire.C
+			}
+			select {
+			case s.out <- e:
+				sent = true
+			case <-ended:
+				ended = nil // from now on each event waits at most linger
+			case <-expired:
+				s.dropRest()
+				return
+			case <-s.ctx.Done():
+				return
+			}
 		}
+		taken = true
 	}
+}
+
+// dropRest drops the event being sent and the queue, and counts them
+// in Dropped (Feed.DroppedChanges counts the drops of slow readers only).
+func (s *Subscription) dropRest() {
+	s.mu.Lock()
+	n := uint64(1 + len(s.queue))
+	s.dropped += n
+	s.queue, s.changes, s.others = nil, 0, 0
+	s.mu.Unlock()
+	s.hub.log.Warn("leaderfeed: events dropped: the reader of Events took none after Stop", "dropped", n)
 }

@@ -117,8 +117,7 @@ type Feed struct {
 	snap     snapshot
 	leaseEnd time.Time
 	defSub   *Subscription // of Events
-	defStop  context.CancelFunc
-	health   Health // see health.go; written by the loop
+	health   Health        // see health.go; written by the loop
 }
 
 type feedState int
@@ -257,13 +256,17 @@ func (f *Feed) Timing() heartbeat.Timing { return f.timing }
 // subscription holds one goroutine and bounded memory until ctx ends or it
 // is closed. Any number of subscriptions may be open at once.
 func (f *Feed) Subscribe(ctx context.Context) *Subscription {
+	return f.subscribe(ctx, 0)
+}
+
+func (f *Feed) subscribe(ctx context.Context, linger time.Duration) *Subscription {
 	sctx, cancel := context.WithCancel(ctx)
 	out := make(chan Event)
 	s := &Subscription{C: out, out: out, hub: f.events, maxChanges: f.opts.MaxPendingChanges,
-		wake: make(chan struct{}, 1), ctx: sctx, cancel: cancel}
+		wake: make(chan struct{}, 1), ctx: sctx, cancel: cancel, linger: linger, ended: make(chan struct{})}
 	f.events.mu.Lock()
 	if f.events.finished {
-		s.finished = true
+		s.finish()
 	} else {
 		f.events.subs[s] = struct{}{}
 	}
@@ -273,25 +276,25 @@ func (f *Feed) Subscribe(ctx context.Context) *Subscription {
 }
 
 // Events returns the channel of a subscription (see Subscribe) that lasts
-// as long as the Feed: every call returns the same channel. It is closed
-// when Stop returns; events the reader has not taken by then are dropped,
-// so a reader that must see the last events (the EventUnelected of Stop)
-// uses Subscribe. Stop never waits for its reader.
+// as long as the Feed: every call returns the same channel. After Stop, a
+// reader that reads it gets every event queued before (the EventUnelected
+// of Stop included), as long as it takes each within the Feed's
+// ElectionTimeoutMin; then the channel is closed. What a reader that never
+// took an event, or left one longer than that, has not taken is dropped and
+// counted (Dropped), so that an unread channel holds nothing after Stop.
+// Stop never waits for its reader.
 func (f *Feed) Events() <-chan Event {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.defSub == nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		f.defSub, f.defStop = f.Subscribe(ctx), cancel
-		if f.state == stateStopped {
-			cancel()
-		}
+		f.defSub = f.subscribe(context.Background(), f.timing.ElectionTimeoutMin)
 	}
 	return f.defSub.C
 }
 
-// Dropped returns how many change events the subscription of Events
-// dropped because its reader fell more than MaxPendingChanges behind.
+// Dropped returns how many events the subscription of Events dropped:
+// change events beyond MaxPendingChanges waiting for its reader, and the
+// events its reader left untaken too long after Stop.
 func (f *Feed) Dropped() uint64 {
 	f.mu.Lock()
 	s := f.defSub
@@ -380,9 +383,6 @@ func (f *Feed) closeUnstarted() {
 	close(f.loopDone)
 	close(f.done)
 	f.events.finish()
-	if f.defStop != nil {
-		f.defStop()
-	}
 	f.stopErr = f.b.Close()
 	close(f.stopped)
 }
@@ -451,9 +451,6 @@ func (f *Feed) Stop(ctx context.Context) error {
 	}
 	f.mu.Lock()
 	f.stopErr = err
-	if f.defStop != nil {
-		f.defStop()
-	}
 	f.mu.Unlock()
 	close(f.stopped)
 	f.log.Info("leaderfeed: stopped")
@@ -472,8 +469,12 @@ func (f *Feed) Resign(ctx context.Context) error {
 }
 
 // Proclaim changes the value the leader publishes and writes it at once
-// (like etcd's Proclaim). It returns ErrNotLeader if the node does not lead.
-// A follower that calls it fails; the value given in Options stays in force.
+// (like etcd's Proclaim). It returns ErrNotLeader if the node does not lead,
+// or stopped leading before a renewal carried the value. The value is the
+// node's from then on (later terms publish it) only if Proclaim returns
+// nil: a Proclaim that fails has no later effect, though one that returns
+// its context's error may have been written in this term, as any write
+// whose caller gave up.
 func (f *Feed) Proclaim(ctx context.Context, value []byte) error {
 	if len(value) > heartbeat.MaxValueLen {
 		return fmt.Errorf("%w: value is %d bytes, more than heartbeat.MaxValueLen (%d)", ErrInvalidConfig, len(value), heartbeat.MaxValueLen)

@@ -303,14 +303,14 @@ type machine struct {
 	leaderCtx *leaseContext
 	lastErr   error
 
-	writing    bool           // a claim, renewal or vacancy is in flight
-	reading    bool           // a read is in flight
-	readAgain  bool           // a read was asked for while one was in flight
-	readFailed bool           // the last read failed: poll until one succeeds
-	vacancy    *vacancyWrite  // the vacancy to write (pending or in flight)
-	proclaims  []chan<- error // Proclaim calls waiting for a renewal to carry their value
-	carried    []chan<- error // ... and those the renewal in flight carries
-	renewNow   bool           // renew as soon as the write in flight returns
+	writing    bool          // a claim, renewal or vacancy is in flight
+	reading    bool          // a read is in flight
+	readAgain  bool          // a read was asked for while one was in flight
+	readFailed bool          // the last read failed: poll until one succeeds
+	vacancy    *vacancyWrite // the vacancy to write (pending or in flight)
+	proclaims  []proclaim    // Proclaim calls waiting for a renewal to carry their value
+	carried    []proclaim    // ... and those the renewal in flight carries
+	renewNow   bool          // renew as soon as the write in flight returns
 	stopCtx    context.Context
 
 	// The changefeed.
@@ -325,6 +325,15 @@ type machine struct {
 
 	now time.Time // of the step under way
 	out []effect  // effects of the step under way
+}
+
+// proclaim is a Proclaim call waiting for a renewal. Its value becomes
+// the node's value (m.value, which later terms publish) only once a renewal
+// carrying it succeeded: a Proclaim that fails has no later effect.
+type proclaim struct {
+	ctx   context.Context // nil in machine tests: never ends
+	reply chan<- error
+	value []byte
 }
 
 // vacancyWrite is a vacancy to write after stepping down, for Resign or a
@@ -539,7 +548,7 @@ func (m *machine) onNotification(n Notification, ok bool) {
 	case RecordChanged:
 		m.observe(n.Record, false)
 	case RecordDeleted:
-		m.observeMissing(false)
+		m.observeMissing()
 	case OtherChanged:
 		m.emit(Event{Type: EventChange, Change: n.Change})
 	case Ignored:
@@ -585,15 +594,13 @@ func (m *machine) onRead(r callResult) {
 	if m.readFailed {
 		m.setTimer(timerPoll, m.now.Add(m.t.HeartbeatInterval))
 	}
-	// A read sent before the last observation may be older than it: it is
-	// then taken only if its revision is newer.
-	fresh := !m.seen || !r.sentAt.Before(m.observedAt)
+	fresh := m.current(r.sentAt)
 	switch err := r.err; {
 	case err == nil:
 		m.observe(r.res, fresh)
 	case errors.Is(err, ErrNotFound):
 		if fresh {
-			m.observeMissing(true)
+			m.observeMissing()
 		}
 	case errors.Is(err, ErrMalformedRecord):
 		m.emit(Event{Type: EventIgnored, Err: err})
@@ -611,14 +618,27 @@ func (m *machine) own(r heartbeat.Record) bool {
 	return r.Revision != 0 && m.claimTerm != 0 && r.Leader == m.id && r.Term == m.claimTerm
 }
 
-// observe takes in a record. The known write again and records from the
-// feed older than the one known are ignored; authoritative ones (a read, a
-// write's result, a conflict's current record) are taken whenever they are
-// another write, which also covers a record that was deleted and created
-// anew.
+// current reports whether the reply to a call sent at sentAt (a read, a
+// write's result, a conflict's current record) is authoritative: the call
+// was sent once the known record had been observed, so the reply shows the
+// store at or after it. A reply to a call sent before may be older than
+// what the feed or another reply brought meanwhile.
+func (m *machine) current(sentAt time.Time) bool {
+	return !m.seen || !sentAt.Before(m.observedAt)
+}
+
+// observe takes in a record. The view only goes forward: the known write
+// again, and records of an older revision from the feed or from a reply
+// that is not authoritative (current), are ignored. Authoritative ones are
+// taken whenever they are another write, which also covers a record that
+// was deleted and created anew, and a store that lost acknowledged writes.
+// What a node learns of its own writes from their replies (its revision,
+// a lost reply adopted) is taken by the callers, whatever observe keeps.
 func (m *machine) observe(r heartbeat.Record, authoritative bool) {
 	if r.Revision == 0 {
-		m.observeMissing(authoritative)
+		if authoritative || !m.seen || m.missing {
+			m.observeMissing()
+		}
 		return
 	}
 	if m.seen && !m.missing {
@@ -663,11 +683,10 @@ func (m *machine) observe(r heartbeat.Record, authoritative bool) {
 }
 
 // observeMissing takes in that the store has no record.
-func (m *machine) observeMissing(authoritative bool) {
+func (m *machine) observeMissing() {
 	if m.missing && m.seen {
 		return
 	}
-	_ = authoritative
 	wasSeen := m.seen && !m.missing
 	now := m.now
 	m.rec = heartbeat.Record{Election: m.election}
@@ -737,6 +756,9 @@ func (m *machine) announce(leader string, term uint64, value []byte, at time.Tim
 //  4. The store never had a record (Revision 0): nobody ever led.
 //
 // A claim on an older revision than the store's fails the compare-and-set.
+// The known revision only goes forward (observe): an older record replaces
+// it only when it comes from a call sent after the known one was observed
+// (a store that lost writes), and case 1 then counts W from that reply.
 // So when a claim succeeds, every earlier lease has ended: never two
 // leaders. Terms strictly increase because a claim writes a term above
 // every term the node has seen, and the compare-and-set orders the writes.
@@ -894,7 +916,7 @@ func (m *machine) handleClaim(r callResult) {
 	case r.err == nil:
 		if r.res.Revision != r.expected.Revision+1 || r.res.Leader != r.next.Leader || r.res.Term != r.next.Term {
 			m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: backend returned %v for a claim of term %d on revision %d", r.res, r.next.Term, r.expected.Revision)})
-			m.observe(r.res, true)
+			m.observe(r.res, m.current(r.sentAt))
 			return
 		}
 		if stopping {
@@ -902,7 +924,7 @@ func (m *machine) handleClaim(r callResult) {
 			m.term, m.myRev = r.res.Term, r.res.Revision
 			m.vacancy = &vacancyWrite{ctx: m.stopCtx, term: r.res.Term}
 			m.vacancyTerm = r.res.Term
-			m.observe(r.res, true)
+			m.observe(r.res, m.current(r.sentAt))
 			return
 		}
 		if !now.Before(r.sentAt.Add(m.t.LeaseDuration)) {
@@ -911,13 +933,18 @@ func (m *machine) handleClaim(r callResult) {
 			// (case 3) rather than leave everyone waiting for a timeout.
 			m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: claim of term %d took %v, longer than the lease: %w", r.next.Term, now.Sub(r.sentAt), errLeaseOver)})
 			m.claimSoon = true
-			m.observe(r.res, true)
+			m.observe(r.res, m.current(r.sentAt))
+			return
+		}
+		if m.seen && !m.missing && r.res.Revision < m.rec.Revision {
+			// A later write was observed already: the claim was written
+			// over (only after its lease, case 1); the view stays.
 			return
 		}
 		m.becomeLeader(r.res, r.sentAt, now)
 	case errors.As(r.err, &conflict):
 		m.do(logDebug{msg: "leaderfeed: claim lost", args: []any{"term", r.next.Term, "current_revision", conflict.Current.Revision}})
-		m.observe(conflict.Current, true)
+		m.observe(conflict.Current, m.current(r.sentAt))
 	case r.closed:
 	default:
 		m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: claim term %d: %w", r.next.Term, r.err)})
@@ -942,7 +969,7 @@ func (m *machine) becomeLeader(res heartbeat.Record, sentAt, now time.Time) {
 	m.snapLeaseTo = m.leaseEnd
 	m.publish()
 	m.emit(Event{Type: EventElected, At: now, Term: m.term, LeaderCtx: m.leaderCtx})
-	m.observe(res, true)
+	m.observe(res, m.current(sentAt))
 	m.do(setTimer{t: timerRenew, at: sentAt.Add(m.t.HeartbeatInterval), align: true})
 }
 
@@ -957,9 +984,21 @@ func (m *machine) startRenew() {
 		return
 	}
 	m.writing = true
-	// This renewal carries the value of every Proclaim so far.
-	m.carried, m.proclaims = append(m.carried, m.proclaims...), nil
-	next := heartbeat.Record{Election: m.election, Leader: m.id, Term: m.term, Value: m.value, Lease: m.t.LeaseDuration}
+	// This renewal carries the newest value of the Proclaims so far; those
+	// whose caller gave up (it was told its ctx's error) are dropped.
+	for _, p := range m.proclaims {
+		if p.ctx != nil && p.ctx.Err() != nil {
+			m.do(reply{to: p.reply, err: p.ctx.Err()})
+		} else {
+			m.carried = append(m.carried, p)
+		}
+	}
+	m.proclaims = nil
+	value := m.value
+	if n := len(m.carried); n > 0 {
+		value = m.carried[n-1].value
+	}
+	next := heartbeat.Record{Election: m.election, Leader: m.id, Term: m.term, Value: value, Lease: m.t.LeaseDuration}
 	m.call(callRenew, heartbeat.Record{Revision: m.myRev, Leader: m.id, Term: m.term}, next, m.leaseEnd, nil)
 }
 
@@ -972,7 +1011,7 @@ func (m *machine) onRenew(r callResult) bool {
 	case r.err == nil:
 		m.myRev = max(m.myRev, r.res.Revision)
 		if !leading {
-			m.observe(r.res, true)
+			m.observe(r.res, m.current(r.sentAt))
 			return false
 		}
 		newEnd := r.sentAt.Add(m.t.LeaseDuration)
@@ -991,13 +1030,13 @@ func (m *machine) onRenew(r callResult) bool {
 			m.renewNow = true
 			m.uncarry() // the next renewal carries their value again
 		} else {
-			m.observe(conflict.Current, true)
+			m.observe(conflict.Current, m.current(r.sentAt))
 		}
 	case errors.As(r.err, &conflict):
 		if leading {
 			m.stepDown(ReasonDeposed, r.err)
 		}
-		m.observe(conflict.Current, true)
+		m.observe(conflict.Current, m.current(r.sentAt))
 	default:
 		if !leading {
 			return false
@@ -1021,7 +1060,7 @@ func (m *machine) onLeaseExtended(r callResult, extended bool) {
 		// record is ours: case 3 lets this node claim it again).
 		m.lastErr = errLeaseOver
 		m.stepDown(ReasonLeaseExpired, errLeaseOver)
-		m.observe(r.res, true)
+		m.observe(r.res, m.current(r.sentAt))
 		return
 	}
 	newEnd := r.sentAt.Add(m.t.LeaseDuration)
@@ -1030,20 +1069,25 @@ func (m *machine) onLeaseExtended(r callResult, extended bool) {
 	m.snapLeaseTo = newEnd
 	m.publish()
 	m.do(logDebug{msg: "leaderfeed: renewed", args: []any{"term", m.term, "revision", r.res.Revision}})
-	// The Proclaims this renewal carried are done; those made while it was
-	// in flight wait for the next one (renewNow).
+	// The Proclaims this renewal carried are done, and their value is in
+	// force; those made while it was in flight wait for the next one
+	// (renewNow).
+	if n := len(m.carried); n > 0 {
+		m.value = m.carried[n-1].value
+	}
 	for _, c := range m.carried {
-		m.do(reply{to: c})
+		m.do(reply{to: c.reply})
 	}
 	m.carried = nil
-	m.observe(r.res, true)
+	m.observe(r.res, m.current(r.sentAt))
 	m.do(setTimer{t: timerRenew, at: r.sentAt.Add(m.t.HeartbeatInterval), align: true})
 }
 
-// replyProclaims answers every waiting Proclaim with err.
+// replyProclaims answers every waiting Proclaim with err; their values are
+// forgotten.
 func (m *machine) replyProclaims(err error) {
 	for _, c := range append(m.carried, m.proclaims...) {
-		m.do(reply{to: c, err: err})
+		m.do(reply{to: c.reply, err: err})
 	}
 	m.carried, m.proclaims = nil, nil
 }
@@ -1118,7 +1162,7 @@ func (m *machine) onVacancy(r callResult) {
 	var conflict *ConflictError
 	switch {
 	case r.err == nil:
-		m.observe(r.res, true)
+		m.observe(r.res, m.current(r.sentAt))
 		m.endVacancy(nil)
 	case errors.As(r.err, &conflict) && m.own(conflict.Current):
 		// A renewal of ours committed with its reply lost: write the
@@ -1134,7 +1178,7 @@ func (m *machine) onVacancy(r callResult) {
 		// its reserved vacancy is in the store), or somebody else took
 		// over before the vacancy was written.
 		cur := conflict.Current
-		m.observe(cur, true)
+		m.observe(cur, m.current(r.sentAt))
 		var err error
 		if v.successor != "" && cur.Leader != v.successor && !(cur.Reserved() && cur.Successor == v.successor && cur.Term == v.term) {
 			err = fmt.Errorf("leaderfeed: transfer to %q: the record was written by another node first (%v): %w", v.successor, cur, ErrConflict)
@@ -1184,8 +1228,7 @@ func (m *machine) onRequest(r request) {
 			m.do(reply{to: r.reply, err: ErrNotLeader})
 			return
 		}
-		m.value = r.value
-		m.proclaims = append(m.proclaims, r.reply)
+		m.proclaims = append(m.proclaims, proclaim{ctx: r.ctx, reply: r.reply, value: r.value})
 		m.startRenew()
 	case reqStatus:
 		m.do(reply{to: r.reply, err: nil})

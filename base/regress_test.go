@@ -295,7 +295,7 @@ func TestRegressStopWithUnreadEvents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b, _ := memory.NewStore().Backend("e")
 		f, _ := base.New(b, "n", base.Options{Timing: timing})
-		_ = f.Events()
+		events := f.Events()
 		sctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		_ = f.Subscribe(sctx)
@@ -305,7 +305,7 @@ func TestRegressStopWithUnreadEvents(t *testing.T) {
 		time.Sleep(timing.ElectionTimeoutMax)
 		done := make(chan error, 1)
 		go func() { done <- f.Stop(context.Background()) }()
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(time.Millisecond)
 		select {
 		case err := <-done:
 			if err != nil {
@@ -313,6 +313,16 @@ func TestRegressStopWithUnreadEvents(t *testing.T) {
 			}
 		default:
 			t.Fatal("Stop waits for a reader of Events that never reads")
+		}
+		// What Events held is dropped and counted once nobody took it
+		// for ElectionTimeoutMin; then its channel closes.
+		time.Sleep(timing.ElectionTimeoutMin)
+		synctest.Wait()
+		if f.Dropped() == 0 {
+			t.Error("Dropped() = 0 after the unread events of Events were let go")
+		}
+		if _, ok := <-events; ok {
+			t.Error("Events delivered an event after it dropped what it held")
 		}
 	})
 }

@@ -6,8 +6,13 @@ package base_test
 // Each schedule is one seed: 3 to 5 nodes on one memory store (in a third
 // of the schedules each incarnation on a batching base.Elections of its
 // own: writes through the batcher, reads through the batched reader,
-// renewals on its grid), each behind a chaos wrapper (below) that injects the faults a real store and network
-// produce: partitions (calls failing at once or hanging), lost replies of
+// renewals on its grid; in two thirds of those, every incarnation also
+// runs one or two side elections of much slower or faster timings on that
+// Elections, behind a faulty.Store injecting batch-level faults: whole
+// batches failed or their replies lost, one election's write failed or
+// its reply lost inside a batch, batches and writes held back past their
+// deadlines, late replies), each behind a chaos wrapper (below) that
+// injects the faults a real store and network produce: partitions (calls failing at once or hanging), lost replies of
 // committed writes, delayed requests and replies, writes that commit after
 // the caller gave up, hung calls, stale reads, failed reads and
 // subscriptions, lagging, duplicated and broken changefeeds. Users resign,
@@ -27,6 +32,12 @@ package base_test
 //     overlap and their terms strictly increase; the store's terms never
 //     decrease from one revision to the next;
 //   - Stop, Resign and Proclaim return within their context;
+//   - a reader of Events slower than the events (up to 2 ms each) gets
+//     every leadership event the judges' reader got, Stop's included, and
+//     nothing is dropped;
+//   - side elections: their leadership intervals never overlap and their
+//     terms increase, and a side election's leader keeps leading while
+//     nothing fails (whatever the timings it shares batches with);
 //   - liveness: once every fault has healed and a campaigning node runs,
 //     some node leads within ElectionTimeoutMax plus the longest injected
 //     delay plus a few heartbeats, and keeps leading while nothing fails.
@@ -54,6 +65,7 @@ import (
 
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
+	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/memory"
 )
@@ -140,13 +152,22 @@ type world struct {
 	// when the schedule ends.
 	batched   bool
 	elections []*base.Elections
-	maxDel    time.Duration // the longest injected delay
-	store     *memory.Store
-	raw       base.Backend // commits writes after their caller gave up
-	start     time.Time
-	nodes     []*schedNode
-	check     *basetest.Checker
-	bg        sync.WaitGroup // user calls, event readers, late commits
+	// multi (of batched worlds): every incarnation also runs the side
+	// elections, with timings of their own, on its one batching
+	// Elections, behind a faulty.Store that injects batch-level faults
+	// (brng's choices); each side election is judged by a Checker, and
+	// must keep its leader while nothing fails.
+	multi  bool
+	sides  []sideElection
+	brng   *rand.Rand
+	incs   []*incarnation // every incarnation so far (owned by the driver)
+	maxDel time.Duration  // the longest injected delay
+	store  *memory.Store
+	raw    base.Backend // commits writes after their caller gave up
+	start  time.Time
+	nodes  []*schedNode
+	check  *basetest.Checker
+	bg     sync.WaitGroup // user calls, event readers, late commits
 
 	mu      sync.Mutex
 	trace   []string
@@ -234,6 +255,18 @@ func newWorld(seed uint64) *world {
 	}
 	// Batched backends come from a stream of their own too.
 	w.batched = rand.New(rand.NewPCG(seed, 0xba7c)).IntN(3) == 0
+	// So do the side elections of a batched world, and its batch faults.
+	w.brng = rand.New(rand.NewPCG(seed, 0x51de))
+	if w.batched && w.brng.IntN(3) > 0 {
+		w.multi = true
+		for i := range 1 + w.brng.IntN(2) {
+			st := sideTimings[w.brng.IntN(len(sideTimings))]
+			if err := st.Validate(); err != nil {
+				panic(err)
+			}
+			w.sides = append(w.sides, sideElection{name: fmt.Sprintf("side%d", i+1), timing: st, check: basetest.NewChecker()})
+		}
+	}
 	n := 3 + rng.IntN(3)
 	for i := range n {
 		w.nodes = append(w.nodes, &schedNode{w: w, id: fmt.Sprintf("n%d", i+1), idx: i, healed: make(chan struct{})})
@@ -245,7 +278,27 @@ func newWorld(seed uint64) *world {
 	if w.batched {
 		w.tracef("world", "batched: every incarnation on a batching Elections of its own")
 	}
+	for _, se := range w.sides {
+		w.tracef("world", "side election %s on every incarnation's Elections: timing=%+v", se.name, se.timing)
+	}
 	return w
+}
+
+// sideElection is an election every incarnation of a multi world runs
+// beside schedElection, on the same Elections.
+type sideElection struct {
+	name   string
+	timing heartbeat.Timing
+	check  *basetest.Checker
+}
+
+// sideTimings are the timings of side elections: much slower and much
+// faster than the schedules' own (heartbeat 10 ms), so that one batch
+// holds renewals of very different windows.
+var sideTimings = []heartbeat.Timing{
+	{HeartbeatInterval: 200 * time.Millisecond, LeaseDuration: 400 * time.Millisecond, ElectionTimeoutMin: 500 * time.Millisecond, ElectionTimeoutMax: 600 * time.Millisecond},
+	{HeartbeatInterval: 40 * time.Millisecond, LeaseDuration: 80 * time.Millisecond, ElectionTimeoutMin: 100 * time.Millisecond, ElectionTimeoutMax: 140 * time.Millisecond},
+	{HeartbeatInterval: 4 * time.Millisecond, LeaseDuration: 9 * time.Millisecond, ElectionTimeoutMin: 12 * time.Millisecond, ElectionTimeoutMax: 20 * time.Millisecond},
 }
 
 const schedElection = "sched"
@@ -333,10 +386,11 @@ type schedNode struct {
 	id  string
 	idx int
 
-	mu     sync.Mutex
-	f      nodeFaults
-	healed chan struct{} // closed when faults are cleared: releases hangs
-	subs   map[*chaosSub]struct{}
+	mu          sync.Mutex
+	f           nodeFaults
+	storeFaults bool          // faults were injected into its faulty.Store
+	healed      chan struct{} // closed when faults are cleared: releases hangs
+	subs        map[*chaosSub]struct{}
 
 	// Owned by the driver.
 	state nodeState
@@ -386,9 +440,15 @@ func (n *schedNode) setFaults(fn func(*nodeFaults)) {
 func (n *schedNode) heal() {
 	n.mu.Lock()
 	n.f = nodeFaults{}
+	n.storeFaults = false
 	close(n.healed)
 	n.healed = make(chan struct{})
 	n.mu.Unlock()
+	for _, inc := range n.w.incs {
+		if inc.n == n && inc.store != nil {
+			inc.store.Heal()
+		}
+	}
 }
 
 func (n *schedNode) breakFeeds() {
@@ -410,9 +470,13 @@ type incarnation struct {
 	timing heartbeat.Timing
 	feed   *base.Feed
 	be     *chaos
+	store  *faulty.Store         // multi: under the Elections, batch faults
+	sides  map[string]*base.Feed // multi: the Feeds of the side elections
+	slow   chan []base.Event     // the leadership events of a slow reader of Events, once it ended
 
 	mu     sync.Mutex
 	writes []writeRec
+	events []base.Event // leadership events, as the judges' reader took them
 }
 
 // writeRec is one Heartbeat call of an incarnation, as its wrapper saw it.
@@ -762,8 +826,15 @@ func (w *world) startNode(n *schedNode) {
 		inc.timing = w.alt
 	}
 	b, _ := w.store.Backend(schedElection)
+	var els *base.Elections
 	if w.batched {
-		els, err := base.NewElections(w.store.Conn(), base.ElectionsOptions{})
+		var st base.Store = w.store.Conn()
+		if w.multi {
+			inc.store = faulty.WrapStore(st)
+			st = inc.store
+		}
+		var err error
+		els, err = base.NewElections(st, base.ElectionsOptions{})
 		if err != nil {
 			w.failf("NewElections: %v", err)
 			return
@@ -787,6 +858,7 @@ func (w *world) startNode(n *schedNode) {
 	}
 	inc.feed = f
 	n.cur = inc
+	w.incs = append(w.incs, inc)
 	n.setState(stStarting)
 	sub := f.Subscribe(context.Background())
 	w.bg.Add(1)
@@ -796,6 +868,29 @@ func (w *world) startNode(n *schedNode) {
 			w.onEvent(inc, e)
 		}
 	}()
+	w.slowReader(inc)
+	for i, se := range w.sides {
+		sf, err := els.Feed(se.name, n.id, base.Options{Timing: se.timing, Rand: w.newRand(n, 16+uint64(i))})
+		if err != nil {
+			w.failf("side Feed: %v", err)
+			return
+		}
+		if inc.sides == nil {
+			inc.sides = make(map[string]*base.Feed)
+		}
+		inc.sides[se.name] = sf
+		ssub := sf.Subscribe(context.Background())
+		w.bg.Add(1)
+		go func() {
+			defer w.bg.Done()
+			for e := range ssub.C {
+				if e.Type == base.EventElected || e.Type == base.EventUnelected {
+					se.check.Observe(inc.key, e)
+					w.tracef(inc.key, "%s: %v", se.name, e)
+				}
+			}
+		}()
+	}
 	w.tracef(inc.key, "start")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	w.bg.Add(1)
@@ -806,6 +901,13 @@ func (w *world) startNode(n *schedNode) {
 		w.tracef(inc.key, "started: %v", err)
 		if err != nil {
 			_ = f.Stop(context.Background())
+			inc.stopSides()
+		} else {
+			for name, sf := range inc.sides {
+				if err := sf.Start(context.Background()); err != nil {
+					w.failf("%s: Start of %s: %v", inc.key, name, err)
+				}
+			}
 		}
 		w.mu.Lock()
 		if err == nil {
@@ -826,8 +928,71 @@ func (w *world) onEvent(inc *incarnation, e base.Event) {
 		w.ctxs = append(w.ctxs, leaderCtx{key: inc.key, term: e.Term, ctx: e.LeaderCtx})
 		w.mu.Unlock()
 	}
+	if leadership(e) {
+		inc.mu.Lock()
+		inc.events = append(inc.events, e)
+		inc.mu.Unlock()
+	}
 	w.check.Observe(inc.key, e)
 	w.tracef(inc.key, "%v", e)
+}
+
+// leadership reports whether e is an event the docs promise never to drop
+// for a reader that reads.
+func leadership(e base.Event) bool {
+	return e.Type == base.EventElected || e.Type == base.EventUnelected || e.Type == base.EventNewLeader
+}
+
+// slowReader reads inc's Events slower than the judges' reader (up to 2
+// ms an event, well within ElectionTimeoutMin), and hands the leadership
+// events it got to inc.slow when the channel closes: after Stop it must
+// have got every one the judges' reader got, and dropped nothing.
+func (w *world) slowReader(inc *incarnation) {
+	events := inc.feed.Events()
+	r := w.newRand(inc.n, 7)
+	inc.slow = make(chan []base.Event, 1)
+	w.bg.Add(1)
+	go func() {
+		defer w.bg.Done()
+		var got []base.Event
+		for e := range events {
+			if leadership(e) {
+				got = append(got, e)
+			}
+			time.Sleep(time.Duration(r.Int64N(int64(2 * time.Millisecond))))
+		}
+		inc.slow <- got
+	}()
+}
+
+// checkSlowReader compares what inc's slow reader of Events got with what
+// the judges' reader got, once both ended.
+func (w *world) checkSlowReader(inc *incarnation) {
+	got := <-inc.slow
+	inc.mu.Lock()
+	want := inc.events
+	inc.mu.Unlock()
+	same := len(got) == len(want)
+	for i := 0; same && i < len(got); i++ {
+		same = got[i].Type == want[i].Type && got[i].Term == want[i].Term && got[i].Leader == want[i].Leader
+	}
+	if !same {
+		w.failf("%s: the slow reader of Events got %d leadership events, the judges' reader %d: %v, want %v", inc.key, len(got), len(want), got, want)
+	}
+	if d := inc.feed.Dropped(); d != 0 {
+		w.failf("%s: Events dropped %d events for a reader that reads", inc.key, d)
+	}
+}
+
+// stopSides stops the side elections' Feeds of inc (after its main one).
+func (inc *incarnation) stopSides() {
+	for _, sf := range inc.sides {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := sf.Stop(ctx); err != nil {
+			inc.n.w.failf("%s: Stop of a side election: %v", inc.key, err)
+		}
+		cancel()
+	}
 }
 
 func (n *schedNode) getState() nodeState {
@@ -877,6 +1042,7 @@ func (w *world) stopNode(n *schedNode, d time.Duration) {
 		default:
 			w.failf("%s: Stop returned before Done closed", inc.key)
 		}
+		inc.stopSides()
 		n.setState(stStopped)
 	})
 }
@@ -963,6 +1129,10 @@ func (w *world) timeoutChoice() time.Duration {
 
 // injectFault sets one fault on a node for a while.
 func (w *world) injectFault() {
+	if w.multi && w.brng.IntN(3) == 0 {
+		w.injectBatchFault()
+		return
+	}
 	n := w.pick()
 	if w.rng.IntN(3) == 0 {
 		if l := w.leaderNow(); l != nil {
@@ -1003,6 +1173,53 @@ func (w *world) injectFault() {
 	}
 	w.tracef(n.id, "fault: %s", what)
 	n.setFaults(set)
+}
+
+// errBatch is the error of a batch-level fault.
+var errBatch = errors.New("chaos: batch failed")
+
+// injectBatchFault sets one fault on the faulty.Store under a node's
+// Elections (multi worlds), until the node heals: whole batches failed,
+// batches whose reply is lost, one election's write failed or its reply
+// lost inside a batch, batches or single writes delayed (a hang to their
+// deadline for the writes whose deadline is shorter), replies held back.
+// The choices come from brng.
+func (w *world) injectBatchFault() {
+	n := w.nodes[w.brng.IntN(len(w.nodes))]
+	inc := n.cur
+	if inc == nil || inc.store == nil || n.getState() != stRunning {
+		return
+	}
+	names := []string{schedElection}
+	for _, se := range w.sides {
+		names = append(names, se.name)
+	}
+	election := names[w.brng.IntN(len(names))]
+	nth := w.brng.IntN(4) // 0: every call until heal
+	d := time.Millisecond + time.Duration(w.brng.Int64N(int64(w.maxDel)))
+	var ft faulty.Fault
+	switch w.brng.IntN(7) {
+	case 0:
+		ft = faulty.Fault{Method: faulty.MethodHeartbeatBatch, Err: errBatch}
+	case 1:
+		ft = faulty.Fault{Method: faulty.MethodHeartbeatBatch, Err: errBatch, After: true}
+	case 2:
+		ft = faulty.Fault{Method: faulty.MethodHeartbeatBatch, Election: election, After: w.brng.IntN(2) == 0}
+	case 3:
+		ft = faulty.Fault{Method: faulty.MethodHeartbeatBatch, Delay: d}
+	case 4:
+		ft = faulty.Fault{Method: faulty.MethodHeartbeat, Election: election, Delay: d}
+	case 5:
+		ft = faulty.Fault{Method: faulty.MethodHeartbeat, Election: election, Err: errBatch, After: w.brng.IntN(2) == 0}
+	default:
+		ft = faulty.Fault{Method: faulty.MethodHeartbeatBatch, DelayReply: d}
+	}
+	ft.Nth = nth
+	w.tracef(n.id, "batch fault on %s: %+v", inc.key, ft)
+	inc.store.Inject(ft)
+	n.mu.Lock()
+	n.storeFaults = true
+	n.mu.Unlock()
 }
 
 // checkNow judges the present instant.
@@ -1110,7 +1327,10 @@ func (w *world) run() {
 			w.act()
 			for _, n := range w.nodes {
 				f, _ := n.faults()
-				if _, ok := healAt[n]; !ok && f != (nodeFaults{}) {
+				n.mu.Lock()
+				sf := n.storeFaults
+				n.mu.Unlock()
+				if _, ok := healAt[n]; !ok && (f != (nodeFaults{}) || sf) {
 					healAt[n] = time.Now().Add(w.randDur(5*time.Millisecond, 400*time.Millisecond))
 				}
 			}
@@ -1186,15 +1406,47 @@ func (w *world) liveness() {
 	}
 	if leader != nil {
 		w.tracef("world", "leader %s term %d, %v after heal", leader.cur.key, term, time.Since(healed))
-		// Nothing fails now: the leader must keep leading.
+		// Nothing fails now: the leader must keep leading, and so must
+		// the leaders of the side elections at this instant, whatever the
+		// timings of the renewals they share batches with.
+		sides := w.sideLeaders()
 		stable := time.Now().Add(20 * tm.HeartbeatInterval)
 		for time.Now().Before(stable) && !w.failed() {
 			w.step()
 			if ctx, t2, ok := leader.cur.feed.LeaderContext(); !ok || ctx.Err() != nil || t2 != term {
 				w.failf("stability: %s lost leadership of term %d with no fault in force", leader.cur.key, term)
 			}
+			for name, sl := range sides {
+				if ctx, t2, ok := sl.feed.LeaderContext(); !ok || ctx.Err() != nil || t2 != sl.term {
+					w.failf("stability: %s lost leadership of %s term %d with no fault in force", sl.key, name, sl.term)
+					delete(sides, name)
+				}
+			}
 		}
 	}
+}
+
+// sideLeader is the leader of a side election at one instant.
+type sideLeader struct {
+	key  string
+	feed *base.Feed
+	term uint64
+}
+
+// sideLeaders returns the running leaders of the side elections now.
+func (w *world) sideLeaders() map[string]sideLeader {
+	out := make(map[string]sideLeader)
+	for _, n := range w.nodes {
+		if n.getState() != stRunning {
+			continue
+		}
+		for name, sf := range n.cur.sides {
+			if ctx, term, ok := sf.LeaderContext(); ok && ctx.Err() == nil {
+				out[name] = sideLeader{key: n.cur.key, feed: sf, term: term}
+			}
+		}
+	}
+	return out
 }
 
 // stopAll stops every node, on a healthy store, and judges the whole run.
@@ -1212,6 +1464,7 @@ func (w *world) stopAll() {
 				if err != nil {
 					w.failf("%s: Stop on a healthy store: %v", inc.key, err)
 				}
+				inc.stopSides()
 				n.setState(stStopped)
 			})
 		}
@@ -1238,6 +1491,17 @@ func (w *world) stopAll() {
 	w.checkStore()
 	if err := w.check.Check(); err != nil {
 		w.failf("%v", err)
+	}
+	for _, inc := range w.incs {
+		w.checkSlowReader(inc)
+	}
+	for _, se := range w.sides {
+		if err := se.check.Check(); err != nil {
+			w.failf("%s: %v", se.name, err)
+		}
+		if ls := se.check.Leaders(); len(ls) > 0 {
+			w.failf("%s: leadership intervals still open after every node stopped: %v", se.name, ls)
+		}
 	}
 	if ls := w.check.Leaders(); len(ls) > 0 {
 		w.failf("leadership intervals still open after every node stopped: %v", ls)

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -36,6 +37,9 @@ const (
 	MethodPresent      Method = "Present"
 	MethodAbsent       Method = "Absent"
 	MethodParticipants Method = "Participants"
+	// The batch capabilities of a Store (base.BatchStore, base.BatchReader).
+	MethodHeartbeatBatch Method = "HeartbeatBatch"
+	MethodGetBatch       Method = "GetBatch"
 )
 
 // Fault is a failure injected into calls of one method.
@@ -55,72 +59,118 @@ type Fault struct {
 	// After makes the backend call first and then return Err: the write
 	// happened but the caller is told it failed.
 	After bool
+	// DelayReply lets the call go through and holds its reply back this
+	// long (the caller's context still ends the wait): a reply that comes
+	// late.
+	DelayReply time.Duration
+	// Election, when set, limits the fault to calls about that election
+	// (a Store's calls name it; a Backend's are all of its one election),
+	// and Nth counts only those. In a HeartbeatBatch of a Store, Err and
+	// After then hit that election's write alone: its result is Err (with
+	// After, after the batch made the write: one reply lost inside a
+	// batch); Delay, DelayReply and Hang hold back the whole batch.
+	Election string
+}
+
+// injector is the fault state Backend and Store share: the faults in
+// force, the calls counted, the partition, the open feeds and the log of
+// writes.
+type injector struct {
+	mu          sync.Mutex
+	calls       map[Method]int
+	faults      []activeFault
+	partitioned bool
+	subs        map[*faultySub]struct{}
+	writes      []base.Write // every write, up to maxWriteLog
+}
+
+func newInjector() *injector {
+	return &injector{calls: make(map[Method]int), subs: make(map[*faultySub]struct{})}
 }
 
 // Backend wraps a Backend and injects faults: failed, delayed or hung calls,
 // broken feeds, and a full partition. It is safe for concurrent use.
 type Backend struct {
 	base.Backend
-
-	mu          sync.Mutex
-	calls       map[Method]int
-	faults      []activeFault
-	partitioned bool
-	subs        map[*faultySub]struct{}
-	writes      []base.Write // every Heartbeat call, up to maxWriteLog
+	in *injector
 }
 
-// maxWriteLog bounds the calls Writes keeps.
+// maxWriteLog bounds the writes Writes keeps.
 const maxWriteLog = 100000
 
 // Writes returns the arguments of every Heartbeat call so far (the first
 // 100,000), in call order, whether or not a fault hit it.
-func (f *Backend) Writes() []base.Write {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]base.Write(nil), f.writes...)
+func (f *Backend) Writes() []base.Write { return f.in.writeLog() }
+
+func (in *injector) writeLog() []base.Write {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return append([]base.Write(nil), in.writes...)
+}
+
+func (in *injector) logWrite(w base.Write) {
+	in.mu.Lock()
+	if len(in.writes) < maxWriteLog {
+		in.writes = append(in.writes, base.Write{Expected: w.Expected.Clone(), Next: w.Next.Clone()})
+	}
+	in.mu.Unlock()
 }
 
 type activeFault struct {
 	Fault
-	call int // absolute call number, or 0 for every call
+	call int // absolute call number (of its method and election), or 0 for every call
+}
+
+// countKey is what Nth counts: calls of a method, or of a method about
+// one election.
+func countKey(m Method, election string) Method {
+	if election == "" {
+		return m
+	}
+	return m + "/" + Method(election)
 }
 
 // Wrap returns b wrapped in a Backend that injects nothing until told to.
 func Wrap(b base.Backend) *Backend {
-	return &Backend{Backend: b, calls: make(map[Method]int), subs: make(map[*faultySub]struct{})}
+	return &Backend{Backend: b, in: newInjector()}
 }
 
 // Inject adds a fault.
-func (f *Backend) Inject(ft Fault) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *Backend) Inject(ft Fault) { f.in.inject(ft) }
+
+func (in *injector) inject(ft Fault) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	af := activeFault{Fault: ft}
 	if ft.Nth > 0 {
-		af.call = f.calls[ft.Method] + ft.Nth
+		af.call = in.calls[countKey(ft.Method, ft.Election)] + ft.Nth
 	}
-	f.faults = append(f.faults, af)
+	in.faults = append(in.faults, af)
 }
 
 // Calls returns how many calls of m the wrapper has seen.
-func (f *Backend) Calls(m Method) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[m]
+func (f *Backend) Calls(m Method) int { return f.in.count(m) }
+
+func (in *injector) count(m Method) int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.calls[m]
 }
 
 // BreakFeed ends every open subscription with a Failed notification
 // carrying err (ErrInjected if nil). Later subscriptions work.
-func (f *Backend) BreakFeed(err error) {
+func (f *Backend) BreakFeed(err error) { f.in.breakFeeds(err) }
+
+func (in *injector) breakFeeds(err error) {
 	if err == nil {
 		err = ErrInjected
 	}
-	f.mu.Lock()
-	subs := make([]*faultySub, 0, len(f.subs))
-	for s := range f.subs {
+	in.mu.Lock()
+	subs := make([]*faultySub, 0, len(in.subs))
+	for s := range in.subs {
 		subs = append(subs, s)
 	}
-	f.mu.Unlock()
+	in.mu.Unlock()
 	for _, s := range subs {
 		s.breakWith(err)
 	}
@@ -129,146 +179,228 @@ func (f *Backend) BreakFeed(err error) {
 // Partition cuts the backend off: every call fails with ErrInjected and
 // open subscriptions break, until Heal. It is how the suite simulates a
 // crashed or isolated node, which can neither renew nor resign.
-func (f *Backend) Partition() {
-	f.mu.Lock()
-	f.partitioned = true
-	f.mu.Unlock()
-	f.BreakFeed(fmt.Errorf("%w: partitioned", ErrInjected))
+func (f *Backend) Partition() { f.in.partition() }
+
+func (in *injector) partition() {
+	in.mu.Lock()
+	in.partitioned = true
+	in.mu.Unlock()
+	in.breakFeeds(fmt.Errorf("%w: partitioned", ErrInjected))
 }
 
 // Heal removes every fault and ends a partition.
-func (f *Backend) Heal() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.faults = nil
-	f.partitioned = false
+func (f *Backend) Heal() { f.in.heal() }
+
+func (in *injector) heal() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.faults = nil
+	in.partitioned = false
 }
 
-// before runs the faults that hit this call of m. It returns the error to
-// return, and whether to make the real call before returning it.
-func (f *Backend) before(ctx context.Context, m Method) (bool, error) {
-	f.mu.Lock()
-	f.calls[m]++
-	n := f.calls[m]
-	if f.partitioned {
-		f.mu.Unlock()
-		return false, fmt.Errorf("%w: partitioned", ErrInjected)
+// outcome is what the faults that hit one call make of it.
+type outcome struct {
+	err        error         // return it instead of the call's result
+	after      bool          // ... after making the call
+	replyDelay time.Duration // hold the reply back this long
+	writes     map[string]Fault
+}
+
+// before runs the faults that hit this call of m about elections (none:
+// the call is about no election). In a batch (perWrite), the faults of one
+// election that neither delay nor hang are left to its write (writes).
+func (in *injector) before(ctx context.Context, m Method, elections []string, perWrite bool) outcome {
+	in.mu.Lock()
+	in.calls[m]++
+	n := in.calls[m]
+	for _, e := range elections {
+		in.calls[countKey(m, e)]++
+	}
+	if in.partitioned {
+		in.mu.Unlock()
+		return outcome{err: fmt.Errorf("%w: partitioned", ErrInjected)}
 	}
 	var hit []Fault
-	kept := f.faults[:0]
-	for _, af := range f.faults {
+	kept := in.faults[:0]
+	for _, af := range in.faults {
 		switch {
 		case af.Method != m:
+			kept = append(kept, af)
+		case af.Election != "" && !slices.Contains(elections, af.Election):
 			kept = append(kept, af)
 		case af.call == 0:
 			hit = append(hit, af.Fault)
 			kept = append(kept, af)
-		case af.call == n:
+		case af.call == n && af.Election == "", af.Election != "" && af.call == in.calls[countKey(m, af.Election)]:
 			hit = append(hit, af.Fault)
 		default:
 			kept = append(kept, af)
 		}
 	}
-	f.faults = kept
-	f.mu.Unlock()
+	in.faults = kept
+	in.mu.Unlock()
+	var o outcome
 	for _, ft := range hit {
+		if perWrite && ft.Election != "" && !ft.Hang && ft.Delay == 0 && ft.DelayReply == 0 {
+			if o.writes == nil {
+				o.writes = make(map[string]Fault)
+			}
+			o.writes[ft.Election] = ft
+			continue
+		}
 		if ft.Hang {
 			<-ctx.Done()
-			return false, ctx.Err()
+			return outcome{err: ctx.Err()}
 		}
-		if ft.Delay > 0 {
-			t := time.NewTimer(ft.Delay)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return false, ctx.Err()
-			}
+		if !sleep(ctx, ft.Delay) {
+			return outcome{err: ctx.Err()}
 		}
-		if ft.Err != nil || ft.Delay == 0 {
-			err := ft.Err
-			if err == nil {
-				err = ErrInjected
-			}
-			return ft.After, err
+		o.replyDelay = max(o.replyDelay, ft.DelayReply)
+		if ft.Err != nil || (ft.Delay == 0 && ft.DelayReply == 0) {
+			o.err, o.after = injected(ft), ft.After
+			return o
 		}
 	}
-	return false, nil
+	return o
 }
+
+func injected(ft Fault) error {
+	if ft.Err != nil {
+		return ft.Err
+	}
+	return ErrInjected
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// reply hands back err after the outcome's reply delay; a reply still held
+// back when ctx ends is lost (ctx's error).
+func (o outcome) reply(ctx context.Context, err error) error {
+	if !sleep(ctx, o.replyDelay) {
+		return ctx.Err()
+	}
+	return err
+}
+
+func (f *Backend) names() []string { return []string{f.Backend.Election()} }
 
 // Start injects faults into Backend.Start.
 func (f *Backend) Start(ctx context.Context) error {
-	if after, err := f.before(ctx, MethodStart); err != nil {
-		if after {
-			_ = f.Backend.Start(ctx)
-		}
-		return err
-	}
-	return f.Backend.Start(ctx)
+	return call(ctx, f.in.before(ctx, MethodStart, f.names(), false), f.Backend.Start)
 }
 
 // Create injects faults into Backend.Create.
 func (f *Backend) Create(ctx context.Context) error {
-	if after, err := f.before(ctx, MethodCreate); err != nil {
-		if after {
-			_ = f.Backend.Create(ctx)
+	return call(ctx, f.in.before(ctx, MethodCreate, f.names(), false), f.Backend.Create)
+}
+
+// call makes a call that returns only an error, as the outcome says.
+func call(ctx context.Context, o outcome, fn func(context.Context) error) error {
+	if o.err != nil {
+		if o.after {
+			_ = fn(ctx)
 		}
-		return err
+		return o.err
 	}
-	return f.Backend.Create(ctx)
+	return o.reply(ctx, fn(ctx))
 }
 
 // Get injects faults into Backend.Get.
 func (f *Backend) Get(ctx context.Context) (heartbeat.Record, error) {
-	if after, err := f.before(ctx, MethodGet); err != nil {
-		if after {
+	o := f.in.before(ctx, MethodGet, f.names(), false)
+	if o.err != nil {
+		if o.after {
 			_, _ = f.Backend.Get(ctx)
 		}
-		return heartbeat.Record{}, err
+		return heartbeat.Record{}, o.err
 	}
-	return f.Backend.Get(ctx)
+	r, err := f.Backend.Get(ctx)
+	if !sleep(ctx, o.replyDelay) {
+		return heartbeat.Record{}, ctx.Err()
+	}
+	return r, err
 }
 
 // Heartbeat injects faults into Backend.Heartbeat. With Fault.After the
 // write is made and its result thrown away, as when a reply is lost.
 func (f *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
-	f.mu.Lock()
-	if len(f.writes) < maxWriteLog {
-		f.writes = append(f.writes, base.Write{Expected: expected.Clone(), Next: next.Clone()})
-	}
-	f.mu.Unlock()
-	if after, err := f.before(ctx, MethodHeartbeat); err != nil {
-		if after {
-			_, _ = f.Backend.Heartbeat(ctx, expected, next)
+	f.in.logWrite(base.Write{Expected: expected, Next: next})
+	return f.in.heartbeat(ctx, f.in.before(ctx, MethodHeartbeat, f.names(), false), expected, next, f.Backend.Heartbeat)
+}
+
+func (in *injector) heartbeat(ctx context.Context, o outcome, expected, next heartbeat.Record,
+	fn func(context.Context, heartbeat.Record, heartbeat.Record) (heartbeat.Record, error)) (heartbeat.Record, error) {
+	if o.err != nil {
+		if o.after {
+			_, _ = fn(ctx, expected, next)
 		}
-		return heartbeat.Record{}, err
+		return heartbeat.Record{}, o.err
 	}
-	return f.Backend.Heartbeat(ctx, expected, next)
+	r, err := fn(ctx, expected, next)
+	if !sleep(ctx, o.replyDelay) {
+		return heartbeat.Record{}, ctx.Err()
+	}
+	return r, err
+}
+
+// AlignRenewal passes the renewal grid of the wrapped backend through (a
+// Backend of a batching base.Elections has one), so that a wrapped Feed
+// renews on it.
+func (f *Backend) AlignRenewal(due time.Time, interval time.Duration) time.Time {
+	if a, ok := f.Backend.(interface {
+		AlignRenewal(time.Time, time.Duration) time.Time
+	}); ok {
+		return a.AlignRenewal(due, interval)
+	}
+	return due
 }
 
 // Subscribe injects faults into Backend.Subscribe and wraps the feed so
 // that BreakFeed and Partition can break it.
 func (f *Backend) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
-	if _, err := f.before(ctx, MethodSubscribe); err != nil {
-		return nil, err
+	return f.in.subscribe(ctx, f.in.before(ctx, MethodSubscribe, f.names(), false), f.Backend.Subscribe)
+}
+
+func (in *injector) subscribe(ctx context.Context, o outcome, fn func(context.Context) (<-chan base.Notification, error)) (<-chan base.Notification, error) {
+	if o.err != nil {
+		return nil, o.err
 	}
 	innerCtx, cancel := context.WithCancel(ctx)
-	in, err := f.Backend.Subscribe(innerCtx)
-	if err != nil {
+	ch, err := fn(innerCtx)
+	if err = o.reply(ctx, err); err != nil {
 		cancel()
+		if ch != nil {
+			go func() {
+				for range ch {
+				}
+			}()
+		}
 		return nil, err
 	}
 	s := &faultySub{out: make(chan base.Notification), broken: make(chan error, 1)}
-	f.mu.Lock()
-	f.subs[s] = struct{}{}
-	f.mu.Unlock()
+	in.mu.Lock()
+	in.subs[s] = struct{}{}
+	in.mu.Unlock()
 	go func() {
 		defer func() {
-			f.mu.Lock()
-			delete(f.subs, s)
-			f.mu.Unlock()
+			in.mu.Lock()
+			delete(in.subs, s)
+			in.mu.Unlock()
 		}()
-		s.forward(ctx, in, cancel)
+		s.forward(ctx, ch, cancel)
 	}()
 	return s.out, nil
 }
@@ -343,13 +475,7 @@ func (f *Backend) Present(ctx context.Context, p base.Presence) error {
 	if err != nil {
 		return err
 	}
-	if after, err := f.before(ctx, MethodPresent); err != nil {
-		if after {
-			_ = pb.Present(ctx, p)
-		}
-		return err
-	}
-	return pb.Present(ctx, p)
+	return call(ctx, f.in.before(ctx, MethodPresent, f.names(), false), func(ctx context.Context) error { return pb.Present(ctx, p) })
 }
 
 // Absent injects faults into the wrapped backend's Absent.
@@ -358,13 +484,7 @@ func (f *Backend) Absent(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
-	if after, err := f.before(ctx, MethodAbsent); err != nil {
-		if after {
-			_ = pb.Absent(ctx, node)
-		}
-		return err
-	}
-	return pb.Absent(ctx, node)
+	return call(ctx, f.in.before(ctx, MethodAbsent, f.names(), false), func(ctx context.Context) error { return pb.Absent(ctx, node) })
 }
 
 // Participants injects faults into the wrapped backend's Participants.
@@ -373,8 +493,218 @@ func (f *Backend) Participants(ctx context.Context) ([]base.Presence, time.Time,
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	if _, err := f.before(ctx, MethodParticipants); err != nil {
-		return nil, time.Time{}, err
+	if o := f.in.before(ctx, MethodParticipants, f.names(), false); o.err != nil {
+		return nil, time.Time{}, o.err
 	}
 	return pb.Participants(ctx)
+}
+
+// Store wraps a base.Store and injects the faults of Fault into its calls,
+// as Backend does into a Backend's: put under a base.Elections, it shows
+// what a store and network do to the batches of every election of a
+// process. It has the batch capabilities (HeartbeatBatch, GetBatch, each
+// made of single calls when the wrapped store lacks it) and the presence
+// capability (failing with base.ErrUnsupported when the wrapped store
+// lacks it). It is safe for concurrent use.
+type Store struct {
+	base.Store
+	in *injector
+}
+
+var (
+	_ base.BatchStore    = (*Store)(nil)
+	_ base.BatchReader   = (*Store)(nil)
+	_ base.PresenceStore = (*Store)(nil)
+)
+
+// WrapStore returns s wrapped in a Store that injects nothing until told to.
+func WrapStore(s base.Store) *Store {
+	return &Store{Store: s, in: newInjector()}
+}
+
+// Inject adds a fault. MethodHeartbeat hits single writes, and
+// MethodHeartbeatBatch batches (with Election set: the write of one
+// election in them, see Fault.Election).
+func (f *Store) Inject(ft Fault) { f.in.inject(ft) }
+
+// Calls returns how many calls of m the wrapper has seen.
+func (f *Store) Calls(m Method) int { return f.in.count(m) }
+
+// BreakFeed ends every open subscription with a Failed notification
+// carrying err (ErrInjected if nil). Later subscriptions work.
+func (f *Store) BreakFeed(err error) { f.in.breakFeeds(err) }
+
+// Partition cuts the store off: every call fails with ErrInjected and open
+// subscriptions break, until Heal.
+func (f *Store) Partition() { f.in.partition() }
+
+// Heal removes every fault and ends a partition.
+func (f *Store) Heal() { f.in.heal() }
+
+// Writes returns every write so far (the first 100,000), single or in a
+// batch, in call order, whether or not a fault hit it.
+func (f *Store) Writes() []base.Write { return f.in.writeLog() }
+
+// Start injects faults into Store.Start.
+func (f *Store) Start(ctx context.Context) error {
+	return call(ctx, f.in.before(ctx, MethodStart, nil, false), f.Store.Start)
+}
+
+// Create injects faults into Store.Create.
+func (f *Store) Create(ctx context.Context) error {
+	return call(ctx, f.in.before(ctx, MethodCreate, nil, false), f.Store.Create)
+}
+
+// Get injects faults into Store.Get.
+func (f *Store) Get(ctx context.Context, election string) (heartbeat.Record, error) {
+	o := f.in.before(ctx, MethodGet, []string{election}, false)
+	if o.err != nil {
+		if o.after {
+			_, _ = f.Store.Get(ctx, election)
+		}
+		return heartbeat.Record{}, o.err
+	}
+	r, err := f.Store.Get(ctx, election)
+	if !sleep(ctx, o.replyDelay) {
+		return heartbeat.Record{}, ctx.Err()
+	}
+	return r, err
+}
+
+// Heartbeat injects faults into Store.Heartbeat, a single write.
+func (f *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
+	f.in.logWrite(base.Write{Expected: expected, Next: next})
+	return f.in.heartbeat(ctx, f.in.before(ctx, MethodHeartbeat, []string{next.Election}, false), expected, next, f.Store.Heartbeat)
+}
+
+// HeartbeatBatch injects faults into a batch of writes: a fault without
+// Election hits the whole batch (Err: nothing is written; After: all is
+// written and the reply lost), one with Election the write of that
+// election alone (see Fault.Election).
+func (f *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base.WriteResult, error) {
+	names := make([]string, len(writes))
+	for i, w := range writes {
+		names[i] = w.Next.Election
+		f.in.logWrite(w)
+	}
+	o := f.in.before(ctx, MethodHeartbeatBatch, names, true)
+	if o.err != nil {
+		if o.after {
+			_, _ = f.batch(ctx, writes)
+		}
+		return nil, o.err
+	}
+	// The writes refused before the batch are left out of it.
+	send := make([]base.Write, 0, len(writes))
+	for _, w := range writes {
+		if ft, ok := o.writes[w.Next.Election]; !ok || ft.After {
+			send = append(send, w)
+		}
+	}
+	res, err := f.batch(ctx, send)
+	if !sleep(ctx, o.replyDelay) {
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]base.WriteResult, len(writes))
+	j := 0
+	for i, w := range writes {
+		ft, hit := o.writes[w.Next.Election]
+		if !hit || ft.After {
+			out[i] = res[j]
+			j++
+		}
+		if hit {
+			out[i] = base.WriteResult{Err: injected(ft)}
+		}
+	}
+	return out, nil
+}
+
+// batch writes through the wrapped store's HeartbeatBatch, or one write
+// after the other when it has none.
+func (f *Store) batch(ctx context.Context, writes []base.Write) ([]base.WriteResult, error) {
+	if len(writes) == 0 {
+		return nil, nil
+	}
+	if bs, ok := f.Store.(base.BatchStore); ok {
+		res, err := bs.HeartbeatBatch(ctx, writes)
+		if err == nil && len(res) != len(writes) {
+			err = fmt.Errorf("faulty: the wrapped store returned %d results for %d writes", len(res), len(writes))
+		}
+		return res, err
+	}
+	out := make([]base.WriteResult, len(writes))
+	for i, w := range writes {
+		out[i].Record, out[i].Err = f.Store.Heartbeat(ctx, w.Expected, w.Next)
+	}
+	return out, nil
+}
+
+// GetBatch injects faults into a batch of reads (as a whole).
+func (f *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadResult, error) {
+	o := f.in.before(ctx, MethodGetBatch, elections, false)
+	if o.err != nil {
+		return nil, o.err
+	}
+	var res []base.ReadResult
+	var err error
+	if br, ok := f.Store.(base.BatchReader); ok {
+		res, err = br.GetBatch(ctx, elections)
+	} else {
+		res = make([]base.ReadResult, len(elections))
+		for i, e := range elections {
+			res[i].Record, res[i].Err = f.Store.Get(ctx, e)
+		}
+	}
+	if !sleep(ctx, o.replyDelay) {
+		return nil, ctx.Err()
+	}
+	return res, err
+}
+
+// Subscribe injects faults into Store.Subscribe and wraps the feed so that
+// BreakFeed and Partition can break it.
+func (f *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+	return f.in.subscribe(ctx, f.in.before(ctx, MethodSubscribe, nil, false), f.Store.Subscribe)
+}
+
+func (f *Store) presence() (base.PresenceStore, error) {
+	ps, ok := f.Store.(base.PresenceStore)
+	if !ok {
+		return nil, fmt.Errorf("faulty: the wrapped store (%T) has no presence capability: %w", f.Store, base.ErrUnsupported)
+	}
+	return ps, nil
+}
+
+// Present injects faults into the wrapped store's Present.
+func (f *Store) Present(ctx context.Context, election string, p base.Presence) error {
+	ps, err := f.presence()
+	if err != nil {
+		return err
+	}
+	return call(ctx, f.in.before(ctx, MethodPresent, []string{election}, false), func(ctx context.Context) error { return ps.Present(ctx, election, p) })
+}
+
+// Absent injects faults into the wrapped store's Absent.
+func (f *Store) Absent(ctx context.Context, election, node string) error {
+	ps, err := f.presence()
+	if err != nil {
+		return err
+	}
+	return call(ctx, f.in.before(ctx, MethodAbsent, []string{election}, false), func(ctx context.Context) error { return ps.Absent(ctx, election, node) })
+}
+
+// Participants injects faults into the wrapped store's Participants.
+func (f *Store) Participants(ctx context.Context, election string) ([]base.Presence, time.Time, error) {
+	ps, err := f.presence()
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if o := f.in.before(ctx, MethodParticipants, []string{election}, false); o.err != nil {
+		return nil, time.Time{}, o.err
+	}
+	return ps.Participants(ctx, election)
 }

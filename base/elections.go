@@ -470,7 +470,8 @@ func (e *Elections) subscribe(ctx context.Context, b *electionBackend) (<-chan N
 		delete(b.subs, s)
 		b.mu.Unlock()
 	}
-	s.stopAfter = context.AfterFunc(sctx, s.readerGone)
+	stop := context.AfterFunc(sctx, s.readerGone)
+	s.stopAfter.Store(&stop)
 	if sf.byName[b.name] == nil {
 		sf.byName[b.name] = make(map[*feedSub]struct{})
 	}
@@ -611,12 +612,15 @@ func (sf *sharedFeed) fail(err error) {
 // holds one notification, as the goroutine would while blocked on sending
 // it, so the reader sees at most one older record before the latest.
 type feedSub struct {
-	ctx       context.Context
-	cancel    context.CancelFunc
-	name      string
-	out       chan Notification
-	onEnd     func()      // leaves the feed; set before the first push
-	stopAfter func() bool // stops the AfterFunc of ctx
+	ctx    context.Context
+	cancel context.CancelFunc
+	name   string
+	out    chan Notification
+	onEnd  func() // leaves the feed; set before the first push
+	// stopAfter stops the AfterFunc of ctx. Set after AfterFunc returns,
+	// which may already have run readerGone (ctx ended): then it is nil
+	// for finish, and there is nothing left to stop.
+	stopAfter atomic.Pointer[func() bool]
 
 	mu      sync.Mutex
 	queue   []Notification
@@ -713,7 +717,9 @@ func (s *feedSub) endLocked() {
 
 // finish leaves the feed, after out was closed.
 func (s *feedSub) finish() {
-	s.stopAfter()
+	if stop := s.stopAfter.Load(); stop != nil {
+		(*stop)()
+	}
 	s.cancel()
 	s.onEnd()
 }

@@ -95,7 +95,9 @@ func TestHealthyRenewalsFailing(t *testing.T) {
 		if err := l.Healthy(bound); err != nil {
 			t.Fatalf("Healthy right after the first failed renewal: %v", err)
 		}
-		time.Sleep(bound)
+		// Unhealthy once they have failed for longer than the bound: the
+		// first failure may have come at the very end of the sleep above.
+		time.Sleep(bound + time.Millisecond)
 		synctest.Wait()
 		err := l.Healthy(bound)
 		if !errors.Is(err, base.ErrUnhealthy) || !strings.Contains(err.Error(), "renewals of term") {

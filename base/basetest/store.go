@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -251,13 +252,14 @@ func (s *suite) stores(t *testing.T) {
 		if !batch {
 			name = "one write at a time"
 		}
-		rule(t, "Twenty elections on one Elections share one changefeed, each elects its node and hands over on Stop ("+name+")", func(t *testing.T) {
+		ruleUnderLoad(t, "Twenty elections on one Elections share one changefeed, each elects its node and hands over on Stop ("+name+")", func(t *testing.T, late bool) {
 			st, err := s.h.OpenStore(t)
 			if err != nil || st == nil {
 				t.Fatalf("Harness.OpenStore: %v", err)
 			}
 			counted := countSubscribes(st)
-			els, err := base.NewElections(counted, base.ElectionsOptions{NoBatch: !batch})
+			fs := faulty.WrapStore(counted)
+			els, err := base.NewElections(fs, base.ElectionsOptions{NoBatch: !batch})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -291,6 +293,22 @@ func (s *suite) stores(t *testing.T) {
 				for !f.IsLeader() {
 					if time.Now().After(deadline) {
 						t.Fatalf("election %d of %d has no leader", i, n)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			if late {
+				// One renewal of the first election comes after its lease;
+				// batched, the whole batch that carries it does.
+				m := faulty.MethodHeartbeat
+				if batch {
+					m = faulty.MethodHeartbeatBatch
+				}
+				fs.Inject(faulty.Fault{Method: m, Election: names[0], Nth: 1, Delay: tm.LeaseDuration + tm.HeartbeatInterval})
+				deadline := time.Now().Add(tm.LeaseDuration + feedWait)
+				for len(ends[0].get()) == 0 {
+					if time.Now().After(deadline) {
+						t.Fatalf("election 0 still leads %v after its renewal was delayed past the lease", feedWait)
 					}
 					time.Sleep(time.Millisecond)
 				}

@@ -9,8 +9,9 @@
 // scenarios that run several base.Feed nodes on the backend and check, with
 // a leadership-interval checker, that no two nodes ever lead at once.
 //
-// The package also provides Faulty, a fault-injecting wrapper around any
-// Backend, which the scenarios and the unit tests of package base use.
+// The nodes of a Cluster sit behind base/faulty's fault-injecting wrapper.
+// LEADERFEED_TEST_SCALE (ScaleEnv) stretches every timing of the suite for
+// a slow machine or store; safety is checked as strictly at every scale.
 package basetest
 
 import (

@@ -84,6 +84,7 @@ func (f *Feed) Health() Health {
 // A bound of zero or less means 2*ElectionTimeoutMax. A node that is not
 // leader, or that lost leadership, is not unhealthy for that: the others
 // lead. Healthy is safe for concurrent use and never blocks on the store.
+// Package health serves it over HTTP, for a liveness probe.
 func (f *Feed) Healthy(bound time.Duration) error {
 	if bound <= 0 {
 		bound = DefaultHealthBound(f.timing)

@@ -3,7 +3,6 @@ package base
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/heartbeat"
@@ -85,6 +84,7 @@ func (f *Feed) Health() Health {
 // A bound of zero or less means 2*ElectionTimeoutMax. A node that is not
 // leader, or that lost leadership, is not unhealthy for that: the others
 // lead. Healthy is safe for concurrent use and never blocks on the store.
+// Package health serves it over HTTP, for a liveness probe.
 func (f *Feed) Healthy(bound time.Duration) error {
 	if bound <= 0 {
 		bound = DefaultHealthBound(f.timing)
@@ -115,23 +115,6 @@ func (f *Feed) Healthy(bound time.Duration) error {
 		return fmt.Errorf("%w: no answer from the store for %v", ErrUnhealthy, since(h.LastContact))
 	}
 	return nil
-}
-
-// HealthHandler returns an http.Handler for a liveness probe (in the style
-// of client-go's HealthzAdaptor): it answers 200 and "ok" while Healthy(bound)
-// is nil, else 503 and the error, on one line. It never blocks on the
-// store.
-func (f *Feed) HealthHandler(bound time.Duration) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		if err := f.Healthy(bound); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "unhealthy: %v\n", err)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
 }
 
 // DroppedChanges returns how many change events were dropped for readers

@@ -1,13 +1,11 @@
 package base_test
 
-// Tests of Feed.Healthy, Feed.HealthHandler and Options.Trace, under
+// Tests of Feed.Healthy and Options.Trace, under
 // testing/synctest with the memory backend wrapped in base/faulty.
 
 import (
 	"context"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -164,28 +162,6 @@ func TestHealthyNoContact(t *testing.T) {
 		time.Sleep(2 * bound)
 		if err := o.Healthy(0); err != nil {
 			t.Fatalf("observer with an open feed: %v", err)
-		}
-	})
-}
-
-func TestHealthHandler(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f, fb := node(t, memory.NewStore(), "a", base.Options{})
-		waitLeader(f)
-		get := func() (int, string) {
-			w := httptest.NewRecorder()
-			f.HealthHandler(0).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/healthz", nil))
-			return w.Code, w.Body.String()
-		}
-		if code, body := get(); code != http.StatusOK || body != "ok\n" {
-			t.Fatalf("healthy: %d %q, want 200 \"ok\\n\"", code, body)
-		}
-		fb.Partition()
-		time.Sleep(2 * base.DefaultHealthBound(timing))
-		synctest.Wait()
-		code, body := get()
-		if code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "unhealthy: ") || strings.Count(body, "\n") != 1 {
-			t.Fatalf("partitioned: %d %q, want 503 and one line", code, body)
 		}
 	})
 }

@@ -38,10 +38,15 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 	results := make([]base.WriteResult, len(writes))
 	prepared := make([]write, 0, len(writes))
 	index := make([]int, 0, len(writes)) // writes index of each prepared write
+	seen := make(heartbeat.Batch, len(writes))
 	for i, wr := range writes {
 		w, err := prepare(wr.Expected, wr.Next)
 		if err != nil {
 			results[i].Err = err
+			continue
+		}
+		if err := seen.Add(wr.Next.Election, i); err != nil {
+			results[i].Err = fmt.Errorf("mongo: %s: %w: %w", w.what, base.ErrInvalidConfig, err)
 			continue
 		}
 		prepared = append(prepared, w)
@@ -95,7 +100,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 func (w write) wrote(rec heartbeat.Record) bool {
 	n := w.next
 	return rec.Revision == w.expected.Revision+1 && rec.Leader == n.Leader && rec.Term == n.Term &&
-		bytes.Equal(rec.Value, n.Value) && leaseMicros(rec.Lease) == leaseMicros(n.Lease) && rec.Successor == n.Successor
+		bytes.Equal(rec.Value, n.Value) && heartbeat.LeaseMicros(rec.Lease) == heartbeat.LeaseMicros(n.Lease) && rec.Successor == n.Successor
 }
 
 // GetBatch reads the records of elections with one find ({_id: {$in:
@@ -106,18 +111,13 @@ func (s *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadRe
 		return nil, err
 	}
 	out := make([]base.ReadResult, len(elections))
-	index := make(map[string]int, len(elections))
+	index := make(heartbeat.Batch, len(elections))
 	ids := make([]string, 0, len(elections))
 	for i, e := range elections {
-		if err := validElection(e); err != nil {
-			out[i].Err = err
+		if err := index.Add(e, i); err != nil {
+			out[i].Err = fmt.Errorf("mongo: get batch: %w: %w", base.ErrInvalidConfig, err)
 			continue
 		}
-		if _, dup := index[e]; dup {
-			out[i].Err = fmt.Errorf("mongo: get batch: election %q read twice in one batch: %w", e, base.ErrInvalidConfig)
-			continue
-		}
-		index[e] = i
 		ids = append(ids, e)
 		s.know(e)
 	}

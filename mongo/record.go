@@ -1,9 +1,9 @@
 package mongo
 
 import (
+	"bytes"
 	"fmt"
 	"math"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -20,31 +20,18 @@ const (
 	fieldTimestamp = "ts"
 	fieldValue     = "value"
 	// fieldLease is the writer's lease (heartbeat.Record.Lease) in whole
-	// microseconds, rounded up. Documents written before it existed lack
-	// it: they decode with Lease 0.
+	// microseconds, rounded up (heartbeat.LeaseMicros). Documents written
+	// before it existed lack it: they decode with Lease 0.
 	fieldLease = "lease_us"
 	// fieldSuccessor is the node a vacancy is reserved for (a transfer),
 	// "" otherwise. Documents written before it existed lack it: they
 	// decode with no successor.
 	fieldSuccessor = "successor"
-
-	// maxLeaseMicros is heartbeat.MaxLease in microseconds, the largest
-	// lease a document may hold.
-	maxLeaseMicros = int64(heartbeat.MaxLease / time.Microsecond)
 )
 
-// leaseMicros returns lease in whole microseconds, rounded up: a stored
-// lease is never shorter than the writer's. A valid lease (at most
-// heartbeat.MaxLease) stays within maxLeaseMicros.
-func leaseMicros(lease time.Duration) int64 {
-	if lease <= 0 {
-		return 0
-	}
-	return int64((lease + time.Microsecond - 1) / time.Microsecond)
-}
-
-// decodeRecord decodes the election document doc strictly. Every failure
-// matches base.ErrMalformedRecord.
+// decodeRecord decodes the election document doc strictly: the BSON types
+// here, the record rules and the fix-ups of older versions' documents in
+// heartbeat.Decode. Every failure matches base.ErrMalformedRecord.
 func decodeRecord(doc bson.Raw, election string) (heartbeat.Record, error) {
 	bad := func(format string, args ...any) (heartbeat.Record, error) {
 		return heartbeat.Record{}, fmt.Errorf("%w: document %q: %s", base.ErrMalformedRecord, election, fmt.Sprintf(format, args...))
@@ -59,63 +46,49 @@ func decodeRecord(doc bson.Raw, election string) (heartbeat.Record, error) {
 	if mark, ok := integer(doc.Lookup(fieldMark)); !ok || mark != 1 {
 		return bad("field %q is not 1: not a leaderfeed election record", fieldMark)
 	}
-	rec := heartbeat.Record{Election: election}
+	st := heartbeat.Stored{Election: election}
 	leader := doc.Lookup(fieldLeader)
-	if rec.Leader, ok = leader.StringValueOK(); !ok {
+	if st.Leader, ok = leader.StringValueOK(); !ok {
 		return bad("field %q is %s, not a string", fieldLeader, typeName(leader))
 	}
-	term, ok := integer(doc.Lookup(fieldTerm))
-	if !ok || term < 0 {
-		return bad("field %q is not a non-negative integer", fieldTerm)
+	term := doc.Lookup(fieldTerm)
+	if st.Term, ok = integer(term); !ok {
+		return bad("field %q is %s, not an integer", fieldTerm, typeName(term))
 	}
-	rev, ok := integer(doc.Lookup(fieldRevision))
-	if !ok || rev < 1 {
-		return bad("field %q is not a positive integer", fieldRevision)
+	rev := doc.Lookup(fieldRevision)
+	if st.Revision, ok = integer(rev); !ok {
+		return bad("field %q is %s, not an integer", fieldRevision, typeName(rev))
 	}
-	rec.Term, rec.Revision = uint64(term), uint64(rev)
 	ts := doc.Lookup(fieldTimestamp)
 	dt, ok := ts.DateTimeOK()
 	if !ok {
 		return bad("field %q is %s, not a date", fieldTimestamp, typeName(ts))
 	}
-	rec.Timestamp = bson.DateTime(dt).Time().UTC()
+	st.Timestamp = bson.DateTime(dt).Time().UTC()
 	value := doc.Lookup(fieldValue)
 	_, data, ok := value.BinaryOK()
 	if !ok {
 		return bad("field %q is %s, not binary", fieldValue, typeName(value))
 	}
-	if len(data) > 0 {
-		rec.Value = append([]byte(nil), data...)
-	}
-	// A missing lease (or null) is a document written before the field
-	// existed: Lease 0.
+	st.Value = bytes.Clone(data) // data is doc's memory
+	// Missing or null: a document written before the field existed.
 	if lease := doc.Lookup(fieldLease); lease.Type != 0 && lease.Type != bson.TypeNull {
 		us, ok := integer(lease)
-		if !ok || us < 0 || us > maxLeaseMicros {
-			return bad("field %q is not a whole number of microseconds in [0, %d]", fieldLease, maxLeaseMicros)
+		if !ok {
+			return bad("field %q is %s, not a whole number of microseconds", fieldLease, typeName(lease))
 		}
-		rec.Lease = time.Duration(us) * time.Microsecond
+		st.LeaseMicros = &us
 	}
 	if succ := doc.Lookup(fieldSuccessor); succ.Type != 0 && succ.Type != bson.TypeNull {
-		if rec.Successor, ok = succ.StringValueOK(); !ok {
+		s, ok := succ.StringValueOK()
+		if !ok {
 			return bad("field %q is %s, not a string", fieldSuccessor, typeName(succ))
 		}
+		st.Successor = &s
 	}
-	if rec.Leader != "" {
-		// Only a vacancy is reserved. A successor on a led record comes
-		// from a writer that predates the field: its claim's $set left
-		// the reserved vacancy's successor in place.
-		rec.Successor = ""
-	}
-	if rec.Leader == "" {
-		// A vacant record grants nobody a lease. A lease on one comes from
-		// a writer that predates the field: its $set of leader "" left the
-		// previous writer's lease in place. Refusing it would leave the
-		// election stuck on a record no compare-and-set overwrites.
-		rec.Lease = 0
-	}
-	if err := rec.Validate(); err != nil {
-		return bad("%v", err)
+	rec, err := heartbeat.Decode(st)
+	if err != nil {
+		return heartbeat.Record{}, fmt.Errorf("%w: document %q: %w", base.ErrMalformedRecord, election, err)
 	}
 	return rec, nil
 }

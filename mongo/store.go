@@ -364,17 +364,8 @@ type write struct {
 
 // prepare checks a write and builds its filter and update.
 func prepare(expected, next heartbeat.Record) (write, error) {
-	if err := validElection(next.Election); err != nil {
-		return write{}, err
-	}
-	bad := func(format string, args ...any) (write, error) {
-		return write{}, fmt.Errorf("mongo: election %q: heartbeat: %w: %s", next.Election, base.ErrInvalidConfig, fmt.Sprintf(format, args...))
-	}
-	if err := next.Validate(); err != nil {
+	if err := heartbeat.ValidateWrite(expected, next, math.MaxInt64); err != nil {
 		return write{}, fmt.Errorf("mongo: election %q: heartbeat: %w: %w", next.Election, base.ErrInvalidConfig, err)
-	}
-	if next.Term > math.MaxInt64 || expected.Term > math.MaxInt64 || expected.Revision >= math.MaxInt64 {
-		return bad("term %d, expected term %d or expected revision %d does not fit in int64", next.Term, expected.Term, expected.Revision)
 	}
 	value := next.Value
 	if value == nil {
@@ -400,7 +391,7 @@ func prepare(expected, next heartbeat.Record) (write, error) {
 			{Key: fieldLeader, Value: next.Leader},
 			{Key: fieldTerm, Value: int64(next.Term)},
 			{Key: fieldValue, Value: bson.Binary{Data: value}},
-			{Key: fieldLease, Value: leaseMicros(next.Lease)},
+			{Key: fieldLease, Value: heartbeat.LeaseMicros(next.Lease)},
 			{Key: fieldSuccessor, Value: next.Successor},
 		}},
 		{Key: "$inc", Value: bson.D{{Key: fieldRevision, Value: int64(1)}}},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -141,6 +142,35 @@ func TestDecodeLenient(t *testing.T) {
 		t.Fatalf("decodeRecord of another election = %v", err)
 	}
 }
+
+// Term and revision: the BSON types here, the ranges in heartbeat.Decode.
+func TestDecodeNumbers(t *testing.T) {
+	doc := func(term, rev any) bson.Raw {
+		raw, _ := bson.Marshal(bson.D{{Key: "_id", Value: "e"}, {Key: "leaderfeed", Value: 1}, {Key: "leader", Value: "a"},
+			{Key: "term", Value: term}, {Key: "revision", Value: rev}, {Key: "ts", Value: time.Now()}, {Key: "value", Value: []byte{}}})
+		return raw
+	}
+	if r, err := decodeRecord(doc(int64(0), int32(1)), "e"); err != nil || r.Term != 0 || r.Revision != 1 {
+		t.Errorf("term 0, revision 1: %+v, %v", r, err)
+	}
+	if r, err := decodeRecord(doc(int64(math.MaxInt64), int64(math.MaxInt64)), "e"); err != nil || r.Term != math.MaxInt64 || r.Revision != math.MaxInt64 {
+		t.Errorf("the largest int64: %+v, %v", r, err)
+	}
+	for name, c := range map[string]struct {
+		doc  bson.Raw
+		want string
+	}{
+		"negative term":   {doc(int64(-1), 9), "term -1 is negative"},
+		"revision 0":      {doc(3, int32(0)), "revision 0 is not positive"},
+		"fractional term": {doc(1.5, 9), `field "term" is double, not an integer`},
+		"string revision": {doc(3, "9"), `field "revision" is string, not an integer`},
+	} {
+		if _, err := decodeRecord(c.doc, "e"); !errors.Is(err, base.ErrMalformedRecord) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want ErrMalformedRecord saying %q", name, err, c.want)
+		}
+	}
+}
+
 func TestDecodeLease(t *testing.T) {
 	doc := func(leader string, lease any) bson.Raw {
 		d := bson.D{{Key: "_id", Value: "e"}, {Key: "leaderfeed", Value: 1}, {Key: "leader", Value: leader},
@@ -213,17 +243,6 @@ func TestDecodeSuccessor(t *testing.T) {
 	} {
 		if _, err := decodeRecord(d, "e"); !errors.Is(err, base.ErrMalformedRecord) {
 			t.Errorf("successor %s: %v, want ErrMalformedRecord", name, err)
-		}
-	}
-}
-
-func TestLeaseMicros(t *testing.T) {
-	for lease, want := range map[time.Duration]int64{
-		0: 0, 1: 1, time.Microsecond: 1, time.Microsecond + 1: 2, 1500*time.Millisecond + 250*time.Microsecond: 1500250,
-		heartbeat.MaxLease - 1: maxLeaseMicros, heartbeat.MaxLease: maxLeaseMicros,
-	} {
-		if got := leaseMicros(lease); got != want {
-			t.Errorf("leaseMicros(%v) = %d, want %d", lease, got, want)
 		}
 	}
 }

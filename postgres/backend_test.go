@@ -682,6 +682,33 @@ func TestHeartbeatBatch(t *testing.T) {
 	}
 }
 
+// TestBatchDuplicateElection checks that a batch names each election
+// once: the first write or read of an election goes, every later one fails
+// alone with ErrInvalidConfig.
+func TestBatchDuplicateElection(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, newPool(t), Options{Table: uniqueName(t)})
+	ctx := ctxT(t)
+	writes := []base.Write{
+		{Next: heartbeat.Record{Election: "e", Leader: "a", Term: 1}},
+		{Next: heartbeat.Record{Election: "e", Leader: "b", Term: 1}},
+	}
+	res, err := s.HeartbeatBatch(ctx, writes)
+	if err != nil || len(res) != 2 {
+		t.Fatalf("HeartbeatBatch: %v, %v", res, err)
+	}
+	if res[0].Err != nil || res[0].Record.Leader != "a" {
+		t.Errorf("the first write of e: %+v, %v; want it applied", res[0].Record, res[0].Err)
+	}
+	if err := res[1].Err; !errors.Is(err, base.ErrInvalidConfig) || !errors.Is(err, heartbeat.ErrInvalidRecord) || errors.Is(err, base.ErrConflict) {
+		t.Errorf("the second write of e: %v, want ErrInvalidConfig", err)
+	}
+	reads, err := s.GetBatch(ctx, []string{"e", "e"})
+	if err != nil || len(reads) != 2 || reads[0].Err != nil || !reads[0].Record.Equal(res[0].Record) || !errors.Is(reads[1].Err, base.ErrInvalidConfig) {
+		t.Errorf("GetBatch(e, e) = %+v, %v; want the record, then ErrInvalidConfig", reads, err)
+	}
+}
+
 // TestBatchNotificationsInChunks checks that one batched statement sends
 // its records in a few notifications under the payload limit, not one per
 // row, and that the feed delivers every record of them.

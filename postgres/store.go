@@ -192,18 +192,13 @@ func (s *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadRe
 		return nil, fmt.Errorf("postgres: GetBatch: %w", base.ErrClosed)
 	}
 	out := make([]base.ReadResult, len(elections))
-	index := make(map[string]int, len(elections))
+	index := make(heartbeat.Batch, len(elections))
 	names := make([]string, 0, len(elections))
 	for i, e := range elections {
-		if err := heartbeat.ValidateName("election name", e); err != nil {
-			out[i].Err = fmt.Errorf("postgres: Get: %w: %w", base.ErrInvalidConfig, err)
+		if err := index.Add(e, i); err != nil {
+			out[i].Err = fmt.Errorf("postgres: GetBatch: %w: %w", base.ErrInvalidConfig, err)
 			continue
 		}
-		if _, dup := index[e]; dup {
-			out[i].Err = fmt.Errorf("postgres: GetBatch: election %q read twice in one batch: %w", e, base.ErrInvalidConfig)
-			continue
-		}
-		index[e] = i
 		names = append(names, e)
 	}
 	found := make(map[string]bool, len(names))
@@ -252,12 +247,8 @@ func (s *Store) get(ctx context.Context, election string) (heartbeat.Record, err
 // checkWrite checks a write before it is sent: next valid (its election
 // name included) and every number within a bigint.
 func checkWrite(expected, next heartbeat.Record) error {
-	if err := next.Validate(); err != nil {
+	if err := heartbeat.ValidateWrite(expected, next, math.MaxInt64); err != nil {
 		return fmt.Errorf("postgres: Heartbeat: %w: %w", base.ErrInvalidConfig, err)
-	}
-	if next.Term > math.MaxInt64 || expected.Revision >= math.MaxInt64 || expected.Term > math.MaxInt64 {
-		return fmt.Errorf("postgres: Heartbeat: term %d or revision %d does not fit a bigint: %w: %w",
-			next.Term, expected.Revision, base.ErrInvalidConfig, heartbeat.ErrInvalidRecord)
 	}
 	return nil
 }
@@ -288,9 +279,9 @@ func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 	}
 	var row pgx.Row
 	if expected.Revision == 0 {
-		row = s.pool.QueryRow(ctx, s.insertSQL, next.Election, next.Leader, int64(next.Term), valueOf(next), leaseMicros(next.Lease), next.Successor)
+		row = s.pool.QueryRow(ctx, s.insertSQL, next.Election, next.Leader, int64(next.Term), valueOf(next), heartbeat.LeaseMicros(next.Lease), next.Successor)
 	} else {
-		row = s.pool.QueryRow(ctx, s.updateSQL, next.Election, next.Leader, int64(next.Term), valueOf(next), leaseMicros(next.Lease),
+		row = s.pool.QueryRow(ctx, s.updateSQL, next.Election, next.Leader, int64(next.Term), valueOf(next), heartbeat.LeaseMicros(next.Lease),
 			int64(expected.Revision), expected.Leader, int64(expected.Term), next.Successor)
 	}
 	stored, err := scanRecord(row)
@@ -338,7 +329,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 		return nil, fmt.Errorf("postgres: HeartbeatBatch: %w", err)
 	}
 	out := make([]base.WriteResult, len(writes))
-	index := make(map[string]int, len(writes)) // election -> write, of the writes sent
+	index := make(heartbeat.Batch, len(writes)) // election -> write, of the writes sent
 	var upd struct {
 		elections, leaders, expLeaders, successors []string
 		terms, leases, expRevs, expTerms           []int64
@@ -355,17 +346,16 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 			continue
 		}
 		e := w.Next.Election
-		if _, dup := index[e]; dup {
-			out[i].Err = fmt.Errorf("postgres: HeartbeatBatch: election %q written twice in one batch: %w", e, base.ErrInvalidConfig)
+		if err := index.Add(e, i); err != nil {
+			out[i].Err = fmt.Errorf("postgres: HeartbeatBatch: %w: %w", base.ErrInvalidConfig, err)
 			continue
 		}
-		index[e] = i
 		if w.Expected.Revision == 0 {
 			ins.elections = append(ins.elections, e)
 			ins.leaders = append(ins.leaders, w.Next.Leader)
 			ins.terms = append(ins.terms, int64(w.Next.Term))
 			ins.values = append(ins.values, valueOf(w.Next))
-			ins.leases = append(ins.leases, leaseMicros(w.Next.Lease))
+			ins.leases = append(ins.leases, heartbeat.LeaseMicros(w.Next.Lease))
 			ins.successors = append(ins.successors, w.Next.Successor)
 			continue
 		}
@@ -373,7 +363,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 		upd.leaders = append(upd.leaders, w.Next.Leader)
 		upd.terms = append(upd.terms, int64(w.Next.Term))
 		upd.values = append(upd.values, valueOf(w.Next))
-		upd.leases = append(upd.leases, leaseMicros(w.Next.Lease))
+		upd.leases = append(upd.leases, heartbeat.LeaseMicros(w.Next.Lease))
 		upd.expRevs = append(upd.expRevs, int64(w.Expected.Revision))
 		upd.expLeaders = append(upd.expLeaders, w.Expected.Leader)
 		upd.expTerms = append(upd.expTerms, int64(w.Expected.Term))
@@ -495,12 +485,6 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// leaseMicros is a lease in whole microseconds, rounded up: a follower
-// must never wait less than the writer's lease.
-func leaseMicros(d time.Duration) int64 {
-	return int64((d + time.Microsecond - 1) / time.Microsecond)
-}
-
 // scanRecord reads one row of recordCols.
 func scanRecord(row pgx.Row) (heartbeat.Record, error) {
 	_, r, err := scanRecordRow(row)
@@ -534,51 +518,26 @@ func scanRecordRow(row pgx.Row) (string, heartbeat.Record, error) {
 }
 
 // decodeRecord checks the columns of an election row, from a query or from
-// a notification, and makes a Record of them.
-//
-// leaseMicros nil (a notification of a trigger from before the column
-// existed) reads as no lease. A vacant row's lease is ignored: a process of
-// an older version writes a vacancy without touching lease_us. Likewise
-// successor nil reads as none, and a led row's successor is ignored: a
-// process of an older version claims a reserved vacancy without clearing
-// it.
+// a notification, and makes a Record of them (heartbeat.Decode). A nil
+// leaseMicros or successor (a notification of a trigger from before the
+// column existed) reads as none.
 func decodeRecord(election string, leader *string, term, rev, tsMicros *int64, value []byte, leaseMicros *int64, successor *string) (heartbeat.Record, error) {
-	bad := func(format string, args ...any) (heartbeat.Record, error) {
-		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %s", election, base.ErrMalformedRecord, fmt.Sprintf(format, args...))
+	null := func(column string) (heartbeat.Record, error) {
+		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %s is NULL", election, base.ErrMalformedRecord, column)
 	}
 	switch {
 	case leader == nil:
-		return bad("leader is NULL")
+		return null("leader")
 	case term == nil:
-		return bad("term is NULL")
+		return null("term")
 	case rev == nil:
-		return bad("revision is NULL")
+		return null("revision")
 	case tsMicros == nil:
-		return bad("ts is NULL")
-	case *term < 0:
-		return bad("term %d is negative", *term)
-	case *rev <= 0:
-		return bad("revision %d is not positive", *rev)
-	case leaseMicros != nil && (*leaseMicros < 0 || *leaseMicros > heartbeat.MaxLease.Microseconds()):
-		return bad("lease_us %d is out of range [0, %d]", *leaseMicros, heartbeat.MaxLease.Microseconds())
+		return null("ts")
 	}
-	r := heartbeat.Record{
-		Election:  election,
-		Leader:    *leader,
-		Term:      uint64(*term),
-		Revision:  uint64(*rev),
-		Timestamp: time.UnixMicro(*tsMicros).UTC(),
-	}
-	if len(value) > 0 {
-		r.Value = value
-	}
-	if leaseMicros != nil && r.Leader != "" {
-		r.Lease = time.Duration(*leaseMicros) * time.Microsecond
-	}
-	if successor != nil && r.Leader == "" {
-		r.Successor = *successor
-	}
-	if err := r.Validate(); err != nil {
+	r, err := heartbeat.Decode(heartbeat.Stored{Election: election, Leader: *leader, Term: *term, Revision: *rev,
+		Timestamp: time.UnixMicro(*tsMicros).UTC(), Value: value, LeaseMicros: leaseMicros, Successor: successor})
+	if err != nil {
 		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %w", election, base.ErrMalformedRecord, err)
 	}
 	return r, nil

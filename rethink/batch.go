@@ -62,18 +62,17 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 	out := make([]base.WriteResult, len(writes))
 	done := make([]bool, len(writes))
 	var inserts, updates []int
-	seen := make(map[string]bool, len(writes))
+	seen := make(heartbeat.Batch, len(writes))
 	for i, w := range writes {
 		if err := checkWrite(w.Expected, w.Next); err != nil {
 			out[i].Err, done[i] = err, true
 			continue
 		}
-		if seen[w.Next.Election] {
-			out[i].Err = fmt.Errorf("rethink: %s: %w: the batch names election %q twice", describe(w.Expected, w.Next), base.ErrInvalidConfig, w.Next.Election)
+		if err := seen.Add(w.Next.Election, i); err != nil {
+			out[i].Err = fmt.Errorf("rethink: %s: %w: %w", describe(w.Expected, w.Next), base.ErrInvalidConfig, err)
 			done[i] = true
 			continue
 		}
-		seen[w.Next.Election] = true
 		if w.Expected.Revision == 0 {
 			inserts = append(inserts, i)
 		} else {
@@ -232,18 +231,13 @@ func (s *Store) readDocs(ctx context.Context, ids []any) (map[string]json.RawMes
 // document fails only its own election.
 func (s *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadResult, error) {
 	out := make([]base.ReadResult, len(elections))
-	index := make(map[string]int, len(elections))
+	index := make(heartbeat.Batch, len(elections))
 	ids := make([]any, 0, len(elections))
 	for i, e := range elections {
-		if err := checkElection(e); err != nil {
-			out[i].Err = err
+		if err := index.Add(e, i); err != nil {
+			out[i].Err = fmt.Errorf("rethink: get batch: %w: %w", base.ErrInvalidConfig, err)
 			continue
 		}
-		if _, dup := index[e]; dup {
-			out[i].Err = fmt.Errorf("rethink: get batch: election %q read twice in one batch: %w", e, base.ErrInvalidConfig)
-			continue
-		}
-		index[e] = i
 		ids = append(ids, e)
 	}
 	if len(ids) == 0 {

@@ -239,3 +239,28 @@ func TestElectionsBatched(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A batch names each election once: the first write or read of an
+// election goes, every later one fails alone with ErrInvalidConfig.
+func TestBatchDuplicateElection(t *testing.T) {
+	st := openStore(t, nil, newDatabase(t), table)
+	ctx := testCtx(t)
+	writes := []base.Write{
+		{Next: heartbeat.Record{Election: "e", Leader: "a", Term: 1}},
+		{Next: heartbeat.Record{Election: "e", Leader: "b", Term: 1}},
+	}
+	res, err := st.HeartbeatBatch(ctx, writes)
+	if err != nil || len(res) != 2 {
+		t.Fatalf("HeartbeatBatch: %v, %v", res, err)
+	}
+	if res[0].Err != nil || res[0].Record.Leader != "a" {
+		t.Errorf("the first write of e: %+v, %v; want it applied", res[0].Record, res[0].Err)
+	}
+	if err := res[1].Err; !errors.Is(err, base.ErrInvalidConfig) || !errors.Is(err, heartbeat.ErrInvalidRecord) || errors.Is(err, base.ErrConflict) {
+		t.Errorf("the second write of e: %v, want ErrInvalidConfig", err)
+	}
+	reads, err := st.(base.BatchReader).GetBatch(ctx, []string{"e", "e"})
+	if err != nil || len(reads) != 2 || reads[0].Err != nil || !reads[0].Record.Equal(res[0].Record) || !errors.Is(reads[1].Err, base.ErrInvalidConfig) {
+		t.Errorf("GetBatch(e, e) = %+v, %v; want the record, then ErrInvalidConfig", reads, err)
+	}
+}

@@ -24,8 +24,8 @@ const (
 	fieldTimestamp = "timestamp"
 	fieldValue     = "value"
 	// fieldLease is the writer's lease (heartbeat.Record.Lease) in whole
-	// microseconds, rounded up. Documents written before it existed lack
-	// it: they decode with Lease 0.
+	// microseconds, rounded up (heartbeat.LeaseMicros). Documents written
+	// before it existed lack it: they decode with Lease 0.
 	fieldLease = "lease_us"
 	// fieldSuccessor is the node a vacancy is reserved for (a transfer),
 	// "" otherwise. Documents written before it existed lack it: they
@@ -38,10 +38,6 @@ const (
 	// maxExact is the largest integer a JSON number (a double in RethinkDB)
 	// holds exactly.
 	maxExact = 1 << 53
-
-	// maxLeaseMicros is heartbeat.MaxLease in microseconds, the largest
-	// lease a document may hold.
-	maxLeaseMicros = int64(heartbeat.MaxLease / time.Microsecond)
 )
 
 // errMalformed builds an error matching base.ErrMalformedRecord.
@@ -64,27 +60,18 @@ func encodeRecord(election string, rev uint64, next heartbeat.Record) map[string
 		fieldRevision:  rev,
 		fieldTimestamp: r.Now(),
 		fieldValue:     value,
-		fieldLease:     leaseMicros(next.Lease),
+		fieldLease:     heartbeat.LeaseMicros(next.Lease),
 		fieldSuccessor: next.Successor,
 	}
-}
-
-// leaseMicros returns lease in whole microseconds, rounded up: a stored
-// lease is never shorter than the writer's. A valid lease (at most
-// heartbeat.MaxLease) stays within maxLeaseMicros.
-func leaseMicros(lease time.Duration) int64 {
-	if lease <= 0 {
-		return 0
-	}
-	return int64((lease + time.Microsecond - 1) / time.Microsecond)
 }
 
 // rawDoc is a document as the server sent it, pseudo-types unconverted.
 type rawDoc map[string]json.RawMessage
 
 // decodeRecord decodes an election document from raw JSON as the server
-// sends it (TIME and BINARY as pseudo-type objects). Errors match
-// base.ErrMalformedRecord.
+// sends it (TIME and BINARY as pseudo-type objects): the JSON types here,
+// the record rules and the fix-ups of older versions' documents in
+// heartbeat.Decode. Errors match base.ErrMalformedRecord.
 func decodeRecord(election string, raw json.RawMessage) (heartbeat.Record, error) {
 	var doc rawDoc
 	if err := json.Unmarshal(raw, &doc); err != nil || doc == nil {
@@ -98,48 +85,40 @@ func decodeRecord(election string, raw json.RawMessage) (heartbeat.Record, error
 	if err := unmarshalNumber(doc[fieldMark], &mark); err != nil || mark.String() != "1" {
 		return heartbeat.Record{}, errMalformed(election, "no field %q with value 1: not a leaderfeed election document", fieldMark)
 	}
-	rec := heartbeat.Record{Election: election}
-	if err := unmarshalString(doc[fieldLeader], &rec.Leader); err != nil {
+	st := heartbeat.Stored{Election: election}
+	if err := unmarshalString(doc[fieldLeader], &st.Leader); err != nil {
 		return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldLeader, err)
 	}
 	var err error
-	if rec.Term, err = decodeUint(doc[fieldTerm]); err != nil {
+	if st.Term, err = decodeInt(doc[fieldTerm]); err != nil {
 		return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldTerm, err)
 	}
-	if rec.Revision, err = decodeUint(doc[fieldRevision]); err != nil {
+	if st.Revision, err = decodeInt(doc[fieldRevision]); err != nil {
 		return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldRevision, err)
 	}
-	if rec.Revision == 0 {
-		return heartbeat.Record{}, errMalformed(election, "field %q is 0", fieldRevision)
-	}
-	if rec.Timestamp, err = decodeTime(doc[fieldTimestamp]); err != nil {
+	if st.Timestamp, err = decodeTime(doc[fieldTimestamp]); err != nil {
 		return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldTimestamp, err)
 	}
-	if rec.Value, err = decodeBinary(doc[fieldValue]); err != nil {
+	if st.Value, err = decodeBinary(doc[fieldValue]); err != nil {
 		return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldValue, err)
 	}
-	if rec.Lease, err = decodeLease(doc[fieldLease]); err != nil {
-		return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldLease, err)
+	// Missing or null: a document written before the field existed.
+	if raw := doc[fieldLease]; !isNull(raw) {
+		us, err := decodeInt(raw)
+		if err != nil {
+			return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldLease, err)
+		}
+		st.LeaseMicros = &us
 	}
 	if raw := doc[fieldSuccessor]; !isNull(raw) {
-		if err := unmarshalString(raw, &rec.Successor); err != nil {
+		var s string
+		if err := unmarshalString(raw, &s); err != nil {
 			return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldSuccessor, err)
 		}
+		st.Successor = &s
 	}
-	if rec.Leader != "" {
-		// Only a vacancy is reserved. A successor on a led record comes
-		// from a writer that predates the field: its update merged its
-		// claim into the reserved vacancy, successor and all.
-		rec.Successor = ""
-	}
-	if rec.Leader == "" {
-		// A vacant record grants nobody a lease. A lease on one comes from
-		// a writer that predates the field: its update merged leader "" into
-		// a document that still held the previous writer's lease. Refusing
-		// it would leave the election stuck on a record nothing overwrites.
-		rec.Lease = 0
-	}
-	if err := rec.Validate(); err != nil {
+	rec, err := heartbeat.Decode(st)
+	if err != nil {
 		return heartbeat.Record{}, fmt.Errorf("rethink: %w: document %q: %w", base.ErrMalformedRecord, election, err)
 	}
 	return rec, nil
@@ -177,17 +156,18 @@ func unmarshalNumber(raw json.RawMessage, n *json.Number) error {
 	return nil
 }
 
-// decodeUint accepts a JSON number that is a whole number in [0, 2^53].
-func decodeUint(raw json.RawMessage) (uint64, error) {
+// decodeInt accepts a JSON number that is a whole number in [-2^53,
+// 2^53], exact in a double; heartbeat.Decode judges its range.
+func decodeInt(raw json.RawMessage) (int64, error) {
 	var n json.Number
 	if err := unmarshalNumber(raw, &n); err != nil {
 		return 0, err
 	}
 	f, err := n.Float64()
-	if err != nil || f < 0 || f > maxExact || f != math.Trunc(f) {
-		return 0, fmt.Errorf("%s is not a whole number in [0, 2^53]", n)
+	if err != nil || math.Abs(f) > maxExact || f != math.Trunc(f) {
+		return 0, fmt.Errorf("%s is not a whole number in [-2^53, 2^53]", n)
 	}
-	return uint64(f), nil
+	return int64(f), nil
 }
 
 type pseudo struct {
@@ -211,23 +191,6 @@ func decodeTime(raw json.RawMessage) (time.Time, error) {
 	// RethinkDB keeps milliseconds; round to microseconds to undo the
 	// binary floating point.
 	return time.UnixMicro(int64(math.Round(e * 1e6))).UTC(), nil
-}
-
-// decodeLease decodes the lease field: missing or null (a document written
-// before the field existed) is 0; otherwise a whole number of microseconds
-// in [0, maxLeaseMicros].
-func decodeLease(raw json.RawMessage) (time.Duration, error) {
-	if isNull(raw) {
-		return 0, nil
-	}
-	us, err := decodeUint(raw)
-	if err != nil {
-		return 0, err
-	}
-	if us > uint64(maxLeaseMicros) {
-		return 0, fmt.Errorf("%d µs exceeds MaxLease (%v)", us, heartbeat.MaxLease)
-	}
-	return time.Duration(us) * time.Microsecond, nil
 }
 
 func decodeBinary(raw json.RawMessage) ([]byte, error) {
@@ -254,5 +217,5 @@ func decodeBinary(raw json.RawMessage) ([]byte, error) {
 // node ids are unique. Vacant records are left out: any node may write one.
 func ownWrite(cur, expected, next heartbeat.Record) bool {
 	return next.Leader != "" && cur.Revision == expected.Revision+1 && cur.Leader == next.Leader && cur.Term == next.Term &&
-		bytes.Equal(cur.Value, next.Value) && cur.Lease == time.Duration(leaseMicros(next.Lease))*time.Microsecond
+		bytes.Equal(cur.Value, next.Value) && heartbeat.LeaseMicros(cur.Lease) == heartbeat.LeaseMicros(next.Lease)
 }

@@ -41,6 +41,8 @@ func TestDecodeRecord(t *testing.T) {
 		"no mark":           `{"id":"e","leader":"a","term":3,"revision":9,"timestamp":` + ts + `}`,
 		"mark a string":     `{"id":"e","leaderfeed":"1","leader":"a","term":3,"revision":9,"timestamp":` + ts + `}`,
 		"term too big":      `{"id":"e","leaderfeed":1,"leader":"a","term":1e300,"revision":9,"timestamp":` + ts + `}`,
+		"negative term":     `{"id":"e","leaderfeed":1,"leader":"a","term":-1,"revision":9,"timestamp":` + ts + `}`,
+		"revision 0":        `{"id":"e","leaderfeed":1,"leader":"a","term":3,"revision":0,"timestamp":` + ts + `}`,
 		"revision null":     `{"id":"e","leaderfeed":1,"leader":"a","term":3,"revision":null,"timestamp":` + ts + `}`,
 		"time without type": `{"id":"e","leaderfeed":1,"leader":"a","term":3,"revision":9,"timestamp":{"epoch_time":1}}`,
 		"bad base64":        `{"id":"e","leaderfeed":1,"leader":"a","term":3,"revision":9,"timestamp":` + ts + `,"value":{"$reql_type$":"BINARY","data":"!!"}}`,
@@ -92,17 +94,6 @@ func TestDecodeSuccessor(t *testing.T) {
 	for name, d := range map[string][]byte{"number": doc("", "5"), "control character": doc("", `"a\u0001b"`)} {
 		if _, err := decodeRecord("e", d); !errors.Is(err, base.ErrMalformedRecord) {
 			t.Errorf("successor %s: %v, want ErrMalformedRecord", name, err)
-		}
-	}
-}
-
-func TestLeaseMicros(t *testing.T) {
-	for lease, want := range map[time.Duration]int64{
-		0: 0, 1: 1, time.Microsecond: 1, time.Microsecond + 1: 2, 1500*time.Millisecond + 250*time.Microsecond: 1500250,
-		heartbeat.MaxLease - 1: maxLeaseMicros, heartbeat.MaxLease: maxLeaseMicros,
-	} {
-		if got := leaseMicros(lease); got != want {
-			t.Errorf("leaseMicros(%v) = %d, want %d", lease, got, want)
 		}
 	}
 }

@@ -305,11 +305,8 @@ type writeResult struct {
 // in a JSON number. Errors match base.ErrInvalidConfig and
 // heartbeat.ErrInvalidRecord.
 func checkWrite(expected, next heartbeat.Record) error {
-	if err := next.Validate(); err != nil {
+	if err := heartbeat.ValidateWrite(expected, next, maxExact); err != nil {
 		return fmt.Errorf("rethink: heartbeat: %w: %w", base.ErrInvalidConfig, err)
-	}
-	if next.Term > maxExact || expected.Revision >= maxExact || expected.Term > maxExact {
-		return fmt.Errorf("rethink: heartbeat of %q: %w: %w: term or revision beyond 2^53", next.Election, base.ErrInvalidConfig, heartbeat.ErrInvalidRecord)
 	}
 	return nil
 }
@@ -426,7 +423,7 @@ func casCondition(row, revision, leader, term r.Term) r.Term {
 			r.And(value.TypeOf().Eq("PTYPE<BINARY>"), value.Count().Le(heartbeat.MaxValueLen), storedLeader.Ne(""))),
 		// Missing or null: written before the field existed.
 		r.Or(lease.TypeOf().Eq("NULL"),
-			r.And(lease.TypeOf().Eq("NUMBER"), lease.Ge(0), lease.Le(maxLeaseMicros), lease.Floor().Eq(lease))),
+			r.And(lease.TypeOf().Eq("NUMBER"), lease.Ge(0), lease.Le(heartbeat.MaxLeaseMicros), lease.Floor().Eq(lease))),
 		// Missing or null: written before the field existed; ignored on a
 		// led record (see decodeRecord).
 		r.Or(successor.TypeOf().Eq("NULL"),

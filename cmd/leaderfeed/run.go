@@ -21,6 +21,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/health"
 	"github.com/leaderfeed/leaderfeed/otelmetrics"
 )
 
@@ -179,7 +180,7 @@ func runCommand(args []string, stdout, stderr io.Writer) error {
 		go func() { _ = srv.Serve(l) }()
 	}
 	if healthL != nil {
-		serve(healthL, "/healthz", feed.HealthHandler(*healthBound))
+		serve(healthL, "/healthz", health.Handler(feed, *healthBound))
 	}
 	if metricsL != nil {
 		serve(metricsL, "/metrics", promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}))

@@ -15,6 +15,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -140,8 +141,8 @@ func (l *Log) Delete(key string) {
 type stored struct {
 	Mark     int       `json:"leaderfeed"` // 1: an election record
 	Leader   string    `json:"leader"`
-	Term     uint64    `json:"term"`
-	Revision uint64    `json:"revision"`
+	Term     int64     `json:"term"`
+	Revision int64     `json:"revision"`
 	Time     time.Time `json:"ts"`
 	Value    []byte    `json:"value,omitempty"`
 	LeaseUS  int64     `json:"lease_us,omitempty"` // the writer's lease, µs
@@ -151,32 +152,30 @@ type stored struct {
 }
 
 func encode(r heartbeat.Record) json.RawMessage {
-	data, err := json.Marshal(stored{Mark: 1, Leader: r.Leader, Term: r.Term, Revision: r.Revision, Time: r.Timestamp, Value: r.Value,
-		LeaseUS:   int64((r.Lease + time.Microsecond - 1) / time.Microsecond), // rounded up: never a shorter lease
-		Successor: r.Successor})
+	data, err := json.Marshal(stored{Mark: 1, Leader: r.Leader, Term: int64(r.Term), Revision: int64(r.Revision), Time: r.Timestamp, Value: r.Value,
+		LeaseUS: heartbeat.LeaseMicros(r.Lease), Successor: r.Successor})
 	if err != nil {
 		panic(err) // cannot happen: every field marshals
 	}
 	return data
 }
 
-// decode turns the document under an election's key into a record. A
-// document that is not a valid election record is malformed.
+// decode turns the document under an election's key into a record: the
+// JSON here, the record rules (ranges, Validate, records of older
+// versions) in heartbeat.Decode. A document that is not a valid election
+// record is malformed.
 func decode(election string, doc json.RawMessage) (heartbeat.Record, error) {
 	var s stored
 	d := json.NewDecoder(bytes.NewReader(doc))
 	d.DisallowUnknownFields()
 	err := d.Decode(&s)
-	if err == nil && (s.Mark != 1 || s.Revision == 0) {
+	if err == nil && s.Mark != 1 {
 		err = fmt.Errorf("not an election record: %s", doc)
 	}
-	r := heartbeat.Record{Election: election, Leader: s.Leader, Term: s.Term, Revision: s.Revision, Timestamp: s.Time, Value: s.Value,
-		Lease: time.Duration(s.LeaseUS) * time.Microsecond, Successor: s.Successor}
-	if err == nil && (s.LeaseUS < 0 || s.LeaseUS > heartbeat.MaxLease.Microseconds()) {
-		err = fmt.Errorf("lease of %d µs is out of range", s.LeaseUS)
-	}
+	var r heartbeat.Record
 	if err == nil {
-		err = r.Validate()
+		r, err = heartbeat.Decode(heartbeat.Stored{Election: election, Leader: s.Leader, Term: s.Term, Revision: s.Revision,
+			Timestamp: s.Time, Value: s.Value, LeaseMicros: &s.LeaseUS, Successor: &s.Successor})
 	}
 	if err != nil {
 		return heartbeat.Record{}, fmt.Errorf("logstore: election %q: %w: %w", election, base.ErrMalformedRecord, err)
@@ -272,7 +271,7 @@ func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 	if err := s.check(ctx); err != nil {
 		return heartbeat.Record{}, err
 	}
-	if err := next.Validate(); err != nil {
+	if err := heartbeat.ValidateWrite(expected, next, math.MaxInt64); err != nil {
 		return heartbeat.Record{}, fmt.Errorf("logstore: %w: %w", base.ErrInvalidConfig, err)
 	}
 	election := next.Election

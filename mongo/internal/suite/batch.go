@@ -138,3 +138,55 @@ func testHeartbeatBatch(t *testing.T, newServer NewServer) {
 		t.Fatalf("HeartbeatBatch after Close: %v, want ErrClosed", err)
 	}
 }
+
+// A batch names each election once (base.BatchStore): the first write or
+// read of an election goes, every later one of it fails alone with
+// base.ErrInvalidConfig and heartbeat.ErrInvalidRecord, before anything
+// is sent, as on PostgreSQL and RethinkDB.
+func testBatchDuplicateElection(t *testing.T, newServer NewServer) {
+	s := newServer(t)
+	ctx := testCtx(t)
+	st := s.store(t, mongo.Options{})
+	if err := st.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Create(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e, other := electionName(t)+"-e", electionName(t)+"-other"
+	writes := []base.Write{
+		{Next: heartbeat.Record{Election: e, Leader: "a", Term: 1}},
+		{Next: heartbeat.Record{Election: e, Leader: "b", Term: 1}},
+		{Next: heartbeat.Record{Election: other, Leader: "c", Term: 1}},
+		{Expected: heartbeat.Record{Revision: 1, Leader: "a", Term: 1}, Next: heartbeat.Record{Election: e, Leader: "a", Term: 1}},
+	}
+	res, err := st.HeartbeatBatch(ctx, writes)
+	if err != nil || len(res) != len(writes) {
+		t.Fatalf("HeartbeatBatch: %v, %v", res, err)
+	}
+	for _, i := range []int{0, 2} {
+		if r := res[i]; r.Err != nil || r.Record.Revision != 1 || r.Record.Leader != writes[i].Next.Leader {
+			t.Errorf("write %d, the first of its election: %+v, %v; want revision 1 led by %s", i, r.Record, r.Err, writes[i].Next.Leader)
+		}
+	}
+	for _, i := range []int{1, 3} {
+		r := res[i]
+		if !errors.Is(r.Err, base.ErrInvalidConfig) || !errors.Is(r.Err, heartbeat.ErrInvalidRecord) || errors.Is(r.Err, base.ErrConflict) ||
+			!strings.Contains(r.Err.Error(), "is named by entries 0 and") {
+			t.Errorf("write %d, a repeat of election %s: %+v, %v; want ErrInvalidConfig naming both entries", i, e, r.Record, r.Err)
+		}
+	}
+	if got, err := st.Get(ctx, e); err != nil || got.Revision != 1 || got.Leader != "a" {
+		t.Errorf("Get(%s) = %+v, %v; want the first write's record, revision 1 led by a", e, got, err)
+	}
+	reads, err := st.GetBatch(ctx, []string{e, other, e})
+	if err != nil || len(reads) != 3 {
+		t.Fatalf("GetBatch: %v, %v", reads, err)
+	}
+	if reads[0].Err != nil || !reads[0].Record.Equal(res[0].Record) || reads[1].Err != nil || !reads[1].Record.Equal(res[2].Record) {
+		t.Errorf("GetBatch: %+v; want the records the batch wrote", reads[:2])
+	}
+	if r := reads[2]; !errors.Is(r.Err, base.ErrInvalidConfig) || !errors.Is(r.Err, heartbeat.ErrInvalidRecord) {
+		t.Errorf("GetBatch of %s a second time: %+v, %v; want ErrInvalidConfig", e, r.Record, r.Err)
+	}
+}

@@ -73,6 +73,7 @@ func Run(t *testing.T, newServer NewServer) {
 		{"TwoStoresSeeEachOther", testTwoStoresSeeEachOther},
 		{"OneStreamManyElections", testOneStreamManyElections},
 		{"HeartbeatBatch", testHeartbeatBatch},
+		{"BatchDuplicateElection", testBatchDuplicateElection},
 		{"FeedStreamResumedWithoutLoss", testFeedStreamResumedWithoutLoss},
 		{"FeedMalformedRecordIgnored", testFeedMalformedRecordIgnored},
 		{"FeedHugeDocument", testFeedHugeDocument},

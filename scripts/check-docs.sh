@@ -26,8 +26,9 @@ M=example.com/leaderfeeddocs
 } >"$tmp/go.mod"
 
 # Extract: p<N>/main.go for the Nth program, and "p<N> FILE:LINE" (the line
-# of its opening fence) in index. A fence may be indented (inside a list);
-# the indentation is removed from the code.
+# of its opening fence) in index. Every fence is followed, so that a ```go
+# line inside a block of another language opens nothing. A fence may be
+# indented (inside a list); the indentation is removed from the code.
 git ls-files -- README.md 'docs/*.md' | xargs awk -v out="$tmp" -v root="$root" '
 function emit(   dir, f) {
 	n++
@@ -39,8 +40,9 @@ function emit(   dir, f) {
 	print "p" n " " FILENAME ":" start > (out "/index")
 }
 FNR == 1 { inblock = 0 }
-!inblock && /^[ \t]*```go[ \t]*$/ {
-	inblock = 1; start = FNR; code = ""; state = "head"
+!inblock && /^[ \t]*```/ {
+	inblock = 1; start = FNR; code = ""
+	state = /^[ \t]*```go[ \t]*$/ ? "head" : "other"
 	match($0, /^[ \t]*/); indent = RLENGTH
 	next
 }

@@ -77,7 +77,10 @@
 // write of a batch is the compare-and-set of a single one. A batched claim
 // or renewal needs no goroutine of its own. Batches are sent each on its
 // own goroutine (a bounded number in flight) and every write ends at its
-// own deadline: a write that hangs holds up no other election's. Elections gives out one Backend per election at a time.
+// own deadline: a write that hangs holds up no other election's. When the
+// Store is a BatchReader, elections that read at once (every one does when
+// the shared changefeed failed) read their records in one batch.
+// Elections gives out one Backend per election at a time.
 // Stop the Feeds before closing the Elections: closing it closes the
 // Store and ends every Feed on it with ErrClosed, without handing over.
 //
@@ -190,7 +193,7 @@
 // Get and Heartbeat and one Subscribe for the whole table, which sends raw
 // changes and neither queues nor coalesces them. It may implement
 // BatchStore too (HeartbeatBatch), to renew many elections in one round
-// trip, and PresenceStore (Present, Absent, Participants), for
+// trip, BatchReader (GetBatch), to read many in one, and PresenceStore (Present, Absent, Participants), for
 // participants, transfers and priorities. It does not implement Backend: Elections and Open provide it.
 // docs/EXTENDING.md explains the contract method by method and builds a
 // complete backend, and basetest.Run (with Harness.OpenStore set) checks

@@ -77,7 +77,8 @@ type WriteResult struct {
 }
 
 // BatchStore is a Store that can write many elections' records at once, in
-// one round trip (PostgreSQL: one UPDATE ... FROM (VALUES ...)). It is an
+// one round trip (PostgreSQL: one UPDATE ... FROM unnest(...), with an
+// INSERT ... SELECT ... FROM unnest(...) for first claims). It is an
 // optional capability, discovered by type assertion as in database/sql/driver:
 // Elections uses it to renew every due election of the process together.
 type BatchStore interface {

@@ -40,10 +40,13 @@
 //     DELETE ON "public"."leaderfeed" TO "app"`;
 //   - SELECT only (run's first claim): `claim term 1: ... ERROR: permission
 //     denied for table leaderfeed (SQLSTATE 42501); fix: GRANT ...`;
-//   - no table, with --no-create (or from status and watch): `election
-//     table "public"."leaderfeed" does not exist and --no-create is given
-//     ... fix: apply the output of `leaderfeed schema` as a role that may
-//     create tables, or run without --no-create, which creates it`;
+//   - no table, with --no-create: `election table "public"."leaderfeed"
+//     does not exist and --no-create is given ... fix: apply the output of
+//     `leaderfeed schema` as a role that may create tables, or run without
+//     --no-create, which creates it`; from status and watch: `... does not
+//     exist and watch never creates it ... fix: apply the output of
+//     `leaderfeed schema` ..., or let `leaderfeed run` (without
+//     --no-create) create it`;
 //   - a wrong password (SQLSTATE 28P01), a missing database (3D000): the
 //     server's words and the fix.
 //

@@ -11,9 +11,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+# run MODULE [go test flags...] tests one module.
 run() {
-	local m=$1 shift_args=("${@:2}")
-	(cd "$m" && go test -json -race -count=1 -timeout 20m "${shift_args[@]}" ./...)
+	local m=$1
+	shift
+	(cd "$m" && go test -json -race -count=1 -timeout 20m "$@" ./...)
 }
 
 slow=(integration containertest)

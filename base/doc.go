@@ -32,7 +32,7 @@
 // fails to do delays the Feed or Stop: Stop never waits for a reader, and
 // returns within its context. An unread subscription holds one goroutine
 // and bounded memory until its context ends or it is closed; one whose
-// reader falls MaxPendingEvents behind is ended (ErrSlowReader).
+// reader falls maxPendingEvents behind is ended (ErrSlowReader).
 //
 // The work only the leader may do runs under the leader context of its
 // term (the context Run passes, Event.LeaderCtx of EventElected, or
@@ -182,7 +182,7 @@
 // summary a minute (not once per retry), reports it in Health (Healthy
 // fails at once: "store refuses (for D): ..."), passes it to the Trace
 // hooks (errors.Is(info.Err, ErrRefused)), and retries that kind of call
-// (writes, reads, the changefeed) only every RefusalRetry, so that a fix
+// (writes, reads, the changefeed) only every refusalRetry, so that a fix
 // applied later is picked up without a restart. A refused renewal is a
 // failed renewal: the leader steps down at the end of its lease. Run
 // returns the refusal instead of running on.

@@ -8,9 +8,18 @@
 # and one `go build` compiles them all. Each file starts with a //line
 # directive, so the compiler names the Markdown file and line; the messages
 # of a failing program follow a "# FILE:LINE" header naming its fence.
+#
+# It also checks that every relative link of the repository's Markdown
+# files resolves, to a file and to a heading (scripts/check-links.awk).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+
+# shellcheck disable=SC2046 # file names without spaces, one word each
+if ! awk -f scripts/check-links.awk $(git ls-files -- '*.md'); then
+	echo "check-docs: a link in the docs leads nowhere (above)"
+	exit 1
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 M=example.com/leaderfeeddocs

@@ -5,44 +5,20 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
-
-// ReadResult is the outcome of one election of a GetBatch: the record, or
-// the error a single Get of that election would have returned (an error
-// matching ErrNotFound when the election has no record, ErrMalformedRecord
-// when its record cannot be decoded).
-type ReadResult struct {
-	Record heartbeat.Record
-	Err    error
-}
-
-// BatchReader is a Store that can read many elections' records at once,
-// in one round trip (PostgreSQL: one SELECT ... WHERE election = ANY(...)).
-// It is an optional capability, discovered by type assertion as
-// BatchStore is: Elections uses it when many elections read at once, as
-// they do when the shared changefeed failed and every election's Feed
-// reopens it and reads its record.
-type BatchReader interface {
-	Store
-	// GetBatch returns one result per election, in order; the elections
-	// are distinct. Each result is what Get would return for it: an
-	// election without a record gets an error matching ErrNotFound, and
-	// a malformed record fails only its own election. An error (with nil
-	// results) means no record could be read.
-	GetBatch(ctx context.Context, elections []string) ([]ReadResult, error)
-}
 
 // readReq is one Get waiting for a batch of reads.
 type readReq struct {
 	ctx      context.Context
 	election string
-	reply    chan ReadResult // buffered: the reader never blocks on it
+	reply    chan backend.ReadResult // buffered: the reader never blocks on it
 }
 
 // read sends one Get through the reader and waits for its result.
 func (e *Elections) read(ctx context.Context, election string) (heartbeat.Record, error) {
-	r := &readReq{ctx: ctx, election: election, reply: make(chan ReadResult, 1)}
+	r := &readReq{ctx: ctx, election: election, reply: make(chan backend.ReadResult, 1)}
 	select {
 	case e.reads <- r:
 	case <-ctx.Done():
@@ -96,7 +72,7 @@ func (e *Elections) reader() {
 		batch := pending[:0:0]
 		for _, r := range pending {
 			if err := r.ctx.Err(); err != nil {
-				r.reply <- ReadResult{Err: err}
+				r.reply <- backend.ReadResult{Err: err}
 			} else {
 				batch = append(batch, r)
 			}
@@ -116,7 +92,7 @@ func (e *Elections) readBatch(batch []*readReq) {
 	case 1:
 		r := batch[0]
 		rec, err := e.store.Get(r.ctx, r.election)
-		r.reply <- ReadResult{Record: rec, Err: err}
+		r.reply <- backend.ReadResult{Record: rec, Err: err}
 		return
 	}
 	var deadline time.Time
@@ -146,7 +122,7 @@ func (e *Elections) readBatch(batch []*readReq) {
 	}
 	for _, r := range batch {
 		if err != nil {
-			r.reply <- ReadResult{Err: err}
+			r.reply <- backend.ReadResult{Err: err}
 		} else {
 			r.reply <- results[index[r.election]]
 		}
@@ -156,12 +132,12 @@ func (e *Elections) readBatch(batch []*readReq) {
 func (e *Elections) failReads(pending []*readReq) {
 	err := fmt.Errorf("leaderfeed: elections: %w", ErrClosed)
 	for _, r := range pending {
-		r.reply <- ReadResult{Err: err}
+		r.reply <- backend.ReadResult{Err: err}
 	}
 	for {
 		select {
 		case r := <-e.reads:
-			r.reply <- ReadResult{Err: err}
+			r.reply <- backend.ReadResult{Err: err}
 		default:
 			return
 		}

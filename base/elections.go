@@ -11,17 +11,18 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
 // Defaults of ElectionsOptions.
 const (
-	// DefaultMaxBatch is the default of ElectionsOptions.MaxBatch.
-	DefaultMaxBatch = 5000
-	// BatchWindowDivisor: by default a renewal waits a twentieth of its
+	// defaultMaxBatch is the default of ElectionsOptions.MaxBatch.
+	defaultMaxBatch = 5000
+	// batchWindowDivisor: by default a renewal waits a twentieth of its
 	// heartbeat interval for the renewals of other elections (50 ms with
 	// the default timing), a small part of the lease's margin.
-	BatchWindowDivisor = 20
+	batchWindowDivisor = 20
 )
 
 // Limits of the queue of one election's changefeed: what the shared feed
@@ -41,7 +42,7 @@ type ElectionsOptions struct {
 	// a BatchReader: every write is a compare-and-set of its own, every
 	// read a Get of its own.
 	NoBatch bool
-	// MaxBatch bounds the writes of one batch. Default DefaultMaxBatch.
+	// MaxBatch bounds the writes of one batch. Default defaultMaxBatch.
 	MaxBatch int
 	// BatchWindow is how long a renewal waits for the renewals of other
 	// elections before their batch is sent. Claims and vacancies never
@@ -51,7 +52,7 @@ type ElectionsOptions struct {
 	// goroutines of thousands of elections take to wake. The lease runs
 	// from the time the Feed handed the renewal over, so the window only
 	// spends a little of the lease's margin. Default: the heartbeat
-	// interval divided by BatchWindowDivisor.
+	// interval divided by batchWindowDivisor.
 	BatchWindow time.Duration
 }
 
@@ -59,24 +60,24 @@ type ElectionsOptions struct {
 // is started and created once, its one changefeed serves every election
 // (the notifications of each are queued and coalesced here, once for all
 // backends), and, when the Store is a BatchStore, the renewals of all
-// elections due at the same time are written in one batch. Backend returns
-// the Backend of one election, for a Feed.
+// elections due at the same time are written in one batch. Election returns
+// the backend.Election of one election, for a Feed.
 //
 // Elections owns the Store: Close closes it. Its methods are safe for
 // concurrent use.
 type Elections struct {
-	store     Store
-	batch     BatchStore // nil: no batching
+	store     backend.Store
+	batch     backend.BatchStore // nil: no batching
 	log       *slog.Logger
 	maxBatch  int
 	window    time.Duration
 	epoch     time.Time // origin of the renewal grid
 	ctx       context.Context
 	cancel    context.CancelFunc
-	owned     bool // made by Open: closing its one Backend closes it
+	owned     bool // made by Open: closing its one Election closes it
 	wg        sync.WaitGroup
 	writes    chan *writeReq
-	batchRead BatchReader // nil: every Get alone
+	batchRead backend.BatchReader // nil: every Get alone
 	reads     chan *readReq
 
 	started, created onceCall
@@ -88,7 +89,7 @@ type Elections struct {
 }
 
 // NewElections returns an Elections on s. It does no I/O.
-func NewElections(s Store, opts ElectionsOptions) (*Elections, error) {
+func NewElections(s backend.Store, opts ElectionsOptions) (*Elections, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: store is nil", ErrInvalidConfig)
 	}
@@ -96,7 +97,7 @@ func NewElections(s Store, opts ElectionsOptions) (*Elections, error) {
 		return nil, fmt.Errorf("%w: MaxBatch (%d) and BatchWindow (%v) must not be negative", ErrInvalidConfig, opts.MaxBatch, opts.BatchWindow)
 	}
 	if opts.MaxBatch == 0 {
-		opts.MaxBatch = DefaultMaxBatch
+		opts.MaxBatch = defaultMaxBatch
 	}
 	log := opts.Logger
 	if log == nil {
@@ -108,13 +109,13 @@ func NewElections(s Store, opts ElectionsOptions) (*Elections, error) {
 		epoch: time.Now(), ctx: ctx, cancel: cancel,
 		open: make(map[string]*electionBackend),
 	}
-	if bs, ok := s.(BatchStore); ok && !opts.NoBatch {
+	if bs, ok := s.(backend.BatchStore); ok && !opts.NoBatch {
 		e.batch = bs
 		e.writes = make(chan *writeReq, opts.MaxBatch)
 		e.wg.Add(1)
 		go e.batcher()
 	}
-	if br, ok := s.(BatchReader); ok && !opts.NoBatch {
+	if br, ok := s.(backend.BatchReader); ok && !opts.NoBatch {
 		e.batchRead = br
 		e.reads = make(chan *readReq, opts.MaxBatch)
 		e.wg.Add(1)
@@ -123,16 +124,16 @@ func NewElections(s Store, opts ElectionsOptions) (*Elections, error) {
 	return e, nil
 }
 
-// Open returns the Backend of one election on s, for a process with one
-// election: it owns s, and closing the Backend (which the Feed does when it
+// Open returns the backend.Election of one election on s, for a process with one
+// election: it owns s, and closing it (which the Feed does when it
 // stops) closes s. Writes are not batched.
-func Open(s Store, election string) (Backend, error) {
+func Open(s backend.Store, election string) (backend.Election, error) {
 	e, err := NewElections(s, ElectionsOptions{NoBatch: true})
 	if err != nil {
 		return nil, err
 	}
 	e.owned = true
-	b, err := e.Backend(election)
+	b, err := e.Election(election)
 	if err != nil {
 		_ = e.Close()
 		return nil, err
@@ -140,24 +141,24 @@ func Open(s Store, election string) (Backend, error) {
 	return b, nil
 }
 
-// Backend returns the Backend of election, for one Feed. An election can
-// have one open Backend per Elections: a second one fails with an error
+// Election returns the backend.Election of election, for one Feed. An election can
+// have one open Election per Elections: a second one fails with an error
 // matching ErrInvalidConfig until the first is closed (nodes of one
 // election in one process, as in tests, each need an Elections, and a
 // Store, of their own). A closed Elections fails with ErrClosed.
-func (e *Elections) Backend(election string) (Backend, error) {
+func (e *Elections) Election(election string) (backend.Election, error) {
 	return e.newBackend(election, false)
 }
 
-// Observer returns a Backend of election for an observe-only Feed
+// Observer returns a backend.Election of election for an observe-only Feed
 // (Options.ObserveOnly): any number of them may be open on one Elections,
-// beside the one Backend that campaigns, and all share the one changefeed.
+// beside the one that campaigns, and all share the one changefeed.
 // Its Heartbeat fails with an error matching ErrObserveOnly.
-func (e *Elections) Observer(election string) (Backend, error) {
+func (e *Elections) Observer(election string) (backend.Election, error) {
 	return e.newBackend(election, true)
 }
 
-func (e *Elections) newBackend(election string, observer bool) (Backend, error) {
+func (e *Elections) newBackend(election string, observer bool) (backend.Election, error) {
 	if err := heartbeat.ValidateName("election name", election); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -171,16 +172,16 @@ func (e *Elections) newBackend(election string, observer bool) (Backend, error) 
 		return b, nil
 	}
 	if _, ok := e.open[election]; ok {
-		return nil, fmt.Errorf("%w: election %q is open on this Elections already (one Backend per election; close it first)", ErrInvalidConfig, election)
+		return nil, fmt.Errorf("%w: election %q is open on this Elections already (one Election per election; close it first)", ErrInvalidConfig, election)
 	}
 	e.open[election] = b
 	return b, nil
 }
 
-// Feed returns a Feed for node nodeID in election: New on Backend(election),
+// Feed returns a Feed for node nodeID in election: New on Election(election),
 // or on Observer(election) when opts.ObserveOnly is set.
 func (e *Elections) Feed(election, nodeID string, opts Options) (*Feed, error) {
-	open := e.Backend
+	open := e.Election
 	if opts.ObserveOnly {
 		open = e.Observer
 	}
@@ -224,9 +225,9 @@ func (e *Elections) isClosed() bool {
 	return e.closed
 }
 
-// ---- one election's Backend ----
+// ---- one election's backend.Election ----
 
-// electionBackend is the Backend of one election on an Elections.
+// electionBackend is the backend.Election of one election on an Elections.
 type electionBackend struct {
 	e        *Elections
 	name     string
@@ -239,7 +240,7 @@ type electionBackend struct {
 	subs   map[*feedSub]struct{}
 }
 
-func (b *electionBackend) Election() string { return b.name }
+func (b *electionBackend) Name() string { return b.name }
 
 func (b *electionBackend) check(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
@@ -289,7 +290,7 @@ func (b *electionBackend) Heartbeat(ctx context.Context, expected, next heartbea
 		next.Election = b.name
 	}
 	if next.Election != b.name {
-		return heartbeat.Record{}, fmt.Errorf("%w: %w: the Backend of election %q was given a record of election %q",
+		return heartbeat.Record{}, fmt.Errorf("%w: %w: the Election of %q was given a record of election %q",
 			ErrInvalidConfig, heartbeat.ErrInvalidRecord, b.name, next.Election)
 	}
 	if b.observer {
@@ -298,7 +299,7 @@ func (b *electionBackend) Heartbeat(ctx context.Context, expected, next heartbea
 	if b.e.batch == nil {
 		return b.e.store.Heartbeat(ctx, expected, next)
 	}
-	return b.e.write(ctx, Write{Expected: expected, Next: next}, b.window())
+	return b.e.write(ctx, backend.Write{Expected: expected, Next: next}, b.window())
 }
 
 // AlignRenewal returns when a renewal due at due is sent: the latest
@@ -338,7 +339,7 @@ func renewalSlot(election string) uint32 {
 	return h % renewalSlots
 }
 
-func (b *electionBackend) Subscribe(ctx context.Context) (<-chan Notification, error) {
+func (b *electionBackend) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
@@ -435,7 +436,7 @@ type sharedFeed struct {
 // the feed opens (or at once on an open feed), so that nothing the feed
 // delivers after it listens is lost: a store that replays what it missed
 // (a resumed MongoDB change stream) replays it to every subscriber.
-func (e *Elections) subscribe(ctx context.Context, b *electionBackend) (<-chan Notification, error) {
+func (e *Elections) subscribe(ctx context.Context, b *electionBackend) (<-chan backend.Notification, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	s := newFeedSub(sctx, cancel, b)
 	e.mu.Lock()
@@ -533,7 +534,7 @@ func (sf *sharedFeed) open(ctx context.Context) {
 				sf.fail(err)
 				return
 			}
-			if n.Type == Failed {
+			if n.Type == backend.Failed {
 				err := n.Err
 				if err == nil {
 					err = errors.New("leaderfeed: changefeed failed")
@@ -552,23 +553,23 @@ func (sf *sharedFeed) open(ctx context.Context) {
 }
 
 // drain reads ch until the store closes it, so that its sender ends.
-func drain(ch <-chan Notification) {
+func drain(ch <-chan backend.Notification) {
 	for range ch {
 	}
 }
 
 // dispatch queues n on the subscriptions it concerns; it never blocks.
-func (sf *sharedFeed) dispatch(n Notification) {
+func (sf *sharedFeed) dispatch(n backend.Notification) {
 	e := sf.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if n.Type == OtherChanged {
+	if n.Type == backend.OtherChanged {
 		for s := range sf.all {
 			s.push(n)
 		}
 		return
 	}
-	name := n.election()
+	name := noteElection(n)
 	if name == "" {
 		e.log.Debug("leaderfeed: changefeed: notification of no election dropped", "type", n.Type.String())
 		return
@@ -615,7 +616,7 @@ type feedSub struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	name   string
-	out    chan Notification
+	out    chan backend.Notification
 	onEnd  func() // leaves the feed; set before the first push
 	// stopAfter stops the AfterFunc of ctx. Set after AfterFunc returns,
 	// which may already have run readerGone (ctx ended): then it is nil
@@ -623,7 +624,7 @@ type feedSub struct {
 	stopAfter atomic.Pointer[func() bool]
 
 	mu      sync.Mutex
-	queue   []Notification
+	queue   []backend.Notification
 	records int // notifications of the record in queue (0 or 1)
 	failErr error
 	pumping bool // a goroutine hands the queue to out
@@ -632,11 +633,11 @@ type feedSub struct {
 }
 
 func newFeedSub(ctx context.Context, cancel context.CancelFunc, b *electionBackend) *feedSub {
-	return &feedSub{ctx: ctx, cancel: cancel, name: b.name, out: make(chan Notification, 1)}
+	return &feedSub{ctx: ctx, cancel: cancel, name: b.name, out: make(chan backend.Notification, 1)}
 }
 
 // push queues n for the reader; it never blocks.
-func (s *feedSub) push(n Notification) {
+func (s *feedSub) push(n backend.Notification) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failErr != nil || s.ended {
@@ -649,10 +650,10 @@ func (s *feedSub) push(n Notification) {
 		default:
 		}
 	}
-	if n.Type != OtherChanged && s.records > 0 {
+	if n.Type != backend.OtherChanged && s.records > 0 {
 		kept := s.queue[:0]
 		for _, q := range s.queue {
-			if q.Type == OtherChanged {
+			if q.Type == backend.OtherChanged {
 				kept = append(kept, q)
 			}
 		}
@@ -664,7 +665,7 @@ func (s *feedSub) push(n Notification) {
 		s.queue, s.records = nil, 0
 	} else {
 		s.queue = append(s.queue, n)
-		if n.Type != OtherChanged {
+		if n.Type != backend.OtherChanged {
 			s.records++
 		}
 	}
@@ -698,7 +699,7 @@ func (s *feedSub) fail(err error) {
 		return
 	}
 	select {
-	case s.out <- Notification{Type: Failed, Err: s.failErr}:
+	case s.out <- backend.Notification{Type: backend.Failed, Err: s.failErr}:
 	default:
 		s.startPump()
 		s.mu.Unlock()
@@ -744,20 +745,20 @@ func (s *feedSub) readerGone() {
 func (s *feedSub) pump() {
 	for {
 		s.mu.Lock()
-		var n Notification
+		var n backend.Notification
 		last, gone := false, s.gone
 		switch {
 		case gone:
 			// readerGone left the end to us.
 		case len(s.queue) > 0:
 			n = s.queue[0]
-			s.queue[0] = Notification{}
+			s.queue[0] = backend.Notification{}
 			s.queue = s.queue[1:]
-			if n.Type != OtherChanged {
+			if n.Type != backend.OtherChanged {
 				s.records--
 			}
 		case s.failErr != nil:
-			n, last = Notification{Type: Failed, Err: s.failErr}, true
+			n, last = backend.Notification{Type: backend.Failed, Err: s.failErr}, true
 		default:
 			s.pumping = false
 			s.mu.Unlock()
@@ -821,21 +822,21 @@ func (f *flights) start(send func()) {
 // deadline passes first, whatever its batch still does (send), or with
 // ErrClosed. done must not block: it hands the result to the waiter (a
 // channel with room, or the Feed's loop without a goroutine,
-// submitWrite).
+// SubmitHeartbeat).
 type writeReq struct {
 	ctx      context.Context // the caller's: a request whose ctx ended is answered, not sent
 	deadline time.Time       // the caller's deadline; zero: none
-	w        Write
+	w        backend.Write
 	arrived  time.Time
 	flush    time.Time // send by then: arrived for claims and vacancies
 	window   time.Duration
-	done     func(WriteResult)
+	done     func(backend.WriteResult)
 
 	answered atomic.Bool
 }
 
 // answer hands res to the waiter, unless the request was answered already.
-func (r *writeReq) answer(res WriteResult) {
+func (r *writeReq) answer(res backend.WriteResult) {
 	if r.answered.CompareAndSwap(false, true) {
 		r.done(res)
 	}
@@ -857,13 +858,13 @@ func (r *writeReq) expired(now time.Time) error {
 
 // isRenewal reports whether w writes again the record it expects: same
 // leader and term.
-func isRenewal(w Write) bool {
+func isRenewal(w backend.Write) bool {
 	return w.Next.Leader != "" && w.Next.Leader == w.Expected.Leader && w.Next.Term == w.Expected.Term
 }
 
 // newWriteReq returns the request of a write; a renewal may wait up to
 // window for others.
-func newWriteReq(ctx context.Context, deadline time.Time, w Write, window time.Duration, done func(WriteResult)) *writeReq {
+func newWriteReq(ctx context.Context, deadline time.Time, w backend.Write, window time.Duration, done func(backend.WriteResult)) *writeReq {
 	now := time.Now()
 	r := &writeReq{ctx: ctx, deadline: deadline, w: w, arrived: now, flush: now, done: done}
 	if isRenewal(w) {
@@ -877,51 +878,49 @@ func (b *electionBackend) window() time.Duration {
 	if b.e.window > 0 {
 		return b.e.window
 	}
-	return max(time.Millisecond, time.Duration(b.interval.Load())/BatchWindowDivisor)
+	return max(time.Millisecond, time.Duration(b.interval.Load())/batchWindowDivisor)
 }
 
 // write sends one write through the batcher and waits for its result.
-func (e *Elections) write(ctx context.Context, w Write, window time.Duration) (heartbeat.Record, error) {
-	reply := make(chan WriteResult, 1)
+func (e *Elections) write(ctx context.Context, w backend.Write, window time.Duration) (heartbeat.Record, error) {
+	reply := make(chan backend.WriteResult, 1)
 	deadline, _ := ctx.Deadline()
-	r := newWriteReq(ctx, deadline, w, window, func(res WriteResult) { reply <- res })
+	r := newWriteReq(ctx, deadline, w, window, func(res backend.WriteResult) { reply <- res })
 	select {
 	case e.writes <- r:
 	case <-ctx.Done():
-		r.answer(WriteResult{Err: ctx.Err()})
+		r.answer(backend.WriteResult{Err: ctx.Err()})
 		return heartbeat.Record{}, ctx.Err()
 	case <-e.ctx.Done():
-		r.answer(WriteResult{Err: ErrClosed})
+		r.answer(backend.WriteResult{Err: ErrClosed})
 		return heartbeat.Record{}, fmt.Errorf("leaderfeed: election %q: %w", w.Next.Election, ErrClosed)
 	}
 	select {
 	case res := <-reply:
 		return res.Record, res.Err
 	case <-ctx.Done():
-		r.answer(WriteResult{Err: ctx.Err()})
+		r.answer(backend.WriteResult{Err: ctx.Err()})
 		return heartbeat.Record{}, ctx.Err()
 	case <-e.ctx.Done():
 		// Closed: the write may or may not have been sent.
-		r.answer(WriteResult{Err: ErrClosed})
+		r.answer(backend.WriteResult{Err: ErrClosed})
 		return heartbeat.Record{}, fmt.Errorf("leaderfeed: election %q: %w", w.Next.Election, ErrClosed)
 	}
 }
 
-// submitWrite hands a claim or renewal to the batcher without waiting and
-// without a goroutine: done gets the result (on the batcher's goroutines,
-// at deadline at the latest; it must not block). ctx is the Feed's own (it ends when the Feed stops), deadline
-// bounds the call. It reports false when the write is not batched; the
-// caller then calls Heartbeat as usual.
-func (b *electionBackend) submitWrite(ctx context.Context, deadline time.Time, expected, next heartbeat.Record, done func(heartbeat.Record, error)) bool {
+// SubmitHeartbeat hands a claim or renewal to the batcher without waiting
+// and without a goroutine (backend.Submitter). It reports false when the
+// write is not batched; the caller then calls Heartbeat as usual.
+func (b *electionBackend) SubmitHeartbeat(ctx context.Context, deadline time.Time, expected, next heartbeat.Record, done func(heartbeat.Record, error)) bool {
 	if b.e.batch == nil || b.observer || next.Election != b.name {
 		return false
 	}
-	reply := func(res WriteResult) { done(res.Record, res.Err) }
+	reply := func(res backend.WriteResult) { done(res.Record, res.Err) }
 	if err := b.check(ctx); err != nil {
-		reply(WriteResult{Err: err})
+		reply(backend.WriteResult{Err: err})
 		return true
 	}
-	r := newWriteReq(ctx, deadline, Write{Expected: expected, Next: next}, b.window(), reply)
+	r := newWriteReq(ctx, deadline, backend.Write{Expected: expected, Next: next}, b.window(), reply)
 	select {
 	case b.e.writes <- r:
 		return true
@@ -933,9 +932,9 @@ func (b *electionBackend) submitWrite(ctx context.Context, deadline time.Time, e
 		select {
 		case b.e.writes <- r:
 		case <-r.ctx.Done():
-			r.answer(WriteResult{Err: r.ctx.Err()})
+			r.answer(backend.WriteResult{Err: r.ctx.Err()})
 		case <-b.e.ctx.Done():
-			r.answer(WriteResult{Err: fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed)})
+			r.answer(backend.WriteResult{Err: fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed)})
 		}
 	}()
 	return true
@@ -1057,7 +1056,7 @@ func answerExpired(pending []*writeReq, now time.Time) []*writeReq {
 	kept := pending[:0]
 	for _, r := range pending {
 		if err := r.expired(now); err != nil {
-			r.answer(WriteResult{Err: err})
+			r.answer(backend.WriteResult{Err: err})
 		} else {
 			kept = append(kept, r)
 		}
@@ -1157,10 +1156,10 @@ func (e *Elections) send(batch []*writeReq) {
 		stop := context.AfterFunc(r.ctx, cancel)
 		rec, err := e.store.Heartbeat(ctx, r.w.Expected, r.w.Next)
 		stop()
-		r.answer(WriteResult{Record: rec, Err: err})
+		r.answer(backend.WriteResult{Record: rec, Err: err})
 		return
 	}
-	writes := make([]Write, len(batch))
+	writes := make([]backend.Write, len(batch))
 	for i, r := range batch {
 		writes[i] = r.w
 	}
@@ -1170,7 +1169,7 @@ func (e *Elections) send(batch []*writeReq) {
 	}
 	for i, r := range batch {
 		if err != nil {
-			r.answer(WriteResult{Err: err})
+			r.answer(backend.WriteResult{Err: err})
 		} else {
 			r.answer(results[i])
 		}
@@ -1201,7 +1200,7 @@ func sweepDeadlines(batch []*writeReq) (stop func()) {
 		}
 		now := time.Now()
 		for len(byDeadline) > 0 && !now.Before(byDeadline[0].deadline) {
-			byDeadline[0].answer(WriteResult{Err: context.DeadlineExceeded})
+			byDeadline[0].answer(backend.WriteResult{Err: context.DeadlineExceeded})
 			byDeadline = byDeadline[1:]
 		}
 		if len(byDeadline) > 0 {
@@ -1222,14 +1221,29 @@ func sweepDeadlines(batch []*writeReq) (stop func()) {
 func (e *Elections) failWrites(pending []*writeReq) {
 	err := fmt.Errorf("leaderfeed: elections: %w", ErrClosed)
 	for _, r := range pending {
-		r.answer(WriteResult{Err: err})
+		r.answer(backend.WriteResult{Err: err})
 	}
 	for {
 		select {
 		case r := <-e.writes:
-			r.answer(WriteResult{Err: err})
+			r.answer(backend.WriteResult{Err: err})
 		default:
 			return
 		}
 	}
+}
+
+// noteElection returns the election n is about, "" for OtherChanged and
+// Failed.
+func noteElection(n backend.Notification) string {
+	switch n.Type {
+	case backend.RecordChanged:
+		return n.Record.Election
+	case backend.RecordDeleted, backend.Ignored:
+		if n.Election != "" {
+			return n.Election
+		}
+		return n.Record.Election
+	}
+	return ""
 }

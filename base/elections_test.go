@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/memory"
 )
 
 // callCounter wraps a BatchStore and counts its write calls (statements).
 type callCounter struct {
-	base.BatchStore
+	backend.BatchStore
 	singles, batches, batched, subscribes atomic.Int64
 }
 
@@ -26,13 +27,13 @@ func (c *callCounter) Heartbeat(ctx context.Context, expected, next heartbeat.Re
 	return c.BatchStore.Heartbeat(ctx, expected, next)
 }
 
-func (c *callCounter) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base.WriteResult, error) {
+func (c *callCounter) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]backend.WriteResult, error) {
 	c.batches.Add(1)
 	c.batched.Add(int64(len(writes)))
 	return c.BatchStore.HeartbeatBatch(ctx, writes)
 }
 
-func (c *callCounter) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+func (c *callCounter) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
 	c.subscribes.Add(1)
 	return c.BatchStore.Subscribe(ctx)
 }
@@ -51,14 +52,14 @@ func TestElectionsRejectsBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer els.Close()
-	if _, err := els.Backend("bad\x00name"); !errors.Is(err, base.ErrInvalidConfig) {
+	if _, err := els.Election("bad\x00name"); !errors.Is(err, base.ErrInvalidConfig) {
 		t.Errorf("unsafe election name: %v, want ErrInvalidConfig", err)
 	}
-	b, err := els.Backend("e")
+	b, err := els.Election("e")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := els.Backend("e"); !errors.Is(err, base.ErrInvalidConfig) {
+	if _, err := els.Election("e"); !errors.Is(err, base.ErrInvalidConfig) {
 		t.Errorf("second Backend of one election: %v, want ErrInvalidConfig", err)
 	}
 	if _, err := b.Heartbeat(context.Background(), heartbeat.Record{}, heartbeat.Record{Election: "other", Leader: "n", Term: 1}); !errors.Is(err, base.ErrInvalidConfig) {
@@ -67,13 +68,13 @@ func TestElectionsRejectsBadInput(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := els.Backend("e"); err != nil {
+	if _, err := els.Election("e"); err != nil {
 		t.Errorf("Backend after the first was closed: %v", err)
 	}
 	if err := els.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := els.Backend("f"); !errors.Is(err, base.ErrClosed) {
+	if _, err := els.Election("f"); !errors.Is(err, base.ErrClosed) {
 		t.Errorf("Backend on a closed Elections: %v, want ErrClosed", err)
 	}
 }
@@ -294,7 +295,7 @@ func (c *readCounter) Get(ctx context.Context, election string) (heartbeat.Recor
 	return c.Conn.Get(ctx, election)
 }
 
-func (c *readCounter) GetBatch(ctx context.Context, elections []string) ([]base.ReadResult, error) {
+func (c *readCounter) GetBatch(ctx context.Context, elections []string) ([]backend.ReadResult, error) {
 	c.getBatchs.Add(1)
 	c.batchedReads.Add(int64(len(elections)))
 	return c.Conn.GetBatch(ctx, elections)

@@ -2,12 +2,13 @@ package base
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/leaderfeed/leaderfeed/base/backend"
 )
 
 // EventType says what an Event reports.
@@ -121,7 +122,7 @@ type Event struct {
 	// Reason: why leadership ended (EventUnelected).
 	Reason Reason
 	// Change: the change to another record (EventChange).
-	Change Change
+	Change backend.Change
 	// Err: what went wrong (EventSubscribeError, EventIgnored, EventError,
 	// and EventUnelected with ReasonLeaseExpired: the last renewal error).
 	Err error
@@ -198,16 +199,12 @@ func (h *hub) remove(s *Subscription) {
 	delete(h.subs, s)
 }
 
-// MaxPendingEvents bounds the events other than EventChange queued for one
+// maxPendingEvents bounds the events other than EventChange queued for one
 // subscription whose reader does not read. A subscription that falls this
 // far behind is ended: its channel closes and Err returns ErrSlowReader. A
 // reader that reads never comes near it (leadership changes at most a few
 // times per election timeout).
-const MaxPendingEvents = 4096
-
-// ErrSlowReader: a subscription's reader fell MaxPendingEvents behind, and
-// the subscription was ended.
-var ErrSlowReader = errors.New("leaderfeed: subscription ended: its reader fell too far behind")
+const maxPendingEvents = 4096
 
 // Subscription is one reader's view of a Feed's events: every event from
 // the moment it was made, in order. Leadership events (and every other
@@ -261,7 +258,7 @@ func (s *Subscription) push(e Event) {
 		}
 		s.changes++
 	} else {
-		if s.others >= MaxPendingEvents {
+		if s.others >= maxPendingEvents {
 			s.queue, s.changes, s.others = nil, 0, 0
 			s.finished, s.err = true, ErrSlowReader
 			s.mu.Unlock()

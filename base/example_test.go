@@ -36,7 +36,7 @@ func stop(f *base.Feed, events <-chan base.Event) {
 func Example() {
 	ctx := context.Background()
 	store := memory.NewStore() // with a database: postgres.New, mongo.New, rethink.New
-	b, err := store.Backend("scheduler")
+	b, err := store.Election("scheduler")
 	if err != nil {
 		panic(err)
 	}
@@ -94,7 +94,7 @@ func ExampleFeed_Run() {
 	store := memory.NewStore()
 	leading := make(chan string)
 	runNode := func(id string) (stop context.CancelFunc, done <-chan struct{}) {
-		b, err := store.Backend("scheduler")
+		b, err := store.Election("scheduler")
 		if err != nil {
 			panic(err)
 		}
@@ -142,7 +142,7 @@ func ExampleFeed_Resign() {
 	ctx := context.Background()
 	store := memory.NewStore()
 	newNode := func(id string) (*base.Feed, <-chan base.Event) {
-		b, err := store.Backend("scheduler")
+		b, err := store.Election("scheduler")
 		if err != nil {
 			panic(err)
 		}
@@ -193,7 +193,7 @@ func ExampleFeed_Resign() {
 // what the work writes.
 func ExampleFeed_LeaderContext() {
 	ctx := context.Background()
-	b, err := memory.NewStore().Backend("reports")
+	b, err := memory.NewStore().Election("reports")
 	if err != nil {
 		panic(err)
 	}
@@ -236,7 +236,7 @@ func ExampleFeed_Proclaim() {
 	ctx := context.Background()
 	store := memory.NewStore()
 	newNode := func(id string, opts base.Options) (*base.Feed, <-chan base.Event) {
-		b, err := store.Backend("api")
+		b, err := store.Election("api")
 		if err != nil {
 			panic(err)
 		}
@@ -274,7 +274,7 @@ func ExampleFeed_Proclaim() {
 func ExampleOptions_observeOnly() {
 	ctx := context.Background()
 	store := memory.NewStore()
-	b, err := store.Backend("scheduler")
+	b, err := store.Election("scheduler")
 	if err != nil {
 		panic(err)
 	}

@@ -11,11 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
-// DefaultMaxPendingChanges is the default of Options.MaxPendingChanges.
-const DefaultMaxPendingChanges = 10000
+// defaultMaxPendingChanges is the default of Options.MaxPendingChanges.
+const defaultMaxPendingChanges = 10000
 
 // Options configures a Feed. The zero value of every field means its
 // documented default.
@@ -43,7 +44,7 @@ type Options struct {
 	// waiting for a slow reader; beyond it change events are dropped and
 	// counted (Subscription.Dropped; Feed.Dropped for Events). Leadership
 	// events are never dropped for a reader that reads.
-	// Default DefaultMaxPendingChanges.
+	// Default defaultMaxPendingChanges.
 	MaxPendingChanges int
 	// Trace, if set, is told of each claim's and renewal's outcome and
 	// latency, for metrics (see Trace). Default: none.
@@ -65,7 +66,7 @@ type Options struct {
 	PresenceInterval time.Duration
 	// PresenceTTL is how long a presence record stays live without a
 	// refresh, judged by the store's own clock (the record's timestamp
-	// against the store's time when it is read). Default: PresenceLives
+	// against the store's time when it is read). Default: presenceLives
 	// (3) times PresenceInterval; at least PresenceInterval.
 	PresenceTTL time.Duration
 	// Priority, in [MinPriority, MaxPriority], default 0, says which node
@@ -94,7 +95,7 @@ type Options struct {
 // One goroutine owns the election state; the getters read a snapshot of it
 // and are safe for concurrent use, as are all methods.
 type Feed struct {
-	b      Backend
+	b      backend.Election
 	id     string
 	timing heartbeat.Timing
 	opts   Options
@@ -158,14 +159,14 @@ type request struct {
 // New returns a Feed for node id nodeID on backend b. It validates the
 // options; errors match ErrInvalidConfig. The Feed owns b from now on: Stop
 // closes it.
-func New(b Backend, nodeID string, opts Options) (*Feed, error) {
+func New(b backend.Election, nodeID string, opts Options) (*Feed, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: backend is nil", ErrInvalidConfig)
 	}
 	if err := heartbeat.ValidateName("node id", nodeID); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if err := heartbeat.ValidateName("election name", b.Election()); err != nil {
+	if err := heartbeat.ValidateName("election name", b.Name()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	t := opts.Timing.WithDefaults()
@@ -179,7 +180,7 @@ func New(b Backend, nodeID string, opts Options) (*Feed, error) {
 		return nil, fmt.Errorf("%w: MaxPendingChanges is negative (%d)", ErrInvalidConfig, opts.MaxPendingChanges)
 	}
 	if opts.MaxPendingChanges == 0 {
-		opts.MaxPendingChanges = DefaultMaxPendingChanges
+		opts.MaxPendingChanges = defaultMaxPendingChanges
 	}
 	if err := presenceOptions(&opts, t); err != nil {
 		return nil, err
@@ -189,7 +190,7 @@ func New(b Backend, nodeID string, opts Options) (*Feed, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	log = log.With("election", b.Election(), "node", nodeID)
+	log = log.With("election", b.Name(), "node", nodeID)
 	f := &Feed{
 		b:        b,
 		id:       nodeID,
@@ -223,7 +224,7 @@ func presenceOptions(opts *Options, t heartbeat.Timing) error {
 		opts.PresenceInterval = t.ElectionTimeoutMin
 	}
 	if opts.PresenceTTL == 0 {
-		opts.PresenceTTL = PresenceLives * opts.PresenceInterval
+		opts.PresenceTTL = presenceLives * opts.PresenceInterval
 	}
 	if opts.PresenceTTL > 0 && opts.PresenceTTL < opts.PresenceInterval {
 		problems = append(problems, fmt.Sprintf("PresenceTTL (%v) must be at least PresenceInterval (%v), or a live participant would drop out between refreshes", opts.PresenceTTL, opts.PresenceInterval))
@@ -241,7 +242,7 @@ func presenceOptions(opts *Options, t heartbeat.Timing) error {
 func (f *Feed) NodeID() string { return f.id }
 
 // Election returns the election's name.
-func (f *Feed) Election() string { return f.b.Election() }
+func (f *Feed) Election() string { return f.b.Name() }
 
 // Timing returns the timing in force, with defaults applied.
 func (f *Feed) Timing() heartbeat.Timing { return f.timing }
@@ -305,7 +306,7 @@ func (f *Feed) Dropped() uint64 {
 	return s.Dropped()
 }
 
-// Start checks and prepares the backend (Backend.Start, then Create) and
+// Start checks and prepares the backend (Start, then Create) and
 // starts campaigning (or observing) in the background. It returns the
 // backend's error if that fails (one matching ErrRefused, naming the cause
 // and the fix, when the store refuses); the Feed can then be started again.
@@ -331,9 +332,9 @@ func (f *Feed) Start(ctx context.Context) error {
 	if err == nil && f.opts.Participate {
 		// The first presence record is written before the Feed runs, so
 		// that a store without the capability fails Start.
-		pb, ok := f.b.(PresenceBackend)
+		pb, ok := f.b.(backend.PresenceElection)
 		if !ok {
-			err = fmt.Errorf("leaderfeed: Participate: the backend (%T) has no presence capability: %w", f.b, ErrUnsupported)
+			err = fmt.Errorf("leaderfeed: Participate: the backend (%T) has no presence capability: %w", f.b, backend.ErrUnsupported)
 		} else {
 			pres = f.newPresence(pb)
 			err = pres.write(ctx)
@@ -392,7 +393,7 @@ func (f *Feed) closeUnstarted() {
 // that another node is elected at once; then it stops the changefeed,
 // waits for the goroutines it started and closes the backend. ctx bounds
 // all of it: when ctx ends, Stop cancels what is left (the store calls end
-// at once, as the Backend contract requires), closes the backend and
+// at once, as the backend contract requires), closes the backend and
 // returns ctx.Err().
 //
 // Stop never waits for a reader of events: subscriptions deliver what is

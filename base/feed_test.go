@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
 	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
@@ -40,15 +41,15 @@ func ctx(t *testing.T) context.Context {
 // cluster starts n nodes on one memory store.
 func cluster(t *testing.T, store *memory.Store, tm heartbeat.Timing, n int) *basetest.Cluster {
 	t.Helper()
-	return basetest.NewCluster(t, func(e string) (base.Backend, error) { return store.Backend(e) }, tm, n, 0)
+	return basetest.NewCluster(t, func(e string) (backend.Election, error) { return store.Election(e) }, tm, n, 0)
 }
 
 func TestNewRejectsBadInput(t *testing.T) {
 	store := memory.NewStore()
-	b, _ := store.Backend("e")
+	b, _ := store.Election("e")
 	cases := []struct {
 		name    string
-		backend base.Backend
+		backend backend.Election
 		node    string
 		opts    base.Options
 		want    string
@@ -81,14 +82,14 @@ func TestNewRejectsBadInput(t *testing.T) {
 }
 
 // unnamed is a backend whose election name is empty.
-type unnamed struct{ base.Backend }
+type unnamed struct{ backend.Election }
 
-func (unnamed) Election() string { return "" }
+func (unnamed) Name() string { return "" }
 
 func TestLifecycleErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		b, _ := store.Backend("e")
+		b, _ := store.Election("e")
 		f, err := base.New(b, "n1", base.Options{Timing: timing})
 		if err != nil {
 			t.Fatal(err)
@@ -127,7 +128,7 @@ func TestLifecycleErrors(t *testing.T) {
 
 func TestStopBeforeStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Backend("e")
+		b, _ := memory.NewStore().Election("e")
 		f, _ := base.New(b, "n1", base.Options{})
 		ev := f.Events()
 		if err := f.Stop(ctx(t)); err != nil {
@@ -144,7 +145,7 @@ func TestStopBeforeStart(t *testing.T) {
 
 func TestStartFailureCanBeRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Backend("e")
+		b, _ := memory.NewStore().Election("e")
 		fb := faulty.Wrap(b)
 		fb.Inject(faulty.Fault{Method: faulty.MethodCreate, Nth: 1, Err: errors.New("no permission")})
 		f, _ := base.New(fb, "n1", base.Options{Timing: timing})
@@ -206,7 +207,7 @@ func TestConflictStepsDownAtOnce(t *testing.T) {
 		c := cluster(t, store, slow, 1)
 		l := c.WaitLeader(t, wait)
 		rec, _ := l.Feed.Leader()
-		other, _ := store.Backend(c.Election)
+		other, _ := store.Election(c.Election)
 		defer other.Close()
 		wrote := time.Now()
 		if _, err := other.Heartbeat(ctx(t), rec, heartbeat.Record{Leader: "usurper", Term: rec.Term + 1}); err != nil {
@@ -328,7 +329,7 @@ func TestBrokenFeedReopensAndPolls(t *testing.T) {
 func TestSlowConsumerDoesNotDelayHeartbeats(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		b, _ := store.Backend("e")
+		b, _ := store.Election("e")
 		// A longer lease than the other tests: the flood of writes below
 		// competes with the renewals for the memory store's lock.
 		tm := heartbeat.Timing{HeartbeatInterval: 10 * time.Millisecond, LeaseDuration: 150 * time.Millisecond, ElectionTimeoutMin: 300 * time.Millisecond, ElectionTimeoutMax: 400 * time.Millisecond}
@@ -400,7 +401,7 @@ func TestSlowConsumerDoesNotDelayHeartbeats(t *testing.T) {
 // (goleak checks at the end of the package).
 func TestStopBoundedByContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Backend("e")
+		b, _ := memory.NewStore().Election("e")
 		fb := faulty.Wrap(b)
 		f, _ := base.New(fb, "n1", base.Options{Timing: timing})
 		if err := f.Start(ctx(t)); err != nil {
@@ -459,7 +460,7 @@ func TestProclaimPublishesValue(t *testing.T) {
 // not make the node leader: it is bounded by the lease and given up.
 func TestSlowClaimDoesNotLead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Backend("e")
+		b, _ := memory.NewStore().Election("e")
 		fb := faulty.Wrap(b)
 		fb.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Delay: timing.LeaseDuration + 10*time.Millisecond})
 		f, _ := base.New(fb, "n1", base.Options{Timing: timing})

@@ -5,12 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
-
-// ErrUnhealthy is matched (with errors.Is) by the errors of Feed.Healthy
-// that report a wedged feed.
-var ErrUnhealthy = errors.New("leaderfeed: unhealthy")
 
 // Health is what a Feed knows of its own contact with the store, on this
 // process's monotonic clock. A zero time means "never" or "not now", as each
@@ -47,11 +44,11 @@ type Health struct {
 	ObserveOnly bool
 }
 
-// DefaultHealthBound returns the bound Healthy uses when given none: twice
+// defaultHealthBound returns the bound Healthy uses when given none: twice
 // ElectionTimeoutMax of t. In that time a healthy node hears from the
 // store many times over (a leader renews, a follower is notified of each
 // renewal or claims), and a failing changefeed is reopened or polled.
-func DefaultHealthBound(t heartbeat.Timing) time.Duration {
+func defaultHealthBound(t heartbeat.Timing) time.Duration {
 	return 2 * t.WithDefaults().ElectionTimeoutMax
 }
 
@@ -87,7 +84,7 @@ func (f *Feed) Health() Health {
 // Package health serves it over HTTP, for a liveness probe.
 func (f *Feed) Healthy(bound time.Duration) error {
 	if bound <= 0 {
-		bound = DefaultHealthBound(f.timing)
+		bound = defaultHealthBound(f.timing)
 	}
 	f.mu.Lock()
 	state, h, leader, term := f.state, f.health, f.snap.leader, f.snap.term
@@ -133,11 +130,11 @@ func (l *loop) noteStart() {
 	l.f.mu.Unlock()
 }
 
-func (l *loop) noteNotification(n Notification, ok bool) {
+func (l *loop) noteNotification(n backend.Notification, ok bool) {
 	now := time.Now()
 	l.f.mu.Lock()
 	defer l.f.mu.Unlock()
-	if ok && n.Type != Failed {
+	if ok && n.Type != backend.Failed {
 		l.f.health.LastContact = now
 	} else if l.f.health.FeedDownSince.IsZero() {
 		l.f.health.FeedDownSince = now
@@ -160,8 +157,8 @@ func (l *loop) noteSubscribed(r subResult) {
 // malformed record). A refusal (ErrRefused) is an answer too, but not one
 // that the call worked: it counts as contact, not as success.
 func (r callResult) answered() bool {
-	var conflict *ConflictError
-	return r.err == nil || errors.As(r.err, &conflict) || errors.Is(r.err, ErrNotFound) || errors.Is(r.err, ErrMalformedRecord)
+	var conflict *backend.ConflictError
+	return r.err == nil || errors.As(r.err, &conflict) || errors.Is(r.err, backend.ErrNotFound) || errors.Is(r.err, backend.ErrMalformedRecord)
 }
 
 // noteResult runs after the loop took in the result of a store call.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/memory"
 )
@@ -21,7 +22,7 @@ import (
 // node starts a feed named id on store's election "e", wrapped in faulty.
 func node(t *testing.T, store *memory.Store, id string, opts base.Options) (*base.Feed, *faulty.Backend) {
 	t.Helper()
-	b, _ := store.Backend("e")
+	b, _ := store.Election("e")
 	fb := faulty.Wrap(b)
 	opts.Timing = timing
 	f, err := base.New(fb, id, opts)
@@ -43,7 +44,7 @@ func waitLeader(f *base.Feed) {
 
 func TestHealthyLifecycle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Backend("e")
+		b, _ := memory.NewStore().Election("e")
 		f, err := base.New(b, "n", base.Options{Timing: timing})
 		if err != nil {
 			t.Fatal(err)
@@ -247,7 +248,7 @@ func TestTrace(t *testing.T) {
 			if c.Election != "e" || c.NodeID != "b" {
 				t.Fatalf("b's claim %+v names another Feed", c)
 			}
-			if errors.Is(c.Err, base.ErrConflict) {
+			if errors.Is(c.Err, backend.ErrConflict) {
 				lost++
 			}
 		}

@@ -2,11 +2,11 @@ package base
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -34,7 +34,7 @@ type loop struct {
 	cancelledAt time.Time // when the last cancelLeader was executed
 
 	// The changefeed.
-	sub        <-chan Notification
+	sub        <-chan backend.Notification
 	subCancel  context.CancelFunc
 	subResults chan subResult
 	pending    subResult // the Subscribe result being stepped
@@ -43,7 +43,7 @@ type loop struct {
 }
 
 type subResult struct {
-	ch     <-chan Notification
+	ch     <-chan backend.Notification
 	cancel context.CancelFunc
 	err    error
 }
@@ -56,7 +56,7 @@ func newLoop(f *Feed, ctx context.Context) *loop {
 	}
 	return &loop{
 		f:          f,
-		m:          newMachine(f.id, f.b.Election(), f.timing, f.opts),
+		m:          newMachine(f.id, f.b.Name(), f.timing, f.opts),
 		ctx:        ctx,
 		exited:     make(chan struct{}),
 		results:    make(chan callResult, resultsBuffer),
@@ -86,7 +86,7 @@ func (l *loop) run() {
 			return
 		case n, ok := <-l.sub:
 			l.noteNotification(n, ok)
-			if ok && n.Type == Failed {
+			if ok && n.Type == backend.Failed {
 				l.noteRefusal(refusedFeed, n.Err, false)
 			}
 			l.step(notificationInput{n: n, ok: ok})
@@ -241,9 +241,7 @@ func (l *loop) emit(e Event) {
 // of many elections so that they share batches (Elections). Renewing early
 // is safe: the lease runs from the renewal's own send time.
 func (l *loop) renewAt(due time.Time) time.Time {
-	if a, ok := l.f.b.(interface {
-		AlignRenewal(due time.Time, interval time.Duration) time.Time
-	}); ok {
+	if a, ok := l.f.b.(backend.Aligner); ok {
 		if at := a.AlignRenewal(due, l.f.timing.HeartbeatInterval); !at.After(due) && at.After(due.Add(-l.f.timing.HeartbeatInterval)) {
 			return at
 		}
@@ -297,7 +295,7 @@ func (l *loop) call(c startCall) {
 		stop := context.AfterFunc(l.ctx, vcancel)
 		ctx, cancel = vctx, func() { stop(); vcancel() }
 	case callClaim, callRenew:
-		if s, ok := l.f.b.(writeSubmitter); ok && s.submitWrite(l.ctx, c.deadline, c.expected, c.next, func(res heartbeat.Record, err error) {
+		if s, ok := l.f.b.(backend.Submitter); ok && s.SubmitHeartbeat(l.ctx, c.deadline, c.expected, c.next, func(res heartbeat.Record, err error) {
 			r.res, r.err = res, err
 			l.deliver(r)
 		}) {
@@ -327,14 +325,6 @@ func (l *loop) call(c startCall) {
 // most one write and one read in flight, so a result handed over without a
 // goroutine (deliver) normally finds room.
 const resultsBuffer = 4
-
-// writeSubmitter is a Backend that takes a claim or renewal without
-// blocking and hands its result to done later, on a goroutine of its own
-// (Elections' batcher): the loop then needs no goroutine for the call. It
-// reports false when it does not take the write.
-type writeSubmitter interface {
-	submitWrite(ctx context.Context, deadline time.Time, expected, next heartbeat.Record, done func(heartbeat.Record, error)) bool
-}
 
 // deliver hands the result of a submitted write to the loop without
 // blocking the caller: into the channel's room, or, when it has none, from
@@ -371,22 +361,6 @@ func (l *loop) openFeed() {
 		}
 	}()
 }
-
-// Causes of the end of a leader context, given by context.Cause on the
-// leader context of a term (Event.LeaderCtx, Feed.LeaderContext, Run).
-var (
-	// ErrResigned: Resign was called.
-	ErrResigned = errors.New("leaderfeed: leadership ended: resigned")
-	// ErrDeposed: another node took over, or the record was deleted.
-	ErrDeposed = errors.New("leaderfeed: leadership ended: deposed")
-	// ErrLeaseExpired: no renewal got through before the lease ran out.
-	ErrLeaseExpired = errors.New("leaderfeed: leadership ended: lease expired")
-	// ErrStopped: Stop was called.
-	ErrStopped = errors.New("leaderfeed: leadership ended: stopped")
-	// ErrTransferred: leadership was handed to another node (TransferTo,
-	// or a participant of higher Priority).
-	ErrTransferred = errors.New("leaderfeed: leadership ended: transferred")
-)
 
 func (r Reason) cause() error {
 	switch r {

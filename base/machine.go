@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -61,7 +62,7 @@ type subscribedInput struct {
 // notificationInput is one notification of the feed; ok false: the feed's
 // channel was closed.
 type notificationInput struct {
-	n  Notification
+	n  backend.Notification
 	ok bool
 }
 
@@ -539,21 +540,21 @@ func (m *machine) feedDown(err error) {
 	m.setTimer(timerPoll, m.now.Add(m.t.HeartbeatInterval))
 }
 
-func (m *machine) onNotification(n Notification, ok bool) {
+func (m *machine) onNotification(n backend.Notification, ok bool) {
 	if !ok {
 		m.feedDown(errors.New("leaderfeed: changefeed closed without an error"))
 		return
 	}
 	switch n.Type {
-	case RecordChanged:
+	case backend.RecordChanged:
 		m.observe(n.Record, false)
-	case RecordDeleted:
+	case backend.RecordDeleted:
 		m.observeMissing()
-	case OtherChanged:
+	case backend.OtherChanged:
 		m.emit(Event{Type: EventChange, Change: n.Change})
-	case Ignored:
+	case backend.Ignored:
 		m.emit(Event{Type: EventIgnored, Err: n.Err})
-	case Failed:
+	case backend.Failed:
 		err := n.Err
 		if err == nil {
 			err = errors.New("leaderfeed: changefeed failed")
@@ -587,7 +588,7 @@ func (m *machine) onRead(r callResult) {
 	// feed is up: the feed reports changes, not the record as it is, so a
 	// node whose read failed would otherwise wait for the next change,
 	// forever in an election nobody writes (vacant, or its leader gone).
-	m.readFailed = r.err != nil && !errors.Is(r.err, ErrNotFound) && !errors.Is(r.err, ErrMalformedRecord) && !r.closed
+	m.readFailed = r.err != nil && !errors.Is(r.err, backend.ErrNotFound) && !errors.Is(r.err, backend.ErrMalformedRecord) && !r.closed
 	if m.role != roleFollower && m.role != roleObserver {
 		return // a leader's or candidate's writes know better
 	}
@@ -598,11 +599,11 @@ func (m *machine) onRead(r callResult) {
 	switch err := r.err; {
 	case err == nil:
 		m.observe(r.res, fresh)
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, backend.ErrNotFound):
 		if fresh {
 			m.observeMissing()
 		}
-	case errors.Is(err, ErrMalformedRecord):
+	case errors.Is(err, backend.ErrMalformedRecord):
 		m.emit(Event{Type: EventIgnored, Err: err})
 		m.armClaim(false)
 	case r.closed:
@@ -911,7 +912,7 @@ func (m *machine) handleClaim(r callResult) {
 	if !stopping {
 		m.role = roleFollower
 	}
-	var conflict *ConflictError
+	var conflict *backend.ConflictError
 	switch {
 	case r.err == nil:
 		if r.res.Revision != r.expected.Revision+1 || r.res.Leader != r.next.Leader || r.res.Term != r.next.Term {
@@ -1006,7 +1007,7 @@ func (m *machine) startRenew() {
 // driver to extend the lease (extendLease): the rest is onLeaseExtended.
 func (m *machine) onRenew(r callResult) bool {
 	leading := m.role == roleLeader && m.term == r.next.Term
-	var conflict *ConflictError
+	var conflict *backend.ConflictError
 	switch {
 	case r.err == nil:
 		m.myRev = max(m.myRev, r.res.Revision)
@@ -1159,7 +1160,7 @@ func (m *machine) endVacancy(err error) {
 func (m *machine) onVacancy(r callResult) {
 	v := m.vacancy
 	v.inFlight = false
-	var conflict *ConflictError
+	var conflict *backend.ConflictError
 	switch {
 	case r.err == nil:
 		m.observe(r.res, m.current(r.sentAt))
@@ -1181,7 +1182,7 @@ func (m *machine) onVacancy(r callResult) {
 		m.observe(cur, m.current(r.sentAt))
 		var err error
 		if v.successor != "" && cur.Leader != v.successor && !(cur.Reserved() && cur.Successor == v.successor && cur.Term == v.term) {
-			err = fmt.Errorf("leaderfeed: transfer to %q: the record was written by another node first (%v): %w", v.successor, cur, ErrConflict)
+			err = fmt.Errorf("leaderfeed: transfer to %q: the record was written by another node first (%v): %w", v.successor, cur, backend.ErrConflict)
 		}
 		m.endVacancy(err)
 	default:

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -90,7 +91,7 @@ func leader(t *testing.T) (*machine, heartbeat.Record) {
 func claiming(t *testing.T) (*machine, startCall, time.Time) {
 	t.Helper()
 	m := started(t)
-	m.step(at(5*time.Millisecond), callResult{kind: callRead, sentAt: t0, err: ErrNotFound})
+	m.step(at(5*time.Millisecond), callResult{kind: callRead, sentAt: t0, err: backend.ErrNotFound})
 	sent := at(10 * time.Millisecond)
 	effs := m.step(sent, timerInput{timerClaim})
 	c, ok := effs[0].(startCall)
@@ -195,7 +196,7 @@ func TestMachineFollowerClaimsAfterTheTimeout(t *testing.T) {
 // the current record's.
 func TestMachineClaimTermAboveEveryTermSeen(t *testing.T) {
 	m := follower(t, rec(5, "b", 9, 0), at(time.Millisecond))
-	m.step(at(2*time.Millisecond), notificationInput{n: Notification{Type: RecordChanged, Record: rec(6, "c", 2, 0)}, ok: true})
+	m.step(at(2*time.Millisecond), notificationInput{n: backend.Notification{Type: backend.RecordChanged, Record: rec(6, "c", 2, 0)}, ok: true})
 	now := at(2*time.Millisecond + 300*time.Millisecond)
 	effs := m.step(now, timerInput{timerClaim})
 	if len(effs) != 1 || effs[0].(startCall).next.Term != 10 || effs[0].(startCall).expected.Revision != 6 {
@@ -232,7 +233,7 @@ func TestMachineLongerLeaseInTheRecordDelaysTheClaim(t *testing.T) {
 	}
 	// The lease of a record deleted afterwards still counts.
 	m2 := follower(t, r, seen)
-	m2.step(seen.Add(time.Millisecond), notificationInput{n: Notification{Type: RecordDeleted}, ok: true})
+	m2.step(seen.Add(time.Millisecond), notificationInput{n: backend.Notification{Type: backend.RecordDeleted}, ok: true})
 	if m2.claimableAtOnce() || m2.claimDue(seen.Add(time.Millisecond+wait-1)) || !m2.claimDue(seen.Add(time.Millisecond+wait)) {
 		t.Fatal("a deleted record's lease is not honoured")
 	}
@@ -310,7 +311,7 @@ func TestMachineDeposedByAConflict(t *testing.T) {
 		t.Fatalf("renewal: %+v", c)
 	}
 	foreign := rec(2, "b", 2, time.Second)
-	err := NewConflict(foreign)
+	err := backend.NewConflict(foreign)
 	now := at(120 * time.Millisecond)
 	effs := m.step(now, callResult{kind: callRenew, expected: c.expected, next: c.next, sentAt: sent, err: err})
 	snap := snapshot{leader: false, term: 1, leaderCtx: lctx, record: rec(1, "a", 1, timing.LeaseDuration), seen: true}
@@ -335,7 +336,7 @@ func TestMachineDeposedByTheFeed(t *testing.T) {
 	m, _ := leader(t)
 	lctx := m.leaderCtx
 	foreign := rec(2, "b", 2, 0)
-	effs := m.step(at(30*time.Millisecond), notificationInput{n: Notification{Type: RecordChanged, Record: foreign}, ok: true})
+	effs := m.step(at(30*time.Millisecond), notificationInput{n: backend.Notification{Type: backend.RecordChanged, Record: foreign}, ok: true})
 	var kinds []string
 	for _, e := range effs {
 		switch e := e.(type) {
@@ -451,7 +452,7 @@ func TestMachineRenewalReplyLost(t *testing.T) {
 	c := m.step(sent, timerInput{timerRenew})[0].(startCall)
 	mine := rec(3, "a", 1, timing.LeaseDuration)
 	now := at(120 * time.Millisecond)
-	expect(t, m.step(now, callResult{kind: callRenew, expected: c.expected, next: c.next, sentAt: sent, err: NewConflict(mine)}),
+	expect(t, m.step(now, callResult{kind: callRenew, expected: c.expected, next: c.next, sentAt: sent, err: backend.NewConflict(mine)}),
 		startCall{kind: callRenew, expected: heartbeat.Record{Revision: 3, Leader: "a", Term: 1}, next: c.next, sentAt: now, deadline: m.leaseEnd})
 	if m.role != roleLeader {
 		t.Fatalf("role %v", m.role)
@@ -503,7 +504,7 @@ func TestMachineResignVacancyReplyLost(t *testing.T) {
 	)
 	vacant := rec(2, "", 1, 0)
 	later := at(60 * time.Millisecond)
-	expect(t, m.step(later, callResult{kind: callVacancy, expected: vac.expected, next: vac.next, sentAt: now, parent: ctx, err: NewConflict(vacant)}), cat(
+	expect(t, m.step(later, callResult{kind: callVacancy, expected: vac.expected, next: vac.next, sentAt: now, parent: ctx, err: backend.NewConflict(vacant)}), cat(
 		observed(later, snap, end, vacant),
 		newLeader(later, vacant),
 		setTimer{t: timerClaim, at: later.Add(electionTimeout)}, // observe: its own vacancy is not claimable at once
@@ -649,7 +650,7 @@ func TestMachineOwnClaimOnTheFeedFirst(t *testing.T) {
 	m, c, sent := claiming(t)
 	res := c.next
 	res.Revision = 1
-	for _, e := range m.step(at(15*time.Millisecond), notificationInput{n: Notification{Type: RecordChanged, Record: res}, ok: true}) {
+	for _, e := range m.step(at(15*time.Millisecond), notificationInput{n: backend.Notification{Type: backend.RecordChanged, Record: res}, ok: true}) {
 		if e, ok := e.(emit); ok {
 			t.Fatalf("event %v before the claim's reply", e.ev.Type)
 		}
@@ -678,7 +679,7 @@ func TestMachineFeedDownAndUp(t *testing.T) {
 	boom := errors.New("boom")
 	later := at(10 * time.Millisecond)
 	backoff := timing.HeartbeatInterval / 20
-	expect(t, m.step(later, notificationInput{n: Notification{Type: Failed, Err: boom}, ok: true}),
+	expect(t, m.step(later, notificationInput{n: backend.Notification{Type: backend.Failed, Err: boom}, ok: true}),
 		closeFeed{}, emit{ev: Event{Type: EventSubscribeError, Err: boom}},
 		setTimer{t: timerReopen, at: later.Add(backoff + backoff/4)}, // jitter: half of backoff/2
 		setTimer{t: timerPoll, at: later.Add(timing.HeartbeatInterval)})
@@ -733,7 +734,7 @@ func TestMachineClaimReplyLost(t *testing.T) {
 	)
 	later := at(40 * time.Millisecond)
 	snap := snapshot{record: heartbeat.Record{Election: "e"}, seen: true}
-	expect(t, m.step(later, notificationInput{n: Notification{Type: RecordChanged, Record: mine}, ok: true}), cat(
+	expect(t, m.step(later, notificationInput{n: backend.Notification{Type: backend.RecordChanged, Record: mine}, ok: true}), cat(
 		observed(later, snap, time.Time{}, mine),
 		newLeader(later, mine),
 		setTimer{t: timerClaim, at: sent.Add(timing.HeartbeatInterval)}, // a heartbeat after the last claim
@@ -820,7 +821,7 @@ func TestMachineTransferReservesTheVacancy(t *testing.T) {
 	reserved := rec(2, "", 1, 0)
 	reserved.Successor = "b"
 	later := at(60 * time.Millisecond)
-	effs = m.step(later, callResult{kind: callVacancy, expected: vac.expected, next: vac.next, sentAt: now, parent: ctx, err: NewConflict(reserved)})
+	effs = m.step(later, callResult{kind: callVacancy, expected: vac.expected, next: vac.next, sentAt: now, parent: ctx, err: backend.NewConflict(reserved)})
 	if r, ok := effs[len(effs)-3].(reply); !ok || r.to != done || r.err != nil {
 		t.Fatalf("effects %v: want the transfer answered without error", effs)
 	}
@@ -840,10 +841,10 @@ func TestMachineTransferOvertaken(t *testing.T) {
 	now := at(50 * time.Millisecond)
 	effs := m.step(now, requestInput{r: request{kind: reqTransfer, ctx: context.Background(), target: "b", reply: done}})
 	vac := effs[len(effs)-1].(startCall)
-	effs = m.step(at(60*time.Millisecond), callResult{kind: callVacancy, expected: vac.expected, next: vac.next, sentAt: now, parent: vac.parent, err: NewConflict(rec(2, "c", 2, timing.LeaseDuration))})
+	effs = m.step(at(60*time.Millisecond), callResult{kind: callVacancy, expected: vac.expected, next: vac.next, sentAt: now, parent: vac.parent, err: backend.NewConflict(rec(2, "c", 2, timing.LeaseDuration))})
 	for _, e := range effs {
 		if r, ok := e.(reply); ok && r.to == done {
-			if !errors.Is(r.err, ErrConflict) {
+			if !errors.Is(r.err, backend.ErrConflict) {
 				t.Fatalf("transfer overtaken: %v, want ErrConflict", r.err)
 			}
 			return
@@ -915,7 +916,7 @@ func TestMachineEarlierClaimInTheConflict(t *testing.T) {
 		t.Fatalf("retry %+v, want term 2 on no record", c2)
 	}
 	now := retry.Add(5 * time.Millisecond)
-	effs := m.step(now, callResult{kind: callClaim, expected: c2.expected, next: c2.next, sentAt: retry, err: &ConflictError{Current: first}})
+	effs := m.step(now, callResult{kind: callClaim, expected: c2.expected, next: c2.next, sentAt: retry, err: &backend.ConflictError{Current: first}})
 	var armed []setTimer
 	for _, e := range effs {
 		if st, ok := e.(setTimer); ok && st.t == timerClaim {

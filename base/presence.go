@@ -8,115 +8,35 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
-// Priorities of Options.Priority and Presence.Priority.
+// Priorities of Options.Priority and backend.Presence.Priority.
 const (
 	// MinPriority is the lowest priority: a node that should lead only
 	// when nothing else can (a canary).
-	MinPriority = -100
+	MinPriority = backend.MinPriority
 	// MaxPriority is the highest priority.
-	MaxPriority = 100
+	MaxPriority = backend.MaxPriority
 )
 
-// PresenceLives is how many presence intervals a presence record stays
-// live without a refresh: Options.PresenceTTL defaults to PresenceLives
+// presenceLives is how many presence intervals a presence record stays
+// live without a refresh: Options.PresenceTTL defaults to presenceLives
 // times Options.PresenceInterval, so that two lost refreshes in a row do
 // not drop a participant.
-const PresenceLives = 3
+const presenceLives = 3
 
-// Errors of TransferTo. Each also names the node in its message.
-var (
-	// ErrTransferToSelf: the leader was asked to transfer to itself.
-	ErrTransferToSelf = errors.New("leaderfeed: transfer to the leader itself")
-	// ErrUnknownParticipant: the target is not a live participant of the
-	// election (it does not participate, or its presence expired).
-	ErrUnknownParticipant = errors.New("leaderfeed: transfer target is not a live participant")
-	// ErrTargetCannotLead: the target participates but is observe-only:
-	// it never claims, so a transfer to it would cost an election timeout.
-	ErrTargetCannotLead = errors.New("leaderfeed: transfer target is observe-only")
-)
-
-// Presence is one participant of an election, as its presence record
-// holds it: written by the participant every presence interval
-// (Options.Participate), in the store of the election records, under a key
-// that can never be an election's (see PresenceStore).
-type Presence struct {
-	// Node is the participant's node id.
-	Node string
-	// Value is the participant's Options.Value (at most
-	// heartbeat.MaxValueLen bytes).
-	Value []byte
-	// Priority is the participant's Options.Priority, in [MinPriority,
-	// MaxPriority].
-	Priority int
-	// CanLead is false for an observe-only participant: it never claims
-	// and is never a transfer target.
-	CanLead bool
-	// Timestamp is when the record was last refreshed, in the store's own
-	// clock (set by the store; ignored by Present).
-	Timestamp time.Time
-}
-
-// Validate checks the fields a participant writes.
-func (p Presence) Validate() error {
-	if err := heartbeat.ValidateName("participant node id", p.Node); err != nil {
-		return err
-	}
-	if len(p.Value) > heartbeat.MaxValueLen {
-		return fmt.Errorf("%w: presence value of %q is %d bytes, more than MaxValueLen (%d)", heartbeat.ErrInvalidRecord, p.Node, len(p.Value), heartbeat.MaxValueLen)
-	}
-	if p.Priority < MinPriority || p.Priority > MaxPriority {
-		return fmt.Errorf("%w: priority %d of %q is outside [%d, %d]", heartbeat.ErrInvalidRecord, p.Priority, p.Node, MinPriority, MaxPriority)
-	}
-	return nil
-}
-
-// PresenceStore is a Store that keeps presence records: an optional
-// capability, discovered by type assertion like BatchStore. Presence
-// records live in the table of the election records, under a key that can
-// never be an election name (election names and node ids contain no
-// control character, so "<election>\x1f<node>" is safe), and they are
-// never announced as election records on the changefeed: a presence
-// refresh must not wake the followers of the election. The cost is one
-// write per participant per presence interval, and one read per leader
-// per interval when the leader participates (the Priority check).
-type PresenceStore interface {
-	Store
-	// Present writes (inserts or replaces) the presence record of p.Node
-	// in election, stamped with the store's current time.
-	Present(ctx context.Context, election string, p Presence) error
-	// Absent deletes the presence record of node in election; a missing
-	// one is no error.
-	Absent(ctx context.Context, election, node string) error
-	// Participants returns every presence record of election, live or
-	// not, with the store's current time, read in one statement where the
-	// store can: liveness is judged by comparing the records' Timestamps
-	// with it, in the store's own clock. Malformed records are left out.
-	Participants(ctx context.Context, election string) ([]Presence, time.Time, error)
-}
-
-// PresenceBackend is the presence capability of one election's Backend
-// (those Elections gives always have it; their calls fail with an error
-// matching ErrUnsupported when the Store is not a PresenceStore).
-type PresenceBackend interface {
-	Backend
-	Present(ctx context.Context, p Presence) error
-	Absent(ctx context.Context, node string) error
-	Participants(ctx context.Context) ([]Presence, time.Time, error)
-}
-
-func (b *electionBackend) presenceStore() (PresenceStore, error) {
-	ps, ok := b.e.store.(PresenceStore)
+func (b *electionBackend) presenceStore() (backend.PresenceStore, error) {
+	ps, ok := b.e.store.(backend.PresenceStore)
 	if !ok {
-		return nil, fmt.Errorf("leaderfeed: election %q: the store (%T) keeps no presence records (base.PresenceStore): %w", b.name, b.e.store, ErrUnsupported)
+		return nil, fmt.Errorf("leaderfeed: election %q: the store (%T) keeps no presence records (base.PresenceStore): %w", b.name, b.e.store, backend.ErrUnsupported)
 	}
 	return ps, nil
 }
 
 // Present writes the presence record of p in the election.
-func (b *electionBackend) Present(ctx context.Context, p Presence) error {
+func (b *electionBackend) Present(ctx context.Context, p backend.Presence) error {
 	if err := b.check(ctx); err != nil {
 		return err
 	}
@@ -144,7 +64,7 @@ func (b *electionBackend) Absent(ctx context.Context, node string) error {
 
 // Participants returns the presence records of the election and the
 // store's time.
-func (b *electionBackend) Participants(ctx context.Context) ([]Presence, time.Time, error) {
+func (b *electionBackend) Participants(ctx context.Context) ([]backend.Presence, time.Time, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, time.Time{}, err
 	}
@@ -155,19 +75,6 @@ func (b *electionBackend) Participants(ctx context.Context) ([]Presence, time.Ti
 	return ps.Participants(ctx, b.name)
 }
 
-// PresenceKey is the key of the presence record of node in election in
-// stores that keep presence records beside the election records:
-// "<election>\x1f<node>". No election name contains a control character
-// (heartbeat.ValidateName), so it never is an election's key.
-func PresenceKey(election, node string) string { return election + PresenceSep + node }
-
-// PresenceSep separates the election and the node in PresenceKey.
-const PresenceSep = "\x1f"
-
-// IsPresenceKey reports whether a key of the election table is a presence
-// record's (it holds PresenceSep), so that changefeeds skip it.
-func IsPresenceKey(key string) bool { return strings.Contains(key, PresenceSep) }
-
 // ---- the Feed's side ----
 
 // Participants returns the live participants of the election: those whose
@@ -175,10 +82,10 @@ func IsPresenceKey(key string) bool { return strings.Contains(key, PresenceSep) 
 // judged by the store's own clock, highest priority first (then by node
 // id). It needs a Backend with the presence capability (PresenceBackend on
 // a PresenceStore); the node itself need not participate.
-func (f *Feed) Participants(ctx context.Context) ([]Presence, error) {
-	pb, ok := f.b.(PresenceBackend)
+func (f *Feed) Participants(ctx context.Context) ([]backend.Presence, error) {
+	pb, ok := f.b.(backend.PresenceElection)
 	if !ok {
-		return nil, fmt.Errorf("leaderfeed: participants: the backend (%T) has no presence capability: %w", f.b, ErrUnsupported)
+		return nil, fmt.Errorf("leaderfeed: participants: the backend (%T) has no presence capability: %w", f.b, backend.ErrUnsupported)
 	}
 	ps, now, err := pb.Participants(ctx)
 	if err != nil {
@@ -189,14 +96,14 @@ func (f *Feed) Participants(ctx context.Context) ([]Presence, error) {
 
 // livePresences keeps the presences refreshed within ttl before now, and
 // sorts them by priority (highest first), then node id.
-func livePresences(ps []Presence, now time.Time, ttl time.Duration) []Presence {
-	var out []Presence
+func livePresences(ps []backend.Presence, now time.Time, ttl time.Duration) []backend.Presence {
+	var out []backend.Presence
 	for _, p := range ps {
 		if now.Sub(p.Timestamp) < ttl {
 			out = append(out, p)
 		}
 	}
-	slices.SortFunc(out, func(a, b Presence) int {
+	slices.SortFunc(out, func(a, b backend.Presence) int {
 		if a.Priority != b.Priority {
 			return b.Priority - a.Priority
 		}
@@ -249,7 +156,7 @@ func (f *Feed) TransferTo(ctx context.Context, nodeID string) error {
 	if err != nil {
 		return fmt.Errorf("leaderfeed: transfer to %q: %w", nodeID, err)
 	}
-	i := slices.IndexFunc(live, func(p Presence) bool { return p.Node == nodeID })
+	i := slices.IndexFunc(live, func(p backend.Presence) bool { return p.Node == nodeID })
 	switch {
 	case i < 0:
 		return fmt.Errorf("leaderfeed: transfer to %q: %w", nodeID, ErrUnknownParticipant)
@@ -275,8 +182,8 @@ func (f *Feed) transfer(ctx context.Context, nodeID string) error {
 // context).
 type presence struct {
 	f  *Feed
-	pb PresenceBackend
-	p  Presence
+	pb backend.PresenceElection
+	p  backend.Presence
 
 	// The Priority check of the leader: since when each candidate of
 	// higher priority has been seen live, in the current term.
@@ -284,9 +191,9 @@ type presence struct {
 	since map[string]time.Time
 }
 
-func (f *Feed) newPresence(pb PresenceBackend) *presence {
+func (f *Feed) newPresence(pb backend.PresenceElection) *presence {
 	return &presence{f: f, pb: pb, since: make(map[string]time.Time),
-		p: Presence{Node: f.id, Value: f.opts.Value, Priority: f.opts.Priority, CanLead: !f.opts.ObserveOnly}}
+		p: backend.Presence{Node: f.id, Value: f.opts.Value, Priority: f.opts.Priority, CanLead: !f.opts.ObserveOnly}}
 }
 
 // write refreshes the presence record once, bounded by the interval.
@@ -369,7 +276,7 @@ func (p *presence) checkPriority(ctx context.Context) {
 	}
 	local := time.Now()
 	seen := make(map[string]bool)
-	var best *Presence
+	var best *backend.Presence
 	for _, c := range livePresences(ps, now, f.opts.PresenceTTL) {
 		if c.Node == f.id || !c.CanLead || c.Priority <= f.opts.Priority {
 			continue

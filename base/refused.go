@@ -17,7 +17,7 @@ import (
 //     while refusals go on, and one line at Info when the store takes
 //     every refused kind of call again;
 //   - reports the refusal in Health (Healthy fails at once);
-//   - retries a refused kind of call no sooner than RefusalRetry after its
+//   - retries a refused kind of call no sooner than refusalRetry after its
 //     last refusal, by moving the timer that starts it (claims, polls,
 //     reopens of the changefeed) later. Renewals keep their pace: a
 //     leader whose renewals are refused steps down at the end of its
@@ -71,11 +71,11 @@ type refusals struct {
 // refusalLogEvery bounds the summaries of refusals that go on.
 const refusalLogEvery = time.Minute
 
-// RefusalRetry returns how long a Feed with timing t waits, after the
+// refusalRetry returns how long a Feed with timing t waits, after the
 // store refused a kind of call, before it sends one again: five times
 // ElectionTimeoutMax (20s with the default timing). A privilege granted
 // meanwhile is in use by then.
-func RefusalRetry(t heartbeat.Timing) time.Duration {
+func refusalRetry(t heartbeat.Timing) time.Duration {
 	return 5 * t.WithDefaults().ElectionTimeoutMax
 }
 
@@ -132,7 +132,7 @@ func (l *loop) noteRefusal(op refusedOp, err error, took bool) {
 }
 
 // refusalDelay returns when the timer t, asked for at, fires: no sooner
-// than RefusalRetry after the last refusal of the kind of call it starts.
+// than refusalRetry after the last refusal of the kind of call it starts.
 func (l *loop) refusalDelay(t timerID, at time.Time) time.Time {
 	var op refusedOp
 	switch t {
@@ -148,7 +148,7 @@ func (l *loop) refusalDelay(t timerID, at time.Time) time.Time {
 	if l.refusals.ops&op == 0 {
 		return at
 	}
-	if retry := l.refusals.last[op.index()].Add(RefusalRetry(l.f.timing)); retry.After(at) {
+	if retry := l.refusals.last[op.index()].Add(refusalRetry(l.f.timing)); retry.After(at) {
 		return retry
 	}
 	return at

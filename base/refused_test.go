@@ -53,14 +53,14 @@ var errRefusedWrite = fmt.Errorf("test: %w: permission denied for table t; fix: 
 // A follower whose claims the store refuses is unhealthy at once, with
 // the refusal as the reason; it logs the refusal once, then a summary a
 // minute, not once per retry; the trace hooks carry the refusal; it
-// retries its claim only every RefusalRetry; and once the store takes its
+// retries its claim only every refusalRetry; and once the store takes its
 // writes again it leads, healthy.
 func TestRefusedClaims(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var logs logLines
 		var tl traceLog
 		store := memory.NewStore()
-		b, _ := store.Backend("e")
+		b, _ := store.Election("e")
 		fb := faulty.Wrap(b)
 		fb.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Err: errRefusedWrite})
 		f, err := base.New(fb, "n", base.Options{Timing: timing, Logger: slog.New(&logs), Trace: tl.trace()})
@@ -85,10 +85,10 @@ func TestRefusedClaims(t *testing.T) {
 		if h := f.Health(); !errors.Is(h.Refused, base.ErrRefused) || h.RefusedSince.IsZero() {
 			t.Fatalf("Health: %+v, want the refusal and its start", h)
 		}
-		// One claim at once, then one per RefusalRetry (timers may fire a
+		// One claim at once, then one per refusalRetry (timers may fire a
 		// little later, never sooner).
 		if n, most := fb.Calls(faulty.MethodHeartbeat), int(span/retry)+1; n < 2 || n > most {
-			t.Fatalf("%d claims in %v, want 2..%d (one per RefusalRetry %v)", n, span, most, retry)
+			t.Fatalf("%d claims in %v, want 2..%d (one per refusalRetry %v)", n, span, most, retry)
 		}
 		if n := logs.count("ERROR leaderfeed: store refuses"); n != 1 {
 			t.Fatalf("%d first-refusal lines at Error, want 1: %q", n, logs.lines)
@@ -120,11 +120,11 @@ func TestRefusedClaims(t *testing.T) {
 }
 
 // An observer whose reads and changefeed the store refuses polls and
-// reopens only every RefusalRetry, and reports the refusal.
+// reopens only every refusalRetry, and reports the refusal.
 func TestRefusedReadsAndFeed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		b, _ := store.Backend("e")
+		b, _ := store.Election("e")
 		fb := faulty.Wrap(b)
 		refused := fmt.Errorf("test: %w: permission denied for table t", base.ErrRefused)
 		fb.Inject(faulty.Fault{Method: faulty.MethodGet, Err: refused})
@@ -159,7 +159,7 @@ func TestRefusedReadsAndFeed(t *testing.T) {
 func TestRunReturnsRefusal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		b, _ := store.Backend("e")
+		b, _ := store.Election("e")
 		fb := faulty.Wrap(b)
 		fb.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Err: errRefusedWrite})
 		f, err := base.New(fb, "n", base.Options{Timing: timing})

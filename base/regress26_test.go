@@ -25,7 +25,7 @@ import (
 func TestRegress26StopKeepsEventsForReader(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		b, _ := store.Backend("e")
+		b, _ := store.Election("e")
 		f, err := base.New(b, "n", base.Options{Timing: timing})
 		if err != nil {
 			t.Fatal(err)
@@ -76,7 +76,7 @@ func TestRegress26StopKeepsEventsForReader(t *testing.T) {
 func TestRegress26RefusedProclaimHasNoEffect(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		b, _ := store.Backend("e")
+		b, _ := store.Election("e")
 		fb := faulty.Wrap(b)
 		f, err := base.New(fb, "n", base.Options{Timing: timing, Value: []byte("v1")})
 		if err != nil {
@@ -235,7 +235,7 @@ func TestRegress26HungClaimHoldsUpNoRenewal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		// The other process leads x, then crashes: it never writes again.
-		other, _ := store.Backend("x")
+		other, _ := store.Election("x")
 		defer other.Close()
 		if _, err := other.Heartbeat(context.Background(), heartbeat.Record{}, heartbeat.Record{Election: "x", Leader: "q", Term: 1, Lease: timing.LeaseDuration}); err != nil {
 			t.Fatal(err)

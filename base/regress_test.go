@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
 	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
@@ -73,7 +74,7 @@ func TestRegressLostRenewReplyThenResign(t *testing.T) {
 // solo starts one node on a faulty-wrapped memory backend and returns it
 // with a subscription to its events; the test stops it.
 func solo(t *testing.T) (*base.Feed, *faulty.Backend, *base.Subscription) {
-	b, _ := memory.NewStore().Backend("e")
+	b, _ := memory.NewStore().Election("e")
 	fb := faulty.Wrap(b)
 	f, err := base.New(fb, "n", base.Options{Timing: timing})
 	if err != nil {
@@ -114,7 +115,7 @@ func TestRegressStopDuringHungCallKeepsUnelected(t *testing.T) {
 func TestRegressPollsWhileFirstSubscribeHangs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		b, _ := store.Backend("e")
+		b, _ := store.Election("e")
 		fb := faulty.Wrap(b)
 		fb.Inject(faulty.Fault{Method: faulty.MethodSubscribe, Hang: true})
 		fb.Inject(faulty.Fault{Method: faulty.MethodGet, Nth: 1})
@@ -126,7 +127,7 @@ func TestRegressPollsWhileFirstSubscribeHangs(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer obs.Stop(context.Background())
-		w, _ := store.Backend("e")
+		w, _ := store.Election("e")
 		defer w.Close()
 		if _, err := w.Heartbeat(context.Background(), heartbeat.Record{}, heartbeat.Record{Election: "e", Leader: "someone", Term: 1}); err != nil {
 			t.Fatal(err)
@@ -140,7 +141,7 @@ func TestRegressPollsWhileFirstSubscribeHangs(t *testing.T) {
 
 // gatedClose blocks Close until gate is closed.
 type gatedClose struct {
-	base.Backend
+	backend.Election
 	entered chan struct{}
 	gate    chan struct{}
 }
@@ -148,14 +149,14 @@ type gatedClose struct {
 func (g *gatedClose) Close() error {
 	close(g.entered)
 	<-g.gate
-	return g.Backend.Close()
+	return g.Election.Close()
 }
 
 // Fault 4: a second, concurrent Stop waits for the first to finish.
 func TestRegressConcurrentStopWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Backend("e")
-		g := &gatedClose{Backend: b, entered: make(chan struct{}), gate: make(chan struct{})}
+		b, _ := memory.NewStore().Election("e")
+		g := &gatedClose{Election: b, entered: make(chan struct{}), gate: make(chan struct{})}
 		f, _ := base.New(g, "n", base.Options{Timing: timing})
 		if err := f.Start(context.Background()); err != nil {
 			t.Fatal(err)
@@ -208,7 +209,7 @@ func TestRegressUnelectedBeforeNewLeader(t *testing.T) {
 		c := cluster(t, store, timing, 1)
 		l := c.WaitLeader(t, wait)
 		rec, _ := l.Feed.Leader()
-		w, _ := store.Backend(c.Election)
+		w, _ := store.Election(c.Election)
 		defer w.Close()
 		if _, err := w.Heartbeat(context.Background(), rec, heartbeat.Record{Election: c.Election, Leader: "usurper", Term: rec.Term + 1}); err != nil {
 			t.Fatal(err)
@@ -224,14 +225,14 @@ func TestRegressUnelectedBeforeNewLeader(t *testing.T) {
 // lateReply commits the first n writes but returns their replies after
 // delay (ignoring the caller's context), as a store slower than the lease.
 type lateReply struct {
-	base.Backend
+	backend.Election
 	mu    sync.Mutex
 	n     int
 	delay time.Duration
 }
 
 func (s *lateReply) Heartbeat(ctx context.Context, rev, next heartbeat.Record) (heartbeat.Record, error) {
-	res, err := s.Backend.Heartbeat(ctx, rev, next)
+	res, err := s.Election.Heartbeat(ctx, rev, next)
 	s.mu.Lock()
 	late := s.n > 0
 	s.n--
@@ -246,8 +247,8 @@ func (s *lateReply) Heartbeat(ctx context.Context, rev, next heartbeat.Record) (
 // not stall the election for another election timeout.
 func TestRegressLateClaimDoesNotStall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Backend("e")
-		lb := &lateReply{Backend: b, n: 1, delay: timing.LeaseDuration + 5*time.Millisecond}
+		b, _ := memory.NewStore().Election("e")
+		lb := &lateReply{Election: b, n: 1, delay: timing.LeaseDuration + 5*time.Millisecond}
 		f, _ := base.New(lb, "n", base.Options{Timing: timing})
 		if err := f.Start(context.Background()); err != nil {
 			t.Fatal(err)
@@ -293,7 +294,7 @@ func TestRegressResignOnHungStore(t *testing.T) {
 // Fault 9: Stop does not wait for a reader of Events that never reads.
 func TestRegressStopWithUnreadEvents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Backend("e")
+		b, _ := memory.NewStore().Election("e")
 		f, _ := base.New(b, "n", base.Options{Timing: timing})
 		events := f.Events()
 		sctx, cancel := context.WithCancel(context.Background())
@@ -333,15 +334,15 @@ func TestRegressStopWithUnreadEvents(t *testing.T) {
 func TestRegressElectedBeforeOwnNewLeader(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		b, _ := store.Backend("e")
+		b, _ := store.Election("e")
 		// A leader that never renews: the node claims only after its
 		// election timeout, when its feed is surely open, so the feed
 		// brings the claimed record before the delayed reply.
-		gone, _ := store.Backend("e")
+		gone, _ := store.Election("e")
 		if _, err := gone.Heartbeat(context.Background(), heartbeat.Record{}, heartbeat.Record{Election: "e", Leader: "gone", Term: 1}); err != nil {
 			t.Fatal(err)
 		}
-		lb := &lateReply{Backend: b, n: 1, delay: timing.HeartbeatInterval / 2}
+		lb := &lateReply{Election: b, n: 1, delay: timing.HeartbeatInterval / 2}
 		f, _ := base.New(lb, "n", base.Options{Timing: timing})
 		sub := f.Subscribe(context.Background())
 		if err := f.Start(context.Background()); err != nil {
@@ -382,7 +383,7 @@ func TestRegressMixedTimingsNeverOverlap(t *testing.T) {
 		store := memory.NewStore()
 		checker := basetest.NewChecker()
 		start := func(id string, tm heartbeat.Timing) (*base.Feed, *faulty.Backend) {
-			b, _ := store.Backend("e")
+			b, _ := store.Election("e")
 			fb := faulty.Wrap(b)
 			f, err := base.New(fb, id, base.Options{Timing: tm})
 			if err != nil {
@@ -453,7 +454,7 @@ func TestRegressProclaimDuringRenewal(t *testing.T) {
 		if err := f.Proclaim(context.Background(), []byte("new")); err != nil {
 			t.Fatalf("Proclaim: %v", err)
 		}
-		rec, err := fb.Backend.Get(context.Background())
+		rec, err := fb.Unwrap().Get(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -53,7 +53,7 @@ import (
 // When the store refuses a call (an error matching ErrRefused: a missing
 // privilege, a missing table), Run cancels fn's ctx, waits for fn, stops
 // the Feed and returns the refusal, which names the cause and the fix:
-// a Feed keeps retrying a refused call slowly (see RefusalRetry), but Run
+// a Feed keeps retrying a refused call slowly (see refusalRetry), but Run
 // is the one-call helper, and a process that cannot lead should say so
 // and exit rather than run on silently. A refusal at Start is Start's
 // error, as any other.

@@ -32,7 +32,7 @@ type runNode struct {
 // newRunNode makes a node of election e on store (not started).
 func newRunNode(t *testing.T, store *memory.Store, id string) *runNode {
 	t.Helper()
-	b, err := store.Backend("e")
+	b, err := store.Election("e")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestRunCancelsFnWhenLeadershipEnds(t *testing.T) {
 		}, nil, base.ErrResigned, 0},
 		{"deposed", func(t *testing.T, store *memory.Store, n *runNode) {
 			rec, _ := n.feed.Leader()
-			w, _ := store.Backend("e")
+			w, _ := store.Election("e")
 			defer w.Close()
 			if _, err := w.Heartbeat(context.Background(), rec, heartbeat.Record{Election: "e", Leader: "usurper", Term: rec.Term + 1}); err != nil {
 				t.Fatal(err)
@@ -513,7 +513,7 @@ func TestRunStopsAtOnceWithUnreadEvents(t *testing.T) {
 			return nil
 		})
 		next(t, started, "start")
-		w, _ := store.Backend("e") // change events for the readers too
+		w, _ := store.Election("e") // change events for the readers too
 		defer w.Close()
 		for i := range 100 {
 			if err := store.Put(fmt.Sprint("job-", i), i); err != nil {
@@ -534,7 +534,7 @@ func TestRunStopsAtOnceWithUnreadEvents(t *testing.T) {
 
 // The same on the clock of the machine, with the default timing.
 func TestRunStopsAtOnceRealTime(t *testing.T) {
-	b, _ := memory.NewStore().Backend("e")
+	b, _ := memory.NewStore().Election("e")
 	f, err := base.New(b, "n", base.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -595,7 +595,7 @@ func TestRunRejectsBadUse(t *testing.T) {
 			t.Errorf("nil fn: %v, want ErrInvalidConfig", err)
 		}
 
-		b, _ := store.Backend("e")
+		b, _ := store.Election("e")
 		obs, _ := base.New(b, "obs", base.Options{Timing: timing, ObserveOnly: true})
 		if err := obs.Run(ctx, noop); !errors.Is(err, base.ErrObserveOnly) {
 			t.Errorf("observe-only: %v, want ErrObserveOnly", err)

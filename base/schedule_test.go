@@ -64,6 +64,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
 	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
@@ -163,7 +164,7 @@ type world struct {
 	incs   []*incarnation // every incarnation so far (owned by the driver)
 	maxDel time.Duration  // the longest injected delay
 	store  *memory.Store
-	raw    base.Backend // commits writes after their caller gave up
+	raw    backend.Election // commits writes after their caller gave up
 	start  time.Time
 	nodes  []*schedNode
 	check  *basetest.Checker
@@ -230,7 +231,7 @@ func newWorld(seed uint64) *world {
 		panic(err)
 	}
 	store := memory.NewStore()
-	raw, _ := store.Backend(schedElection)
+	raw, _ := store.Election(schedElection)
 	w := &world{
 		seed: seed, rng: rng, trng: rand.New(rand.NewPCG(seed, 0x7a5)), timing: tm, maxDel: 2 * tm.LeaseDuration,
 		store: store, raw: raw, start: time.Now(), check: basetest.NewChecker(),
@@ -510,7 +511,7 @@ func (inc *incarnation) leaseBound(term uint64) time.Time {
 // faults. Every decision comes from per-method generators seeded by the
 // schedule.
 type chaos struct {
-	base.Backend
+	backend.Election
 	n   *schedNode
 	inc *incarnation
 
@@ -522,9 +523,7 @@ var errChaos = errors.New("chaos: injected fault")
 
 // AlignRenewal passes the renewal grid of a batching Elections through.
 func (c *chaos) AlignRenewal(due time.Time, interval time.Duration) time.Time {
-	if a, ok := c.Backend.(interface {
-		AlignRenewal(time.Time, time.Duration) time.Time
-	}); ok {
+	if a, ok := c.Election.(backend.Aligner); ok {
 		return a.AlignRenewal(due, interval)
 	}
 	return due
@@ -579,7 +578,7 @@ func (c *chaos) Start(ctx context.Context) error {
 	if err := c.gate(ctx, f, healed); err != nil {
 		return err
 	}
-	return c.Backend.Start(ctx)
+	return c.Election.Start(ctx)
 }
 
 func (c *chaos) Create(ctx context.Context) error {
@@ -587,7 +586,7 @@ func (c *chaos) Create(ctx context.Context) error {
 	if err := c.gate(ctx, f, healed); err != nil {
 		return err
 	}
-	return c.Backend.Create(ctx)
+	return c.Election.Create(ctx)
 }
 
 func (c *chaos) Get(ctx context.Context) (heartbeat.Record, error) {
@@ -609,10 +608,10 @@ func (c *chaos) Get(ctx context.Context) (heartbeat.Record, error) {
 	if c.roll(c.rGet, f.stale) {
 		r = c.n.w.staleRecord(uint64(c.dur(c.rGet, 3)))
 		if r.Revision == 0 {
-			err = fmt.Errorf("chaos: stale read: %w", base.ErrNotFound)
+			err = fmt.Errorf("chaos: stale read: %w", backend.ErrNotFound)
 		}
 	} else {
-		r, err = c.Backend.Get(ctx)
+		r, err = c.Election.Get(ctx)
 	}
 	if !sleepCtx(ctx, c.dur(c.rGet, f.replyDelay)) {
 		return heartbeat.Record{}, ctx.Err()
@@ -622,12 +621,12 @@ func (c *chaos) Get(ctx context.Context) (heartbeat.Record, error) {
 
 // Present, Absent and Participants: the presence capability of the
 // memory backend, behind the node's partition.
-func (c *chaos) Present(ctx context.Context, p base.Presence) error {
+func (c *chaos) Present(ctx context.Context, p backend.Presence) error {
 	f, healed := c.n.faults()
 	if err := c.gate(ctx, f, healed); err != nil {
 		return err
 	}
-	return c.Backend.(base.PresenceBackend).Present(ctx, p)
+	return c.Election.(backend.PresenceElection).Present(ctx, p)
 }
 
 func (c *chaos) Absent(ctx context.Context, node string) error {
@@ -635,15 +634,15 @@ func (c *chaos) Absent(ctx context.Context, node string) error {
 	if err := c.gate(ctx, f, healed); err != nil {
 		return err
 	}
-	return c.Backend.(base.PresenceBackend).Absent(ctx, node)
+	return c.Election.(backend.PresenceElection).Absent(ctx, node)
 }
 
-func (c *chaos) Participants(ctx context.Context) ([]base.Presence, time.Time, error) {
+func (c *chaos) Participants(ctx context.Context) ([]backend.Presence, time.Time, error) {
 	f, healed := c.n.faults()
 	if err := c.gate(ctx, f, healed); err != nil {
 		return nil, time.Time{}, err
 	}
-	return c.Backend.(base.PresenceBackend).Participants(ctx)
+	return c.Election.(backend.PresenceElection).Participants(ctx)
 }
 
 func (c *chaos) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
@@ -690,7 +689,7 @@ func (c *chaos) heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 		}
 		return heartbeat.Record{}, ctx.Err()
 	}
-	res, err := c.Backend.Heartbeat(ctx, expected, next)
+	res, err := c.Election.Heartbeat(ctx, expected, next)
 	if err != nil {
 		return res, err
 	}
@@ -704,7 +703,7 @@ func (c *chaos) heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 	return res, nil
 }
 
-func (c *chaos) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+func (c *chaos) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
 	f, healed := c.n.faults()
 	if err := c.gate(ctx, f, healed); err != nil {
 		return nil, err
@@ -716,12 +715,12 @@ func (c *chaos) Subscribe(ctx context.Context) (<-chan base.Notification, error)
 		return nil, fmt.Errorf("%w: subscribe failed", errChaos)
 	}
 	inner, cancel := context.WithCancel(ctx)
-	in, err := c.Backend.Subscribe(inner)
+	in, err := c.Election.Subscribe(inner)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	s := &chaosSub{c: c, out: make(chan base.Notification), broken: make(chan error, 1)}
+	s := &chaosSub{c: c, out: make(chan backend.Notification), broken: make(chan error, 1)}
 	c.n.mu.Lock()
 	if c.n.subs == nil {
 		c.n.subs = map[*chaosSub]struct{}{}
@@ -735,7 +734,7 @@ func (c *chaos) Subscribe(ctx context.Context) (<-chan base.Notification, error)
 // chaosSub forwards a feed with lag and duplicates, and can be broken.
 type chaosSub struct {
 	c      *chaos
-	out    chan base.Notification
+	out    chan backend.Notification
 	broken chan error
 }
 
@@ -747,11 +746,11 @@ func (s *chaosSub) breakWith(err error) {
 }
 
 type queued struct {
-	n   base.Notification
+	n   backend.Notification
 	due time.Time
 }
 
-func (s *chaosSub) forward(ctx context.Context, in <-chan base.Notification, cancel context.CancelFunc) {
+func (s *chaosSub) forward(ctx context.Context, in <-chan backend.Notification, cancel context.CancelFunc) {
 	defer func() {
 		cancel()
 		for range in {
@@ -764,8 +763,8 @@ func (s *chaosSub) forward(ctx context.Context, in <-chan base.Notification, can
 	var q []queued
 	var last time.Time
 	for {
-		var out chan base.Notification
-		var head base.Notification
+		var out chan backend.Notification
+		var head backend.Notification
 		var timer *time.Timer
 		var timerC <-chan time.Time
 		if len(q) > 0 {
@@ -788,18 +787,18 @@ func (s *chaosSub) forward(ctx context.Context, in <-chan base.Notification, can
 			}
 			last = due
 			q = append(q, queued{n, due})
-			if n.Type != base.Failed && s.c.roll(s.c.rN, f.dup) {
+			if n.Type != backend.Failed && s.c.roll(s.c.rN, f.dup) {
 				q = append(q, queued{n, due})
 			}
 		case out <- head:
 			q = q[1:]
-			if head.Type == base.Failed {
+			if head.Type == backend.Failed {
 				return
 			}
 		case <-timerC:
 		case err := <-s.broken:
 			select {
-			case s.out <- base.Notification{Type: base.Failed, Err: err}:
+			case s.out <- backend.Notification{Type: backend.Failed, Err: err}:
 			case <-ctx.Done():
 			}
 			return
@@ -825,10 +824,10 @@ func (w *world) startNode(n *schedNode) {
 	if w.mixed && w.newRand(n, 6).IntN(2) == 0 {
 		inc.timing = w.alt
 	}
-	b, _ := w.store.Backend(schedElection)
+	b, _ := w.store.Election(schedElection)
 	var els *base.Elections
 	if w.batched {
-		var st base.Store = w.store.Conn()
+		var st backend.Store = w.store.Conn()
 		if w.multi {
 			inc.store = faulty.WrapStore(st)
 			st = inc.store
@@ -843,9 +842,9 @@ func (w *world) startNode(n *schedNode) {
 		w.elections = append(w.elections, els)
 		w.mu.Unlock()
 		_ = b.Close()
-		b, _ = els.Backend(schedElection)
+		b, _ = els.Election(schedElection)
 	}
-	c := &chaos{Backend: b, n: n, inc: inc,
+	c := &chaos{Election: b, n: n, inc: inc,
 		rGet: w.newRand(n, 1), rWrite: w.newRand(n, 2), rSub: w.newRand(n, 3), rN: w.newRand(n, 4)}
 	inc.be = c
 	// Every node participates (with one priority: a handover by priority
@@ -1515,7 +1514,7 @@ func (w *world) stopAll() {
 // context ends, so that a retry loop that never lets the fake clock advance
 // ends and is counted instead of hanging the test.
 type spinGuard struct {
-	base.Backend
+	backend.Election
 	mu        sync.Mutex
 	fail      bool // writes fail
 	lose      bool // ... after committing: the reply is lost
@@ -1535,10 +1534,10 @@ func (g *spinGuard) Heartbeat(ctx context.Context, expected, next heartbeat.Reco
 		return heartbeat.Record{}, ctx.Err()
 	}
 	if !fail {
-		return g.Backend.Heartbeat(ctx, expected, next)
+		return g.Election.Heartbeat(ctx, expected, next)
 	}
 	if lose {
-		_, _ = g.Backend.Heartbeat(ctx, expected, next)
+		_, _ = g.Election.Heartbeat(ctx, expected, next)
 	}
 	return heartbeat.Record{}, errors.New("spin guard: write failed")
 }
@@ -1551,7 +1550,7 @@ func (g *spinGuard) Get(ctx context.Context) (heartbeat.Record, error) {
 	if fail {
 		return heartbeat.Record{}, errors.New("spin guard: read failed")
 	}
-	return g.Backend.Get(ctx)
+	return g.Election.Get(ctx)
 }
 
 func (g *spinGuard) set(fn func(*spinGuard)) int {
@@ -1572,8 +1571,8 @@ func TestScheduleRegressProclaimDuringFailingRenewals(t *testing.T) {
 	for _, lose := range []bool{false, true} {
 		t.Run(fmt.Sprintf("lose=%v", lose), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b, _ := memory.NewStore().Backend("e")
-				g := &spinGuard{Backend: b}
+				b, _ := memory.NewStore().Election("e")
+				g := &spinGuard{Election: b}
 				f, _ := base.New(g, "n", base.Options{Timing: spinTiming})
 				if err := f.Start(context.Background()); err != nil {
 					t.Fatal(err)
@@ -1602,8 +1601,8 @@ func TestScheduleRegressProclaimDuringFailingRenewals(t *testing.T) {
 // heartbeat interval.
 func TestScheduleRegressLostClaimRepliesDoNotStorm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Backend("e")
-		g := &spinGuard{Backend: b, fail: true, lose: true}
+		b, _ := memory.NewStore().Election("e")
+		g := &spinGuard{Election: b, fail: true, lose: true}
 		f, _ := base.New(g, "n", base.Options{Timing: spinTiming})
 		if err := f.Start(context.Background()); err != nil {
 			t.Fatal(err)
@@ -1626,8 +1625,8 @@ func TestScheduleRegressLostClaimRepliesDoNotStorm(t *testing.T) {
 // never campaigned.
 func TestScheduleRegressFailedFirstReadIsRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Backend("e")
-		g := &spinGuard{Backend: b, failReads: 2}
+		b, _ := memory.NewStore().Election("e")
+		g := &spinGuard{Election: b, failReads: 2}
 		f, _ := base.New(g, "n", base.Options{Timing: spinTiming})
 		if err := f.Start(context.Background()); err != nil {
 			t.Fatal(err)

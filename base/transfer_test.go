@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
 	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/memory"
@@ -20,7 +21,7 @@ import (
 func participants(t *testing.T, n int, prio func(int) int) *basetest.Cluster {
 	t.Helper()
 	store := memory.NewStore()
-	return basetest.NewClusterWith(t, func(e string) (base.Backend, error) { return store.Backend(e) }, timing, n, 0, func(i int, o *base.Options) {
+	return basetest.NewClusterWith(t, func(e string) (backend.Election, error) { return store.Election(e) }, timing, n, 0, func(i int, o *base.Options) {
 		o.Participate = true
 		o.PresenceInterval, o.PresenceTTL, o.PriorityHysteresis = 50*time.Millisecond, 150*time.Millisecond, 200*time.Millisecond
 		if prio != nil {
@@ -188,7 +189,7 @@ func TestPriorityHandoverAfterHysteresis(t *testing.T) {
 // TransferTo on a Feed that does not run fails as Resign does.
 func TestTransferLifecycle(t *testing.T) {
 	store := memory.NewStore()
-	b, _ := store.Backend("e")
+	b, _ := store.Election("e")
 	f, _ := base.New(b, "n", base.Options{Timing: timing})
 	if err := f.TransferTo(ctx(t), "m"); !errors.Is(err, base.ErrNotStarted) {
 		t.Fatalf("TransferTo before Start: %v, want ErrNotStarted", err)
@@ -206,18 +207,18 @@ func TestTransferLifecycle(t *testing.T) {
 // no presence record.
 func TestParticipateNeedsPresence(t *testing.T) {
 	store := memory.NewStore()
-	b, _ := store.Backend("e")
+	b, _ := store.Election("e")
 	f, err := base.New(plain{b}, "n", base.Options{Timing: timing, Participate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Start(ctx(t)); !errors.Is(err, base.ErrUnsupported) {
+	if err := f.Start(ctx(t)); !errors.Is(err, backend.ErrUnsupported) {
 		t.Fatalf("Start: %v, want ErrUnsupported", err)
 	}
 	if err := f.Stop(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	b2, _ := store.Backend("e")
+	b2, _ := store.Election("e")
 	g, _ := base.New(b2, "quiet", base.Options{Timing: timing})
 	if err := g.Start(ctx(t)); err != nil {
 		t.Fatal(err)
@@ -230,4 +231,4 @@ func TestParticipateNeedsPresence(t *testing.T) {
 }
 
 // plain hides the presence capability of a Backend.
-type plain struct{ base.Backend }
+type plain struct{ backend.Election }

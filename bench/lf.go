@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
@@ -20,7 +21,7 @@ import (
 // connections of the node's own, as a node in a process of its own would
 // have; otherwise the backend shares the system's client with the other
 // nodes opened that way (the 1,000 followers of the fan-out scenario).
-type opener func(ctx context.Context, election string, own bool) (base.Backend, func(), error)
+type opener func(ctx context.Context, election string, own bool) (backend.Election, func(), error)
 
 // lfSystem is leaderfeed on one backend.
 type lfSystem struct {

@@ -36,6 +36,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/memory"
 	"github.com/leaderfeed/leaderfeed/postgres"
@@ -214,8 +215,8 @@ func logf(format string, args ...any) {
 
 func memorySystem() *lfSystem {
 	store := memory.NewStore()
-	return &lfSystem{name: "leaderfeed/memory", open: func(_ context.Context, election string, _ bool) (base.Backend, func(), error) {
-		b, err := store.Backend(election)
+	return &lfSystem{name: "leaderfeed/memory", open: func(_ context.Context, election string, _ bool) (backend.Election, func(), error) {
+		b, err := store.Election(election)
 		return b, func() {}, err
 	}}
 }
@@ -264,7 +265,7 @@ func postgresSystem(ctx context.Context, url string) (*lfSystem, string, *pgxpoo
 		shared.Close()
 		return nil, "", nil, nil, err
 	}
-	open := func(ctx context.Context, election string, own bool) (base.Backend, func(), error) {
+	open := func(ctx context.Context, election string, own bool) (backend.Election, func(), error) {
 		if !own {
 			b, err := observers.Observer(election)
 			return b, func() {}, err

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/postgres"
 )
@@ -234,7 +235,7 @@ func startLFNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, co
 				}
 			},
 			ClaimDone: func(ci base.ClaimInfo) {
-				if ci.Err != nil && !errors.Is(ci.Err, base.ErrConflict) {
+				if ci.Err != nil && !errors.Is(ci.Err, backend.ErrConflict) {
 					fmt.Fprintf(os.Stderr, "bench node %s: claim of term %d: %v after %v\n", nf.id, ci.Term, ci.Err, ci.Latency)
 				}
 			},
@@ -246,7 +247,7 @@ func startLFNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, co
 		if n.elections != nil {
 			f, err = n.elections.Feed(name, nf.id, base.Options{Timing: tm, Trace: trace})
 		} else {
-			var b base.Backend
+			var b backend.Election
 			if b, err = postgres.New(pool, name, pgOptions); err == nil {
 				f, err = base.New(b, nf.id, base.Options{Timing: tm})
 			}

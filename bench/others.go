@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/mongo"
 	"github.com/leaderfeed/leaderfeed/rethink"
 	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
@@ -50,7 +50,7 @@ func mongoSystem(ctx context.Context, url string) (*lfSystem, func(), error) {
 		disconnect(shared)
 		return nil, nil, err
 	}
-	open := func(ctx context.Context, election string, own bool) (base.Backend, func(), error) {
+	open := func(ctx context.Context, election string, own bool) (backend.Election, func(), error) {
 		c, release := shared, func() {}
 		if own {
 			var err error
@@ -95,7 +95,7 @@ func rethinkSystem(ctx context.Context, addr string) (*lfSystem, func(), error) 
 		_ = shared.Close()
 		return nil, nil, err
 	}
-	open := func(_ context.Context, election string, own bool) (base.Backend, func(), error) {
+	open := func(_ context.Context, election string, own bool) (backend.Election, func(), error) {
 		s, release := shared, func() {}
 		if own {
 			var err error

@@ -14,7 +14,7 @@ import (
 // Handler returns an http.Handler for a liveness probe of f (in the style
 // of client-go's HealthzAdaptor): it answers 200 and "ok" while
 // f.Healthy(bound) is nil, else 503 and the error, on one line. A bound of
-// zero or less means base.DefaultHealthBound of f's timing. It never
+// zero or less means the Feed's default, twice ElectionTimeoutMax. It never
 // blocks on the store.
 func Handler(f *base.Feed, bound time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -32,7 +32,7 @@ var timing = heartbeat.Timing{
 // than the bound.
 func TestHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := memory.NewStore().Backend("e")
+		b, err := memory.NewStore().Election("e")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +61,7 @@ func TestHandler(t *testing.T) {
 			t.Fatalf("headers %v, want plain text that is not cached", h)
 		}
 		fb.Partition()
-		time.Sleep(2 * base.DefaultHealthBound(timing))
+		time.Sleep(4 * timing.WithDefaults().ElectionTimeoutMax) // twice the default bound
 		synctest.Wait()
 		code, body, _ = get()
 		if code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "unhealthy: ") || strings.Count(body, "\n") != 1 {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/memory"
@@ -34,7 +35,7 @@ func benchNodesWith(b *testing.B, opts base.Options, n int) ([]*benchNode, <-cha
 	ch := make(chan elected, 64)
 	var nodes []*benchNode
 	for i := range n {
-		be, err := store.Backend("bench")
+		be, err := store.Election("bench")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -192,7 +193,7 @@ func BenchmarkCrashFailover(b *testing.B) {
 
 // statementCounter counts the write calls (statements) that reach a store.
 type statementCounter struct {
-	base.BatchStore
+	backend.BatchStore
 	stmts atomic.Int64
 }
 
@@ -201,7 +202,7 @@ func (c *statementCounter) Heartbeat(ctx context.Context, expected, next heartbe
 	return c.BatchStore.Heartbeat(ctx, expected, next)
 }
 
-func (c *statementCounter) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base.WriteResult, error) {
+func (c *statementCounter) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]backend.WriteResult, error) {
 	c.stmts.Add(1)
 	return c.BatchStore.HeartbeatBatch(ctx, writes)
 }

@@ -35,7 +35,7 @@ func ExampleStore() {
 	ctx := context.Background()
 	store := memory.NewStore()
 	start := func(id string) (*base.Feed, <-chan base.Event) {
-		b, err := store.Backend("jobs")
+		b, err := store.Election("jobs")
 		if err != nil {
 			panic(err)
 		}
@@ -68,7 +68,7 @@ func ExampleStore() {
 func ExampleStore_Put() {
 	ctx := context.Background()
 	store := memory.NewStore()
-	b, err := store.Backend("jobs")
+	b, err := store.Election("jobs")
 	if err != nil {
 		panic(err)
 	}

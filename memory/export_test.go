@@ -1,7 +1,7 @@
 package memory
 
 import (
-	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -28,5 +28,5 @@ func (s *Store) DeleteRecord(election string) {
 		return
 	}
 	delete(s.records, election)
-	s.publish(base.Notification{Type: base.RecordDeleted, Election: election, Record: heartbeat.Record{Election: election}})
+	s.publish(backend.Notification{Type: backend.RecordDeleted, Election: election, Record: heartbeat.Record{Election: election}})
 }

@@ -1,5 +1,5 @@
 // Package memory is an in-process leaderfeed backend: the reference
-// implementation of base.Store (and base.BatchStore, base.BatchReader)
+// implementation of backend.Store (and backend.BatchStore, backend.BatchReader)
 // and the embedded default of the examples and unit tests.
 //
 // A Store holds any number of election records and other records, and feeds
@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -32,7 +33,7 @@ type Store struct {
 	mu      sync.Mutex
 	records map[string]heartbeat.Record
 	others  map[string]json.RawMessage
-	present map[string]map[string]base.Presence // election -> node -> presence
+	present map[string]map[string]backend.Presence // election -> node -> presence
 	subs    map[*subscription]struct{}
 	lastTS  time.Time
 	writes  uint64
@@ -43,23 +44,23 @@ func NewStore() *Store {
 	return &Store{
 		records: make(map[string]heartbeat.Record),
 		others:  make(map[string]json.RawMessage),
-		present: make(map[string]map[string]base.Presence),
+		present: make(map[string]map[string]backend.Presence),
 		subs:    make(map[*subscription]struct{}),
 	}
 }
 
-// Conn returns a new connection to s: a base.Store (and base.BatchStore,
-// base.BatchReader) of its own, as a database client would be. Each
+// Conn returns a new connection to s: a backend.Store (and backend.BatchStore,
+// backend.BatchReader) of its own, as a database client would be. Each
 // base.Elections needs a Conn of its own; all of them share the records
 // of s.
 func (s *Store) Conn() *Conn {
 	return &Conn{store: s, subs: make(map[*subscription]struct{})}
 }
 
-// Backend returns the backend of one election on s, on a Conn of its own
+// Election returns the backend.Election of one election on s, on a Conn of its own
 // (base.Open): for one Feed. Nodes of one election in one process each take
 // a Backend; all of them share the records of s.
-func (s *Store) Backend(election string) (base.Backend, error) {
+func (s *Store) Election(election string) (backend.Election, error) {
 	b, err := base.Open(s.Conn(), election)
 	if err != nil {
 		return nil, fmt.Errorf("memory: %w", err)
@@ -89,11 +90,11 @@ func (s *Store) Put(key string, doc any) error {
 	defer s.mu.Unlock()
 	old, ok := s.others[key]
 	s.others[key] = data
-	c := base.Change{Table: Table, Op: base.Insert, Key: keyJSON, New: data}
+	c := backend.Change{Table: Table, Op: backend.Insert, Key: keyJSON, New: data}
 	if ok {
-		c.Op, c.Old = base.Update, old
+		c.Op, c.Old = backend.Update, old
 	}
-	s.publish(base.Notification{Type: base.OtherChanged, Change: c})
+	s.publish(backend.Notification{Type: backend.OtherChanged, Change: c})
 	return nil
 }
 
@@ -108,7 +109,7 @@ func (s *Store) Delete(key string) {
 		return
 	}
 	delete(s.others, key)
-	s.publish(base.Notification{Type: base.OtherChanged, Change: base.Change{Table: Table, Op: base.Delete, Key: keyJSON, Old: old}})
+	s.publish(backend.Notification{Type: backend.OtherChanged, Change: backend.Change{Table: Table, Op: backend.Delete, Key: keyJSON, Old: old}})
 }
 
 // Keys returns the keys of the other records, sorted.
@@ -126,23 +127,23 @@ func (s *Store) Keys() []string {
 // publishRecord sends r to every subscriber, as a record or, when it is
 // malformed, as an Ignored notification. s.mu is held.
 func (s *Store) publishRecord(r heartbeat.Record) {
-	n := base.Notification{Type: base.RecordChanged, Record: r}
+	n := backend.Notification{Type: backend.RecordChanged, Record: r}
 	if err := r.Validate(); err != nil {
-		n = base.Notification{Type: base.Ignored, Election: r.Election, Err: fmt.Errorf("memory: %w: %w", base.ErrMalformedRecord, err)}
+		n = backend.Notification{Type: backend.Ignored, Election: r.Election, Err: fmt.Errorf("memory: %w: %w", backend.ErrMalformedRecord, err)}
 	}
 	s.publish(n)
 }
 
 // publish queues n for every subscriber. s.mu is held, which keeps the
 // order of commits and notifications the same.
-func (s *Store) publish(n base.Notification) {
+func (s *Store) publish(n backend.Notification) {
 	for sub := range s.subs {
 		sub.push(n)
 	}
 }
 
-// Conn is a connection to a Store: the base.Store, base.BatchStore and
-// base.BatchReader of package memory. Its methods are safe for concurrent use.
+// Conn is a connection to a Store: the backend.Store, backend.BatchStore and
+// backend.BatchReader of package memory. Its methods are safe for concurrent use.
 type Conn struct {
 	store *Store
 
@@ -152,9 +153,9 @@ type Conn struct {
 }
 
 var (
-	_ base.BatchStore    = (*Conn)(nil)
-	_ base.BatchReader   = (*Conn)(nil)
-	_ base.PresenceStore = (*Conn)(nil)
+	_ backend.BatchStore    = (*Conn)(nil)
+	_ backend.BatchReader   = (*Conn)(nil)
+	_ backend.PresenceStore = (*Conn)(nil)
 )
 
 func (c *Conn) check(ctx context.Context) error {
@@ -188,21 +189,21 @@ func (c *Conn) Get(ctx context.Context, election string) (heartbeat.Record, erro
 
 func readResult(election string, r heartbeat.Record, ok bool) (heartbeat.Record, error) {
 	if !ok {
-		return heartbeat.Record{}, fmt.Errorf("memory: election %q: %w", election, base.ErrNotFound)
+		return heartbeat.Record{}, fmt.Errorf("memory: election %q: %w", election, backend.ErrNotFound)
 	}
 	if err := r.Validate(); err != nil {
-		return heartbeat.Record{}, fmt.Errorf("memory: %w: %w", base.ErrMalformedRecord, err)
+		return heartbeat.Record{}, fmt.Errorf("memory: %w: %w", backend.ErrMalformedRecord, err)
 	}
 	return r.Clone(), nil
 }
 
 // GetBatch returns the records of elections, read in one step under the
 // Store's lock, each as Get would.
-func (c *Conn) GetBatch(ctx context.Context, elections []string) ([]base.ReadResult, error) {
+func (c *Conn) GetBatch(ctx context.Context, elections []string) ([]backend.ReadResult, error) {
 	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
-	out := make([]base.ReadResult, len(elections))
+	out := make([]backend.ReadResult, len(elections))
 	c.store.mu.Lock()
 	defer c.store.mu.Unlock()
 	for i, e := range elections {
@@ -229,11 +230,11 @@ func (c *Conn) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (
 // HeartbeatBatch performs writes as one atomic step under the Store's lock,
 // each with the semantics of Heartbeat. Writes that break
 // heartbeat.Record.Validate fail alone.
-func (c *Conn) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base.WriteResult, error) {
+func (c *Conn) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]backend.WriteResult, error) {
 	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
-	out := make([]base.WriteResult, len(writes))
+	out := make([]backend.WriteResult, len(writes))
 	s := c.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -255,11 +256,11 @@ func (s *Store) write(expected, next heartbeat.Record) (heartbeat.Record, error)
 	}
 	if ok {
 		if err := cur.Validate(); err != nil {
-			return heartbeat.Record{}, fmt.Errorf("memory: %w: %w", base.ErrMalformedRecord, err)
+			return heartbeat.Record{}, fmt.Errorf("memory: %w: %w", backend.ErrMalformedRecord, err)
 		}
 	}
 	if (expected.Revision == 0 && ok) || (expected.Revision != 0 && !cur.SameWrite(expected)) {
-		return heartbeat.Record{}, base.NewConflict(cur.Clone())
+		return heartbeat.Record{}, backend.NewConflict(cur.Clone())
 	}
 	rec := heartbeat.Record{
 		Election:  next.Election,
@@ -280,11 +281,11 @@ func (s *Store) write(expected, next heartbeat.Record) (heartbeat.Record, error)
 // Subscribe returns the changefeed of the Store: every election's record
 // changes and all other records' changes, in commit order. Nothing is
 // dropped: each subscription queues what its reader has not taken yet.
-func (c *Conn) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+func (c *Conn) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
 	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
-	sub := &subscription{wake: make(chan struct{}, 1), out: make(chan base.Notification)}
+	sub := &subscription{wake: make(chan struct{}, 1), out: make(chan backend.Notification)}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -329,7 +330,7 @@ func (c *Conn) Close() error {
 
 // Present writes the presence record of p.Node in election, stamped with
 // the Store's clock. Presence records are not announced on the changefeed.
-func (c *Conn) Present(ctx context.Context, election string, p base.Presence) error {
+func (c *Conn) Present(ctx context.Context, election string, p backend.Presence) error {
 	if err := c.check(ctx); err != nil {
 		return err
 	}
@@ -341,7 +342,7 @@ func (c *Conn) Present(ctx context.Context, election string, p base.Presence) er
 	defer s.mu.Unlock()
 	m := s.present[election]
 	if m == nil {
-		m = make(map[string]base.Presence)
+		m = make(map[string]backend.Presence)
 		s.present[election] = m
 	}
 	p.Value = bytes.Clone(p.Value)
@@ -367,14 +368,14 @@ func (c *Conn) Absent(ctx context.Context, election, node string) error {
 
 // Participants returns every presence record of election and the Store's
 // clock.
-func (c *Conn) Participants(ctx context.Context, election string) ([]base.Presence, time.Time, error) {
+func (c *Conn) Participants(ctx context.Context, election string) ([]backend.Presence, time.Time, error) {
 	if err := c.check(ctx); err != nil {
 		return nil, time.Time{}, err
 	}
 	s := c.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]base.Presence, 0, len(s.present[election]))
+	out := make([]backend.Presence, 0, len(s.present[election]))
 	for _, p := range s.present[election] {
 		p.Value = bytes.Clone(p.Value)
 		out = append(out, p)
@@ -394,15 +395,15 @@ func (s *Store) Writes() uint64 {
 // reader in order on out.
 type subscription struct {
 	wake chan struct{}
-	out  chan base.Notification
+	out  chan backend.Notification
 
 	mu     sync.Mutex
-	queue  []base.Notification
+	queue  []backend.Notification
 	err    error // set by close: send Failed and end
 	closed bool
 }
 
-func (s *subscription) push(n base.Notification) {
+func (s *subscription) push(n backend.Notification) {
 	s.mu.Lock()
 	if !s.closed {
 		s.queue = append(s.queue, n)
@@ -434,7 +435,7 @@ func (s *subscription) run(ctx context.Context) {
 		s.queue = nil
 		s.mu.Unlock()
 		if err != nil {
-			q = append(q[:0:0], base.Notification{Type: base.Failed, Err: err})
+			q = append(q[:0:0], backend.Notification{Type: backend.Failed, Err: err})
 		}
 		for _, n := range q {
 			select {

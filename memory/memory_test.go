@@ -6,7 +6,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/memory"
@@ -17,8 +17,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestConformance(t *testing.T) {
 	store := memory.NewStore()
 	basetest.Run(t, basetest.Harness{
-		Open:      func(_ *testing.T, election string) (base.Backend, error) { return store.Backend(election) },
-		OpenStore: func(*testing.T) (base.Store, error) { return store.Conn(), nil },
+		Open:      func(_ *testing.T, election string) (backend.Election, error) { return store.Election(election) },
+		OpenStore: func(*testing.T) (backend.Store, error) { return store.Conn(), nil },
 		PutOther: func(_ context.Context, _, key string, doc map[string]any) error {
 			return store.Put(key, doc)
 		},
@@ -30,10 +30,10 @@ func TestConformance(t *testing.T) {
 			store.WriteRaw(heartbeat.Record{Election: election, Leader: "bad\x01id", Term: 1, Revision: 1})
 			return nil
 		},
-		Invalid: map[string]func() (base.Backend, error){
-			"election name with a control character": func() (base.Backend, error) { return store.Backend("a\nb") },
-			"election name longer than MaxNameLen": func() (base.Backend, error) {
-				return store.Backend(string(make([]byte, heartbeat.MaxNameLen+1)))
+		Invalid: map[string]func() (backend.Election, error){
+			"election name with a control character": func() (backend.Election, error) { return store.Election("a\nb") },
+			"election name longer than MaxNameLen": func() (backend.Election, error) {
+				return store.Election(string(make([]byte, heartbeat.MaxNameLen+1)))
 			},
 		},
 	})

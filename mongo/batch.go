@@ -9,6 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/mongo/internal/driver"
 )
@@ -20,8 +21,8 @@ import (
 // reads the timestamps $currentDate stored. A write is applied when the
 // document read back is the record it wrote (revision expected+1 with
 // next's leader, term, value and lease); otherwise it was refused, and its
-// result is what Heartbeat returns then: a *base.ConflictError with the
-// current record, or an error matching base.ErrMalformedRecord when the
+// result is what Heartbeat returns then: a *backend.ConflictError with the
+// current record, or an error matching backend.ErrMalformedRecord when the
 // document in its place is malformed (the other writes go on). A write
 // that breaks the record rules fails alone with base.ErrInvalidConfig,
 // before anything is sent.
@@ -31,11 +32,11 @@ import (
 // overwritten by another node before the find reads it is reported as a
 // conflict carrying the newer record, as if it had lost: the record it
 // wrote was superseded either way.
-func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base.WriteResult, error) {
+func (s *Store) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]backend.WriteResult, error) {
 	if err := s.check(ctx, "heartbeat batch"); err != nil {
 		return nil, err
 	}
-	results := make([]base.WriteResult, len(writes))
+	results := make([]backend.WriteResult, len(writes))
 	prepared := make([]write, 0, len(writes))
 	index := make([]int, 0, len(writes)) // writes index of each prepared write
 	seen := make(heartbeat.Batch, len(writes))
@@ -106,11 +107,11 @@ func (w write) wrote(rec heartbeat.Record) bool {
 // GetBatch reads the records of elections with one find ({_id: {$in:
 // ...}}), each as Get would: an election without a document gets
 // ErrNotFound, a malformed document fails only its own election.
-func (s *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadResult, error) {
+func (s *Store) GetBatch(ctx context.Context, elections []string) ([]backend.ReadResult, error) {
 	if err := s.check(ctx, "get batch"); err != nil {
 		return nil, err
 	}
-	out := make([]base.ReadResult, len(elections))
+	out := make([]backend.ReadResult, len(elections))
 	index := make(heartbeat.Batch, len(elections))
 	ids := make([]string, 0, len(elections))
 	for i, e := range elections {
@@ -144,7 +145,7 @@ func (s *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadRe
 	}
 	for e, i := range index {
 		if !found[e] {
-			out[i].Err = fmt.Errorf("mongo: election %q: get: %w", e, base.ErrNotFound)
+			out[i].Err = fmt.Errorf("mongo: election %q: get: %w", e, backend.ErrNotFound)
 		}
 	}
 	return out, nil

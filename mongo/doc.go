@@ -30,7 +30,7 @@
 //	defer els.Close() // closes the store
 //	feed, err := els.Feed("partition-7", nodeID, base.Options{})
 //
-// Store implements base.Store and base.BatchStore; New is base.Open on a
+// Store implements backend.Store and backend.BatchStore; New is base.Open on a
 // Store of its own. NewStore and New check the names but do no I/O.
 //
 // There is no entry point for the driver v1 (go.mongodb.org/mongo-driver),
@@ -59,10 +59,10 @@
 // The field leaderfeed: 1 marks the document as an election record. A
 // document with the election's _id that lacks the mark or breaks the record
 // rules (for example {_id: "<election>", leader: 5}) is malformed: Get
-// returns an error matching base.ErrMalformedRecord, the change stream
-// reports it as base.Ignored (with Notification.Election) and goes on, and
+// returns an error matching backend.ErrMalformedRecord, the change stream
+// reports it as backend.Ignored (with Notification.Election) and goes on, and
 // no compare-and-set overwrites it: Heartbeat then fails with an error
-// matching base.ErrMalformedRecord (not a conflict, since there is no record
+// matching backend.ErrMalformedRecord (not a conflict, since there is no record
 // to carry). The election cannot proceed until someone deletes that
 // document. A malformed document of one election never affects another's
 // reads, writes or notifications.
@@ -92,7 +92,7 @@
 //     precision). The first claim (expected revision 0) is an upsert with
 //     the filter {_id, leaderfeed: 1, revision: 0}; when
 //     another node's upsert wins the race, the loser's insert fails on the
-//     unique _id index and Heartbeat returns a *base.ConflictError.
+//     unique _id index and Heartbeat returns a *backend.ConflictError.
 //   - HeartbeatBatch writes many elections' records in two round trips:
 //     one unordered BulkWrite of UpdateOne operations (the filters and
 //     updates above; upserts for first writes), and one Find of
@@ -101,9 +101,9 @@
 //     session. A write is applied when the document read back is the
 //     record it wrote (revision expected+1 with its leader, term, value
 //     and lease); otherwise its result is what Heartbeat gives: a
-//     *base.ConflictError with the current record (also for an upsert that
+//     *backend.ConflictError with the current record (also for an upsert that
 //     lost on the duplicate _id), or an error matching
-//     base.ErrMalformedRecord. A write applied and overwritten by another
+//     backend.ErrMalformedRecord. A write applied and overwritten by another
 //     node before the Find reads it is reported as a conflict carrying the
 //     newer record: its record was superseded either way. An error of the
 //     whole batch (network, write concern) leaves every write's outcome
@@ -121,7 +121,7 @@
 //     wrote; intermediate revisions may then be skipped, never reordered:
 //     between two RecordDeleted notifications of an election the revisions
 //     of its RecordChanged notifications strictly increase.
-//   - Other documents of the collection arrive as base.OtherChanged, with
+//   - Other documents of the collection arrive as backend.OtherChanged, with
 //     _id and the document as relaxed extended JSON. Change.Old is always
 //     nil (MongoDB gives no pre-image without collection options this
 //     backend does not set). An update whose document was deleted before
@@ -142,7 +142,7 @@
 //     the stream, and the subscription ends with Failed. The next
 //     Subscribe starts at the present and re-reads the records.
 //   - Start runs hello (isMaster on servers older than 4.4.2) and fails
-//     with an error matching base.ErrUnsupported when the server is a
+//     with an error matching backend.ErrUnsupported when the server is a
 //     standalone mongod (no setName, not a mongos answering msg:
 //     "isdbgrid"): change streams need a replica set (a single-node
 //     replica set will do; the message says how to make one) or a sharded

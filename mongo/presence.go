@@ -8,12 +8,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 )
 
-var _ base.PresenceStore = (*Store)(nil)
+var _ backend.PresenceStore = (*Store)(nil)
 
 // Fields of a presence document. A presence document lives in the
-// collection of the election documents under _id base.PresenceKey
+// collection of the election documents under _id backend.PresenceKey
 // (election, "\x1f", node): no election name holds a control character,
 // so it never is an election's, and the change stream's reader skips it
 // (a refresh wakes nobody). Its mark is 2.
@@ -30,7 +31,7 @@ const (
 
 // Present upserts the presence document of p.Node in election, stamped
 // with the server's clock ($currentDate).
-func (s *Store) Present(ctx context.Context, election string, p base.Presence) error {
+func (s *Store) Present(ctx context.Context, election string, p backend.Presence) error {
 	if err := validElection(election); err != nil {
 		return err
 	}
@@ -45,7 +46,7 @@ func (s *Store) Present(ctx context.Context, election string, p base.Presence) e
 	if value == nil {
 		value = []byte{}
 	}
-	_, err := s.coll.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: base.PresenceKey(election, p.Node)}}, bson.D{
+	_, err := s.coll.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: backend.PresenceKey(election, p.Node)}}, bson.D{
 		{Key: "$set", Value: bson.D{
 			{Key: fieldMark, Value: int32(presenceMark)},
 			{Key: fieldElection, Value: election},
@@ -68,7 +69,7 @@ func (s *Store) Absent(ctx context.Context, election, node string) error {
 	if err := s.check(ctx, what); err != nil {
 		return err
 	}
-	if err := s.coll.DeleteOne(ctx, base.PresenceKey(election, node)); err != nil {
+	if err := s.coll.DeleteOne(ctx, backend.PresenceKey(election, node)); err != nil {
 		return s.opError(ctx, what+": delete", err)
 	}
 	return nil
@@ -78,7 +79,7 @@ func (s *Store) Absent(ctx context.Context, election, node string) error {
 // the server's clock read after them (hello's localTime): a presence looks
 // older by a round trip at most, never younger. Documents that do not
 // decode are left out.
-func (s *Store) Participants(ctx context.Context, election string) ([]base.Presence, time.Time, error) {
+func (s *Store) Participants(ctx context.Context, election string) ([]backend.Presence, time.Time, error) {
 	if err := validElection(election); err != nil {
 		return nil, time.Time{}, err
 	}
@@ -96,9 +97,9 @@ func (s *Store) Participants(ctx context.Context, election string) ([]base.Prese
 	}
 	now, ok := hello.Lookup(fieldHelloTime).DateTimeOK()
 	if !ok {
-		return nil, time.Time{}, fmt.Errorf("mongo: %s: the server's hello has no %s: %w", what, fieldHelloTime, base.ErrUnsupported)
+		return nil, time.Time{}, fmt.Errorf("mongo: %s: the server's hello has no %s: %w", what, fieldHelloTime, backend.ErrUnsupported)
 	}
-	var out []base.Presence
+	var out []backend.Presence
 	for _, doc := range docs {
 		if p, ok := decodePresence(doc, election); ok {
 			out = append(out, p)
@@ -109,17 +110,17 @@ func (s *Store) Participants(ctx context.Context, election string) ([]base.Prese
 
 // decodePresence decodes a presence document of election; false if it is
 // not a valid one.
-func decodePresence(doc bson.Raw, election string) (base.Presence, bool) {
+func decodePresence(doc bson.Raw, election string) (backend.Presence, bool) {
 	id, _ := doc.Lookup("_id").StringValueOK()
 	node, ok1 := doc.Lookup(fieldNode).StringValueOK()
 	prio, ok2 := integer(doc.Lookup(fieldPriority))
 	canLead, ok3 := doc.Lookup(fieldCanLead).BooleanOK()
 	ts, ok4 := doc.Lookup(fieldTimestamp).DateTimeOK()
 	_, value, ok5 := doc.Lookup(fieldValue).BinaryOK()
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || id != base.PresenceKey(election, node) {
-		return base.Presence{}, false
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || id != backend.PresenceKey(election, node) {
+		return backend.Presence{}, false
 	}
-	p := base.Presence{Node: node, Priority: int(prio), CanLead: canLead, Timestamp: bson.DateTime(ts).Time().UTC()}
+	p := backend.Presence{Node: node, Priority: int(prio), CanLead: canLead, Timestamp: bson.DateTime(ts).Time().UTC()}
 	if len(value) > 0 {
 		p.Value = append([]byte(nil), value...)
 	}

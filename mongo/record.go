@@ -7,7 +7,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -31,10 +31,10 @@ const (
 
 // decodeRecord decodes the election document doc strictly: the BSON types
 // here, the record rules and the fix-ups of older versions' documents in
-// heartbeat.Decode. Every failure matches base.ErrMalformedRecord.
+// heartbeat.Decode. Every failure matches backend.ErrMalformedRecord.
 func decodeRecord(doc bson.Raw, election string) (heartbeat.Record, error) {
 	bad := func(format string, args ...any) (heartbeat.Record, error) {
-		return heartbeat.Record{}, fmt.Errorf("%w: document %q: %s", base.ErrMalformedRecord, election, fmt.Sprintf(format, args...))
+		return heartbeat.Record{}, fmt.Errorf("%w: document %q: %s", backend.ErrMalformedRecord, election, fmt.Sprintf(format, args...))
 	}
 	if err := doc.Validate(); err != nil {
 		return bad("invalid BSON: %v", err)
@@ -88,7 +88,7 @@ func decodeRecord(doc bson.Raw, election string) (heartbeat.Record, error) {
 	}
 	rec, err := heartbeat.Decode(st)
 	if err != nil {
-		return heartbeat.Record{}, fmt.Errorf("%w: document %q: %w", base.ErrMalformedRecord, election, err)
+		return heartbeat.Record{}, fmt.Errorf("%w: document %q: %w", backend.ErrMalformedRecord, election, err)
 	}
 	return rec, nil
 }

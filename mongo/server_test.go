@@ -13,7 +13,7 @@ import (
 	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/mongo"
 	"github.com/leaderfeed/leaderfeed/mongo/internal/driver"
@@ -105,7 +105,7 @@ func TestPublicConstructorsOnServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = b2.Close() }()
-	for _, b := range []base.Backend{b1, b2} {
+	for _, b := range []backend.Election{b1, b2} {
 		if err := b.Start(ctx); err != nil {
 			t.Fatalf("Start: %v", err)
 		}

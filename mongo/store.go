@@ -13,6 +13,7 @@ import (
 	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/mongo/internal/driver"
 )
@@ -40,7 +41,7 @@ type Options struct {
 // Store is the MongoDB store of leaderfeed: one collection holding any
 // number of election documents (keyed by _id, the election name) beside
 // documents of the caller's own, and one change stream on it. It
-// implements base.Store and base.BatchStore; base.NewElections shares it
+// implements backend.Store and backend.BatchStore; base.NewElections shares it
 // among the elections of a process, and New gives the Backend of a lone
 // election. All methods are safe for concurrent use.
 type Store struct {
@@ -67,8 +68,8 @@ type Store struct {
 }
 
 var (
-	_ base.BatchStore  = (*Store)(nil)
-	_ base.BatchReader = (*Store)(nil)
+	_ backend.BatchStore  = (*Store)(nil)
+	_ backend.BatchReader = (*Store)(nil)
 )
 
 // NewStore returns the store of the collection Options.Collection of db (a
@@ -113,7 +114,7 @@ func NewCollectionStore(coll *mongodrv.Collection, opts Options) (*Store, error)
 // collection Options.Collection of db: base.Open on a NewStore of its own,
 // which closing the backend closes. A process with many elections makes one
 // Store and shares it with base.NewElections.
-func New(db *mongodrv.Database, election string, opts Options) (base.Backend, error) {
+func New(db *mongodrv.Database, election string, opts Options) (backend.Election, error) {
 	if err := validElection(election); err != nil {
 		return nil, err
 	}
@@ -126,7 +127,7 @@ func New(db *mongodrv.Database, election string, opts Options) (base.Backend, er
 
 // NewCollection is New for a *mongo.Collection of
 // go.mongodb.org/mongo-driver/v2 (see NewCollectionStore).
-func NewCollection(coll *mongodrv.Collection, election string, opts Options) (base.Backend, error) {
+func NewCollection(coll *mongodrv.Collection, election string, opts Options) (backend.Election, error) {
 	if err := validElection(election); err != nil {
 		return nil, err
 	}
@@ -137,7 +138,7 @@ func NewCollection(coll *mongodrv.Collection, election string, opts Options) (ba
 	return open(s, election)
 }
 
-func open(s *Store, election string) (base.Backend, error) {
+func open(s *Store, election string) (backend.Election, error) {
 	b, err := base.Open(s, election)
 	if err != nil {
 		_ = s.Close()
@@ -269,7 +270,7 @@ func (s *Store) isElection(id string) bool {
 
 // Start checks that the server can run change streams: it runs hello
 // (isMaster on servers older than 4.4.2) and fails with an error matching
-// base.ErrUnsupported on a standalone mongod.
+// backend.ErrUnsupported on a standalone mongod.
 func (s *Store) Start(ctx context.Context) error {
 	if err := s.check(ctx, "start"); err != nil {
 		return err
@@ -294,7 +295,7 @@ func checkHello(hello bson.Raw) error {
 		return nil
 	}
 	return fmt.Errorf("%w: the server is a standalone mongod, and change streams need a replica set or a sharded cluster "+
-		"(a single-node replica set will do: start mongod with --replSet rs0 and run rs.initiate() once)", base.ErrUnsupported)
+		"(a single-node replica set will do: start mongod with --replSet rs0 and run rs.initiate() once)", backend.ErrUnsupported)
 }
 
 // Create creates the collection if it is missing, or with Options.NoCreate
@@ -321,8 +322,8 @@ func (s *Store) Create(ctx context.Context) error {
 	return nil
 }
 
-// Get returns the record of election, or an error matching base.ErrNotFound
-// when there is no document, or base.ErrMalformedRecord when the document
+// Get returns the record of election, or an error matching backend.ErrNotFound
+// when there is no document, or backend.ErrMalformedRecord when the document
 // with the election's _id is not a valid election record.
 func (s *Store) Get(ctx context.Context, election string) (heartbeat.Record, error) {
 	what := fmt.Sprintf("election %q: get", election)
@@ -340,7 +341,7 @@ func (s *Store) get(ctx context.Context, election string) (heartbeat.Record, err
 	what := fmt.Sprintf("election %q: get", election)
 	raw, err := s.coll.FindOne(ctx, election)
 	if errors.Is(err, driver.ErrNoDocument) {
-		return heartbeat.Record{}, fmt.Errorf("mongo: %s: %w", what, base.ErrNotFound)
+		return heartbeat.Record{}, fmt.Errorf("mongo: %s: %w", what, backend.ErrNotFound)
 	}
 	if err != nil {
 		return heartbeat.Record{}, s.opError(ctx, what, err)
@@ -405,11 +406,11 @@ func prepare(expected, next heartbeat.Record) (write, error) {
 }
 
 // refused returns the error of a write that was refused, given the
-// document now in its place (nil: none): a *base.ConflictError with the
-// current record, or an error matching base.ErrMalformedRecord.
+// document now in its place (nil: none): a *backend.ConflictError with the
+// current record, or an error matching backend.ErrMalformedRecord.
 func (w write) refused(doc bson.Raw) error {
 	if doc == nil {
-		return fmt.Errorf("mongo: %s: %w", w.what, base.NewConflict(heartbeat.Record{Election: w.next.Election}))
+		return fmt.Errorf("mongo: %s: %w", w.what, backend.NewConflict(heartbeat.Record{Election: w.next.Election}))
 	}
 	cur, err := decodeRecord(doc, w.next.Election)
 	if err != nil {
@@ -417,7 +418,7 @@ func (w write) refused(doc bson.Raw) error {
 		// document (nothing was written).
 		return fmt.Errorf("mongo: %s refused, the document in the way is malformed: %w", w.what, err)
 	}
-	return fmt.Errorf("mongo: %s: %w", w.what, base.NewConflict(cur))
+	return fmt.Errorf("mongo: %s: %w", w.what, backend.NewConflict(cur))
 }
 
 // Heartbeat is the compare-and-set write of the record next.Election: one
@@ -427,9 +428,9 @@ func (w write) refused(doc bson.Raw) error {
 // filter {_id, leaderfeed: 1, revision: 0} when expected.Revision is 0. The
 // lease is stored in whole microseconds, rounded up. A write that matches
 // nothing, or an upsert that loses to an existing document (duplicate key),
-// returns a *base.ConflictError with the current record. When the document
+// returns a *backend.ConflictError with the current record. When the document
 // with the election's _id is malformed, nothing is written either, and the
-// error matches base.ErrMalformedRecord instead (there is no record to
+// error matches backend.ErrMalformedRecord instead (there is no record to
 // carry).
 func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	w, err := prepare(expected, next)

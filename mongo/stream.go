@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/mongo/internal/driver"
 )
 
@@ -46,7 +47,7 @@ func newStreamState() *streamState { return &streamState{lastRev: map[string]uin
 // The store sends on the channel and blocks while nobody reads; it queues
 // and coalesces nothing. The channel is closed when ctx is done, when the
 // store is closed, or after one Failed notification.
-func (s *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+func (s *Store) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
 	if err := s.check(ctx, "subscribe"); err != nil {
 		return nil, err
 	}
@@ -96,7 +97,7 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error)
 	s.mu.Unlock()
 
 	st := newStreamState()
-	var first []base.Notification
+	var first []backend.Notification
 	if !reopened || gap {
 		// Learn which documents are election records (so that their
 		// deletions are told from the caller's), and after a gap deliver
@@ -120,7 +121,7 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error)
 		}
 	}
 
-	ch := make(chan base.Notification)
+	ch := make(chan backend.Notification)
 	go s.run(live, streamCtx, stream, sub, ch, st, first, release)
 	return ch, nil
 }
@@ -129,12 +130,12 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error)
 // the known elections, and with deliver returns them as notifications
 // (RecordChanged or Ignored), with RecordDeleted for every known election
 // that has no document.
-func (s *Store) reread(ctx context.Context, deliver bool) ([]base.Notification, error) {
+func (s *Store) reread(ctx context.Context, deliver bool) ([]backend.Notification, error) {
 	docs, err := s.coll.Find(ctx, bson.D{{Key: fieldMark, Value: bson.D{{Key: "$exists", Value: true}}}})
 	if err != nil {
 		return nil, s.opError(ctx, "subscribe: read the election records", err)
 	}
-	var out []base.Notification
+	var out []backend.Notification
 	found := map[string]bool{}
 	for _, doc := range docs {
 		id, ok := doc.Lookup("_id").StringValueOK()
@@ -163,7 +164,7 @@ func (s *Store) reread(ctx context.Context, deliver bool) ([]base.Notification, 
 			raw, err := s.coll.FindOne(ctx, id)
 			switch {
 			case errors.Is(err, driver.ErrNoDocument):
-				out = append(out, base.Notification{Type: base.RecordDeleted, Election: id})
+				out = append(out, backend.Notification{Type: backend.RecordDeleted, Election: id})
 			case err != nil:
 				return nil, s.opError(ctx, fmt.Sprintf("subscribe: read election %q", id), err)
 			default: // a document without the mark
@@ -176,19 +177,19 @@ func (s *Store) reread(ctx context.Context, deliver bool) ([]base.Notification, 
 
 // recordNotification returns the notification of the document doc of
 // election id: RecordChanged, or Ignored when it is malformed.
-func (s *Store) recordNotification(id string, doc bson.Raw) base.Notification {
+func (s *Store) recordNotification(id string, doc bson.Raw) backend.Notification {
 	rec, err := decodeRecord(doc, id)
 	if err != nil {
-		return base.Notification{Type: base.Ignored, Election: id,
+		return backend.Notification{Type: backend.Ignored, Election: id,
 			Err: fmt.Errorf("mongo: election %q: change stream: %w", id, err)}
 	}
-	return base.Notification{Type: base.RecordChanged, Record: rec}
+	return backend.Notification{Type: backend.RecordChanged, Record: rec}
 }
 
 // run reads the change stream until it ends and sends its notifications
 // on ch. Sends give up when live is done.
 func (s *Store) run(live, streamCtx context.Context, stream driver.Stream, sub *subscription,
-	ch chan<- base.Notification, st *streamState, first []base.Notification, release func()) {
+	ch chan<- backend.Notification, st *streamState, first []backend.Notification, release func()) {
 	defer s.wg.Done()
 	defer close(ch)
 	defer release()
@@ -199,7 +200,7 @@ func (s *Store) run(live, streamCtx context.Context, stream driver.Stream, sub *
 	}()
 	defer closeStream(stream)
 
-	send := func(n base.Notification) bool {
+	send := func(n backend.Notification) bool {
 		select {
 		case ch <- n:
 			return true
@@ -208,7 +209,7 @@ func (s *Store) run(live, streamCtx context.Context, stream driver.Stream, sub *
 		}
 	}
 	for _, n := range first {
-		if n.Type == base.RecordChanged {
+		if n.Type == backend.RecordChanged {
 			st.lastRev[n.Record.Election] = n.Record.Revision
 		}
 		if !send(n) {
@@ -262,13 +263,13 @@ func (s *Store) run(live, streamCtx context.Context, stream driver.Stream, sub *
 		s.log.Warn("mongo: a change event was larger than 16 MiB; the next change stream starts after it", "err", failure)
 		s.saveToken(nil)
 	}
-	send(base.Notification{Type: base.Failed, Err: s.refusal(fmt.Sprintf("mongo: change stream on %s.%s",
+	send(backend.Notification{Type: backend.Failed, Err: s.refusal(fmt.Sprintf("mongo: change stream on %s.%s",
 		s.coll.DatabaseName(), s.collName), failure)})
 }
 
 // translate turns a change event into notifications (none, when there is
 // nothing to deliver).
-func (s *Store) translate(ev *changeEvent, st *streamState) []base.Notification {
+func (s *Store) translate(ev *changeEvent, st *streamState) []backend.Notification {
 	switch ev.OperationType {
 	case "drop", "rename", "dropDatabase":
 		// Every document of the collection is gone with it.
@@ -279,9 +280,9 @@ func (s *Store) translate(ev *changeEvent, st *streamState) []base.Notification 
 		}
 		s.mu.Unlock()
 		slices.Sort(ids)
-		out := make([]base.Notification, len(ids))
+		out := make([]backend.Notification, len(ids))
 		for i, id := range ids {
-			out[i] = base.Notification{Type: base.RecordDeleted, Election: id}
+			out[i] = backend.Notification{Type: backend.RecordDeleted, Election: id}
 		}
 		clear(st.lastRev)
 		return out
@@ -290,7 +291,7 @@ func (s *Store) translate(ev *changeEvent, st *streamState) []base.Notification 
 		return nil // an event type this store does not know
 	}
 	key := ev.DocumentKey.Lookup("_id")
-	if id, isString := key.StringValueOK(); isString && base.IsPresenceKey(id) {
+	if id, isString := key.StringValueOK(); isString && backend.IsPresenceKey(id) {
 		return nil // a participant's refresh wakes nobody
 	}
 	if id, isString := key.StringValueOK(); isString {
@@ -301,21 +302,21 @@ func (s *Store) translate(ev *changeEvent, st *streamState) []base.Notification 
 		}
 		if marked || s.isElection(id) {
 			if n, ok := s.translateRecord(id, ev, st); ok {
-				return []base.Notification{n}
+				return []backend.Notification{n}
 			}
 			return nil
 		}
 	}
-	c := base.Change{Table: s.collName, Key: extJSONValue(key)}
+	c := backend.Change{Table: s.collName, Key: extJSONValue(key)}
 	switch ev.OperationType {
 	case "insert":
-		c.Op = base.Insert
+		c.Op = backend.Insert
 	case "update", "replace":
-		c.Op = base.Update
+		c.Op = backend.Update
 	case "delete":
-		c.Op = base.Delete
+		c.Op = backend.Delete
 	}
-	if c.Op != base.Delete {
+	if c.Op != backend.Delete {
 		if doc, isDoc := ev.FullDocument.DocumentOK(); isDoc {
 			js, err := bson.MarshalExtJSON(doc, false, false)
 			if err == nil {
@@ -327,26 +328,26 @@ func (s *Store) translate(ev *changeEvent, st *streamState) []base.Notification 
 			c.Partial = true // updated, then deleted before the lookup
 		}
 	}
-	return []base.Notification{{Type: base.OtherChanged, Change: c}}
+	return []backend.Notification{{Type: backend.OtherChanged, Change: c}}
 }
 
 // translateRecord translates an event of the document of election id.
-func (s *Store) translateRecord(id string, ev *changeEvent, st *streamState) (base.Notification, bool) {
+func (s *Store) translateRecord(id string, ev *changeEvent, st *streamState) (backend.Notification, bool) {
 	if ev.OperationType == "delete" {
 		delete(st.lastRev, id)
-		return base.Notification{Type: base.RecordDeleted, Election: id}, true
+		return backend.Notification{Type: backend.RecordDeleted, Election: id}, true
 	}
 	doc, ok := ev.FullDocument.DocumentOK()
 	if !ok {
-		return base.Notification{}, false // updated, then deleted before the lookup: the delete follows
+		return backend.Notification{}, false // updated, then deleted before the lookup: the delete follows
 	}
 	n := s.recordNotification(id, doc)
-	if n.Type != base.RecordChanged {
+	if n.Type != backend.RecordChanged {
 		delete(st.lastRev, id) // the record was overwritten
 		return n, true
 	}
 	if n.Record.Revision <= st.lastRev[id] {
-		return base.Notification{}, false // already delivered (update lookup)
+		return backend.Notification{}, false // already delivered (update lookup)
 	}
 	st.lastRev[id] = n.Record.Revision
 	return n, true

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/mongo/internal/driver"
 )
@@ -86,7 +87,7 @@ func TestNamesRejected(t *testing.T) {
 		t.Errorf("NewCollection with another Options.Collection = %v, want ErrInvalidConfig", err)
 	}
 	b, err := NewCollection(db.Collection("a"), "e", Options{})
-	if err != nil || b.Election() != "e" {
+	if err != nil || b.Name() != "e" {
 		t.Fatalf("NewCollection = %v, %v", b, err)
 	}
 	_ = b.Close()
@@ -138,7 +139,7 @@ func TestDecodeLenient(t *testing.T) {
 	if err != nil || r.Term != 3 || r.Revision != 9 || !r.Timestamp.Equal(now) || !bytes.Equal(r.Value, []byte("v")) {
 		t.Fatalf("decodeRecord = %+v, %v", r, err)
 	}
-	if _, err := decodeRecord(doc, "f"); !errors.Is(err, base.ErrMalformedRecord) {
+	if _, err := decodeRecord(doc, "f"); !errors.Is(err, backend.ErrMalformedRecord) {
 		t.Fatalf("decodeRecord of another election = %v", err)
 	}
 }
@@ -165,7 +166,7 @@ func TestDecodeNumbers(t *testing.T) {
 		"fractional term": {doc(1.5, 9), `field "term" is double, not an integer`},
 		"string revision": {doc(3, "9"), `field "revision" is string, not an integer`},
 	} {
-		if _, err := decodeRecord(c.doc, "e"); !errors.Is(err, base.ErrMalformedRecord) || !strings.Contains(err.Error(), c.want) {
+		if _, err := decodeRecord(c.doc, "e"); !errors.Is(err, backend.ErrMalformedRecord) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want ErrMalformedRecord saying %q", name, err, c.want)
 		}
 	}
@@ -205,7 +206,7 @@ func TestDecodeLease(t *testing.T) {
 		"too long": doc("a", heartbeat.MaxLease.Microseconds()+1),
 		"binary":   doc("a", []byte{1}),
 	} {
-		if _, err := decodeRecord(d, "e"); !errors.Is(err, base.ErrMalformedRecord) {
+		if _, err := decodeRecord(d, "e"); !errors.Is(err, backend.ErrMalformedRecord) {
 			t.Errorf("lease %s: %v, want ErrMalformedRecord", name, err)
 		}
 	}
@@ -241,7 +242,7 @@ func TestDecodeSuccessor(t *testing.T) {
 		"number":            doc("", 5),
 		"control character": doc("", "a\nb"),
 	} {
-		if _, err := decodeRecord(d, "e"); !errors.Is(err, base.ErrMalformedRecord) {
+		if _, err := decodeRecord(d, "e"); !errors.Is(err, backend.ErrMalformedRecord) {
 			t.Errorf("successor %s: %v, want ErrMalformedRecord", name, err)
 		}
 	}
@@ -262,7 +263,7 @@ func TestCheckHello(t *testing.T) {
 		if c.ok && err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
-		if !c.ok && (!errors.Is(err, base.ErrUnsupported) || !strings.Contains(err.Error(), "replica set")) {
+		if !c.ok && (!errors.Is(err, backend.ErrUnsupported) || !strings.Contains(err.Error(), "replica set")) {
 			t.Errorf("%s: %v, want ErrUnsupported naming the replica set", name, err)
 		}
 	}
@@ -292,8 +293,8 @@ func TestDriverUnreachable(t *testing.T) {
 	defer func() { _ = st.Close() }()
 	short, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	w := base.Write{Next: heartbeat.Record{Election: "e", Leader: "a", Term: 1}}
-	if res, err := st.HeartbeatBatch(short, []base.Write{w}); res != nil || !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "mongo: ") {
+	w := backend.Write{Next: heartbeat.Record{Election: "e", Leader: "a", Term: 1}}
+	if res, err := st.HeartbeatBatch(short, []backend.Write{w}); res != nil || !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "mongo: ") {
 		t.Fatalf("HeartbeatBatch against no server = %v, %v; want a mongo: error matching context.DeadlineExceeded", res, err)
 	}
 }
@@ -395,7 +396,7 @@ func TestUpdateLookupNull(t *testing.T) {
 		t.Fatalf("user document updated then deleted: %+v", ns)
 	}
 	n, ok := ns[0], true
-	if !ok || n.Type != base.OtherChanged || n.Change.Op != base.Update || !n.Change.Partial || n.Change.New != nil || string(n.Change.Key) != `"user"` {
+	if !ok || n.Type != backend.OtherChanged || n.Change.Op != backend.Update || !n.Change.Partial || n.Change.New != nil || string(n.Change.Key) != `"user"` {
 		t.Fatalf("user document updated then deleted: %+v, %v", n, ok)
 	}
 }
@@ -468,7 +469,7 @@ func TestIdleStreamKeepsPostBatchResumeToken(t *testing.T) {
 		t.Fatalf("first stream resumed after %v", got)
 	}
 	n := <-ch
-	if n.Type != base.Failed || !strings.HasPrefix(n.Err.Error(), "mongo: ") {
+	if n.Type != backend.Failed || !strings.HasPrefix(n.Err.Error(), "mongo: ") {
 		t.Fatalf("got %v %v, want Failed", n.Type, n.Err)
 	}
 	if _, err := b.Subscribe(ctx); err != nil {

@@ -41,6 +41,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 )
 
 // ScopeName is the instrumentation scope of the meter.
@@ -61,7 +62,7 @@ func outcome(err error) string {
 	switch {
 	case err == nil:
 		return "success"
-	case errors.Is(err, base.ErrConflict):
+	case errors.Is(err, backend.ErrConflict):
 		return "conflict"
 	case errors.Is(err, base.ErrRefused):
 		return "refused"

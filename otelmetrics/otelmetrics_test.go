@@ -131,7 +131,7 @@ func TestMetrics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, reader := newMetrics(t)
 		store := memory.NewStore()
-		b, _ := store.Backend("e")
+		b, _ := store.Election("e")
 		fb := faulty.Wrap(b)
 		f, err := base.New(fb, "n1", base.Options{Timing: timing, Trace: m.Trace(), MaxPendingChanges: 1})
 		if err != nil {
@@ -306,7 +306,7 @@ func TestObserve(t *testing.T) {
 		m, reader := newMetrics(t)
 		store := memory.NewStore()
 		newFeed := func() *base.Feed {
-			b, _ := store.Backend("e")
+			b, _ := store.Election("e")
 			f, err := base.New(b, "n1", base.Options{Timing: timing, Trace: m.Trace()})
 			if err != nil {
 				t.Fatal(err)
@@ -361,7 +361,7 @@ func TestClaimConflict(t *testing.T) {
 		m, reader := newMetrics(t)
 		store := memory.NewStore()
 		start := func(id string) (*base.Feed, *faulty.Backend) {
-			b, _ := store.Backend("e")
+			b, _ := store.Election("e")
 			fb := faulty.Wrap(b)
 			f, err := base.New(fb, id, base.Options{Timing: timing, Trace: m.Trace()})
 			if err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 )
 
 func TestOutcome(t *testing.T) {
@@ -14,8 +15,8 @@ func TestOutcome(t *testing.T) {
 		want string
 	}{
 		{nil, "success"},
-		{&base.ConflictError{}, "conflict"},
-		{fmt.Errorf("renew: %w", base.ErrConflict), "conflict"},
+		{&backend.ConflictError{}, "conflict"},
+		{fmt.Errorf("renew: %w", backend.ErrConflict), "conflict"},
 		{errors.New("connection reset"), "error"},
 		{base.ErrClosed, "error"},
 		{fmt.Errorf("postgres: Heartbeat: %w: permission denied", base.ErrRefused), "refused"},

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
@@ -22,7 +23,7 @@ import (
 var wait = basetest.Scaled(5 * time.Second)
 
 // open returns a started, created backend, closed at cleanup.
-func open(t *testing.T, pool *pgxpool.Pool, election string, opts Options) base.Backend {
+func open(t *testing.T, pool *pgxpool.Pool, election string, opts Options) backend.Election {
 	t.Helper()
 	b, err := New(pool, election, opts)
 	if err != nil {
@@ -39,8 +40,8 @@ func open(t *testing.T, pool *pgxpool.Pool, election string, opts Options) base.
 }
 
 func sub(t *testing.T, b interface {
-	Subscribe(context.Context) (<-chan base.Notification, error)
-}) <-chan base.Notification {
+	Subscribe(context.Context) (<-chan backend.Notification, error)
+}) <-chan backend.Notification {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ch, err := b.Subscribe(ctx)
@@ -57,7 +58,7 @@ func sub(t *testing.T, b interface {
 }
 
 // recv returns the next notification, failing after wait.
-func recv(t *testing.T, ch <-chan base.Notification) base.Notification {
+func recv(t *testing.T, ch <-chan backend.Notification) backend.Notification {
 	t.Helper()
 	select {
 	case n, ok := <-ch:
@@ -73,7 +74,7 @@ func recv(t *testing.T, ch <-chan base.Notification) base.Notification {
 
 // hb writes leader, term and value on the write expected (the zero Record:
 // none) and fails the test if that is refused.
-func hb(t *testing.T, b base.Backend, expected heartbeat.Record, leader string, term uint64, value []byte) heartbeat.Record {
+func hb(t *testing.T, b backend.Election, expected heartbeat.Record, leader string, term uint64, value []byte) heartbeat.Record {
 	t.Helper()
 	r, err := b.Heartbeat(ctxT(t), expected, heartbeat.Record{Leader: leader, Term: term, Value: value})
 	if err != nil {
@@ -140,10 +141,10 @@ func TestHeartbeatCompareAndSet(t *testing.T) {
 	b := open(t, pool, "e1", opts)
 	ctx := ctxT(t)
 
-	if _, err := b.Get(ctx); !errors.Is(err, base.ErrNotFound) {
+	if _, err := b.Get(ctx); !errors.Is(err, backend.ErrNotFound) {
 		t.Fatalf("Get of a missing record: %v, want ErrNotFound", err)
 	}
-	var ce *base.ConflictError
+	var ce *backend.ConflictError
 	if _, err := b.Heartbeat(ctx, heartbeat.Record{Revision: 7, Leader: "a", Term: 1}, heartbeat.Record{Leader: "a", Term: 1}); !errors.As(err, &ce) || ce.Current.Revision != 0 {
 		t.Fatalf("write on revision 7 of a missing record: %v, want a conflict with an empty record", err)
 	}
@@ -210,7 +211,7 @@ func TestConcurrentClaimsHaveOneWinner(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const n = 20
 			election := uniqueName(t)
-			bs := make([]base.Backend, n)
+			bs := make([]backend.Election, n)
 			for i := range bs {
 				bs[i] = open(t, pool, election, opts)
 			}
@@ -231,7 +232,7 @@ func TestConcurrentClaimsHaveOneWinner(t *testing.T) {
 					<-start
 					id := fmt.Sprintf("node-%d", i)
 					_, err := b.Heartbeat(ctxT(t), expected, heartbeat.Record{Leader: id, Term: 2})
-					var ce *base.ConflictError
+					var ce *backend.ConflictError
 					switch {
 					case err == nil:
 						mu.Lock()
@@ -285,7 +286,7 @@ func TestNotificationsInOrder(t *testing.T) {
 	var rev, revOther uint64
 	for rev < last.Revision || revOther < lastOther.Revision {
 		n := recv(t, ch)
-		if n.Type != base.RecordChanged {
+		if n.Type != backend.RecordChanged {
 			t.Fatalf("%v, want a record", n.Type)
 		}
 		p := &rev
@@ -304,11 +305,11 @@ func TestNotificationsInOrder(t *testing.T) {
 	// Writes from another client (as from psql) are announced too.
 	table := pgx.Identifier{"public", opts.Table}.Sanitize()
 	mustExec(t, pool, "UPDATE "+table+" SET leader = 'psql', revision = revision + 1 WHERE election = 'e'")
-	if n := recv(t, ch); n.Type != base.RecordChanged || n.Record.Leader != "psql" || n.Record.Revision != last.Revision+1 {
+	if n := recv(t, ch); n.Type != backend.RecordChanged || n.Record.Leader != "psql" || n.Record.Revision != last.Revision+1 {
 		t.Fatalf("foreign write arrived as %v %+v", n.Type, n.Record)
 	}
 	mustExec(t, pool, "DELETE FROM "+table+" WHERE election = 'e'")
-	if n := recv(t, ch); n.Type != base.RecordDeleted || n.Election != "e" {
+	if n := recv(t, ch); n.Type != backend.RecordDeleted || n.Election != "e" {
 		t.Fatalf("delete arrived as %v of %q", n.Type, n.Election)
 	}
 }
@@ -336,18 +337,18 @@ func TestWatchTable(t *testing.T) {
 			mustExec(t, pool, "UPDATE "+wt+" SET doc = $1", strings.Repeat("z", 9000))
 			mustExec(t, pool, "DELETE FROM "+wt)
 			for i, want := range []struct {
-				op       base.Op
+				op       backend.Op
 				old, new string
 				partial  bool
 			}{
-				{base.Insert, "", "small", false},
-				{base.Update, "small", "bigger", false},
-				{base.Update, "", "", true},
-				{base.Delete, "", "", true},
+				{backend.Insert, "", "small", false},
+				{backend.Update, "small", "bigger", false},
+				{backend.Update, "", "", true},
+				{backend.Delete, "", "", true},
 			} {
 				n := recv(t, ch)
 				c := n.Change
-				if n.Type != base.OtherChanged || c.Op != want.op || c.Table != watch || c.Partial != want.partial {
+				if n.Type != backend.OtherChanged || c.Op != want.op || c.Table != watch || c.Partial != want.partial {
 					t.Fatalf("change %d: %v %+v, want %v of %s, partial %v", i, n.Type, c, want.op, watch, want.partial)
 				}
 				if tc.key == "" && c.Key != nil || tc.key != "" && !jsonEqual(c.Key, tc.key) {
@@ -407,23 +408,23 @@ func TestMalformedRows(t *testing.T) {
 			b := open(t, pool, election, opts)
 			ch := sub(t, b)
 			mustExec(t, pool, fmt.Sprintf(tc.sql, table), append([]any{election}, tc.args...)...)
-			if n := recv(t, ch); n.Type != base.Ignored || !errors.Is(n.Err, base.ErrMalformedRecord) {
+			if n := recv(t, ch); n.Type != backend.Ignored || !errors.Is(n.Err, backend.ErrMalformedRecord) {
 				t.Fatalf("malformed row arrived as %v (%v), want Ignored with ErrMalformedRecord", n.Type, n.Err)
 			}
-			if _, err := b.Get(ctxT(t)); !errors.Is(err, base.ErrMalformedRecord) {
+			if _, err := b.Get(ctxT(t)); !errors.Is(err, backend.ErrMalformedRecord) {
 				t.Fatalf("Get: %v, want ErrMalformedRecord", err)
 			}
 			_, err := b.Heartbeat(ctxT(t), heartbeat.Record{}, heartbeat.Record{Leader: "a", Term: 1})
-			if !errors.Is(err, base.ErrMalformedRecord) {
+			if !errors.Is(err, backend.ErrMalformedRecord) {
 				t.Fatalf("Heartbeat over a malformed row: %v, want ErrMalformedRecord", err)
 			}
 			// The feed goes on.
 			mustExec(t, pool, "DELETE FROM "+table+" WHERE election = $1", election)
-			if n := recv(t, ch); n.Type != base.RecordDeleted {
+			if n := recv(t, ch); n.Type != backend.RecordDeleted {
 				t.Fatalf("after the malformed row: %v, want RecordDeleted", n.Type)
 			}
 			r := hb(t, b, heartbeat.Record{}, "a", 1, nil)
-			if n := recv(t, ch); n.Type != base.RecordChanged || !n.Record.Equal(r) {
+			if n := recv(t, ch); n.Type != backend.RecordChanged || !n.Record.Equal(r) {
 				t.Fatalf("after the malformed row: %v %+v, want %+v", n.Type, n.Record, r)
 			}
 		})
@@ -476,7 +477,7 @@ func TestListenerKilled(t *testing.T) {
 		t.Fatalf("listener pid %d in pg_stat_activity: %d", pid, n)
 	}
 	mustExec(t, pool, "SELECT pg_terminate_backend($1)", int(pid))
-	if n := recv(t, ch); n.Type != base.Failed || n.Err == nil {
+	if n := recv(t, ch); n.Type != backend.Failed || n.Err == nil {
 		t.Fatalf("after the kill: %v, want Failed", n.Type)
 	}
 	select {
@@ -498,7 +499,7 @@ func TestListenerKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := recv(t, ch); n.Type != base.RecordChanged || !n.Record.Equal(r) {
+	if n := recv(t, ch); n.Type != backend.RecordChanged || !n.Record.Equal(r) {
 		t.Fatalf("after reconnecting: %v %+v", n.Type, n.Record)
 	}
 }
@@ -529,16 +530,16 @@ func TestStoreFeed(t *testing.T) {
 	mustExec(t, pool, "INSERT INTO "+table+" (election, leader, term, revision) VALUES ('bad', 'a', -1, 1)")
 	mustExec(t, pool, "INSERT INTO "+table+" (election, leader, term, revision, value) VALUES ('big', 'a', 1, 1, $1)", bytes.Repeat([]byte("v"), 20000))
 	mustExec(t, pool, "DELETE FROM "+table+" WHERE election = 'e1'")
-	for i, want := range []func(n base.Notification) bool{
-		func(n base.Notification) bool { return n.Type == base.RecordChanged && n.Record.Equal(r1) },
-		func(n base.Notification) bool { return n.Type == base.RecordChanged && n.Record.Equal(r2) },
-		func(n base.Notification) bool {
-			return n.Type == base.Ignored && n.Election == "bad" && errors.Is(n.Err, base.ErrMalformedRecord)
+	for i, want := range []func(n backend.Notification) bool{
+		func(n backend.Notification) bool { return n.Type == backend.RecordChanged && n.Record.Equal(r1) },
+		func(n backend.Notification) bool { return n.Type == backend.RecordChanged && n.Record.Equal(r2) },
+		func(n backend.Notification) bool {
+			return n.Type == backend.Ignored && n.Election == "bad" && errors.Is(n.Err, backend.ErrMalformedRecord)
 		},
-		func(n base.Notification) bool {
-			return n.Type == base.Ignored && n.Election == "big" && errors.Is(n.Err, base.ErrMalformedRecord)
+		func(n backend.Notification) bool {
+			return n.Type == backend.Ignored && n.Election == "big" && errors.Is(n.Err, backend.ErrMalformedRecord)
 		},
-		func(n base.Notification) bool { return n.Type == base.RecordDeleted && n.Election == "e1" },
+		func(n backend.Notification) bool { return n.Type == backend.RecordDeleted && n.Election == "e1" },
 	} {
 		if n := recv(t, ch); !want(n) {
 			t.Fatalf("notification %d: %v %+v (election %q, %v)", i, n.Type, n.Record, n.Election, n.Err)
@@ -554,7 +555,7 @@ func TestStoreFeed(t *testing.T) {
 	}
 	cancel()
 	for n := range ch {
-		if n.Type == base.Failed {
+		if n.Type == backend.Failed {
 			t.Fatalf("Failed after the context ended: %v", n.Err)
 		}
 	}
@@ -566,7 +567,7 @@ func TestStoreFeed(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := recv(t, ch2); n.Type != base.Failed || !errors.Is(n.Err, base.ErrClosed) {
+	if n := recv(t, ch2); n.Type != backend.Failed || !errors.Is(n.Err, base.ErrClosed) {
 		t.Fatalf("after Close: %v (%v), want Failed matching ErrClosed", n.Type, n.Err)
 	}
 	deadline := time.Now().Add(wait)
@@ -579,7 +580,7 @@ func TestStoreFeed(t *testing.T) {
 	if _, err := s.Subscribe(ctxT(t)); !errors.Is(err, base.ErrClosed) {
 		t.Fatalf("Subscribe after Close: %v", err)
 	}
-	if _, err := s.HeartbeatBatch(ctxT(t), []base.Write{{Next: heartbeat.Record{Election: "e", Leader: "a", Term: 1}}}); !errors.Is(err, base.ErrClosed) {
+	if _, err := s.HeartbeatBatch(ctxT(t), []backend.Write{{Next: heartbeat.Record{Election: "e", Leader: "a", Term: 1}}}); !errors.Is(err, base.ErrClosed) {
 		t.Fatalf("HeartbeatBatch after Close: %v", err)
 	}
 }
@@ -611,7 +612,7 @@ func TestHeartbeatBatch(t *testing.T) {
 	mustExec(t, pool, "INSERT INTO "+table+" (election, leader, term, revision) VALUES ('bad', $1, 1, 1)", "evil\x01")
 	mustExec(t, pool, "INSERT INTO "+table+" (election, leader, term, revision) VALUES ('bad2', 'a', -1, 1)")
 
-	writes := []base.Write{
+	writes := []backend.Write{
 		{Expected: renewed, Next: heartbeat.Record{Election: "renewed", Leader: "a", Term: 1, Value: []byte("v"), Lease: time.Second}},
 		{Next: heartbeat.Record{Election: "created", Leader: "c", Term: 1, Lease: 1500 * time.Microsecond}},
 		{Expected: claimed, Next: heartbeat.Record{Election: "claimed", Leader: "b", Term: 2}},
@@ -643,7 +644,7 @@ func TestHeartbeatBatch(t *testing.T) {
 	}
 	conflict := func(i int, cur heartbeat.Record) {
 		t.Helper()
-		var ce *base.ConflictError
+		var ce *backend.ConflictError
 		if r := res[i]; !errors.As(r.Err, &ce) || !ce.Current.Equal(cur) {
 			t.Errorf("write %d (%s): %+v, %v; want a conflict carrying %+v", i, writes[i].Next.Election, r.Record, r.Err, cur)
 		}
@@ -653,7 +654,7 @@ func TestHeartbeatBatch(t *testing.T) {
 	ok(2, claimed.Revision+1)
 	conflict(3, stale2)
 	for _, i := range []int{4, 5} {
-		if r := res[i]; !errors.Is(r.Err, base.ErrMalformedRecord) {
+		if r := res[i]; !errors.Is(r.Err, backend.ErrMalformedRecord) {
 			t.Errorf("write %d over a malformed row: %+v, %v; want ErrMalformedRecord", i, r.Record, r.Err)
 		}
 	}
@@ -667,8 +668,8 @@ func TestHeartbeatBatch(t *testing.T) {
 	// The same writes one at a time give the same outcomes.
 	for i, w := range writes[3:8] {
 		_, err := s.Heartbeat(ctx, w.Expected, w.Next)
-		if (err == nil) != (res[i+3].Err == nil) || errors.Is(err, base.ErrConflict) != errors.Is(res[i+3].Err, base.ErrConflict) ||
-			errors.Is(err, base.ErrMalformedRecord) != errors.Is(res[i+3].Err, base.ErrMalformedRecord) {
+		if (err == nil) != (res[i+3].Err == nil) || errors.Is(err, backend.ErrConflict) != errors.Is(res[i+3].Err, backend.ErrConflict) ||
+			errors.Is(err, backend.ErrMalformedRecord) != errors.Is(res[i+3].Err, backend.ErrMalformedRecord) {
 			t.Errorf("write %d alone: %v; in the batch: %v", i+3, err, res[i+3].Err)
 		}
 	}
@@ -689,7 +690,7 @@ func TestBatchDuplicateElection(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, newPool(t), Options{Table: uniqueName(t)})
 	ctx := ctxT(t)
-	writes := []base.Write{
+	writes := []backend.Write{
 		{Next: heartbeat.Record{Election: "e", Leader: "a", Term: 1}},
 		{Next: heartbeat.Record{Election: "e", Leader: "b", Term: 1}},
 	}
@@ -700,7 +701,7 @@ func TestBatchDuplicateElection(t *testing.T) {
 	if res[0].Err != nil || res[0].Record.Leader != "a" {
 		t.Errorf("the first write of e: %+v, %v; want it applied", res[0].Record, res[0].Err)
 	}
-	if err := res[1].Err; !errors.Is(err, base.ErrInvalidConfig) || !errors.Is(err, heartbeat.ErrInvalidRecord) || errors.Is(err, base.ErrConflict) {
+	if err := res[1].Err; !errors.Is(err, base.ErrInvalidConfig) || !errors.Is(err, heartbeat.ErrInvalidRecord) || errors.Is(err, backend.ErrConflict) {
 		t.Errorf("the second write of e: %v, want ErrInvalidConfig", err)
 	}
 	reads, err := s.GetBatch(ctx, []string{"e", "e"})
@@ -727,7 +728,7 @@ func TestBatchNotificationsInChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 300
-	writes := make([]base.Write, n)
+	writes := make([]backend.Write, n)
 	for i := range writes {
 		writes[i].Next = heartbeat.Record{Election: fmt.Sprintf("e%03d", i), Leader: "a", Term: 1, Value: bytes.Repeat([]byte("v"), i), Lease: time.Second}
 	}
@@ -746,7 +747,7 @@ func TestBatchNotificationsInChunks(t *testing.T) {
 		}
 		for len(want) > 0 {
 			nt := recv(t, ch)
-			if nt.Type != base.RecordChanged || !nt.Record.Equal(want[nt.Record.Election]) {
+			if nt.Type != backend.RecordChanged || !nt.Record.Equal(want[nt.Record.Election]) {
 				t.Fatalf("round %d: %v %+v, want one of the batch's records", round, nt.Type, nt.Record)
 			}
 			delete(want, nt.Record.Election)
@@ -797,18 +798,18 @@ func TestHeartbeatBatchOverlapping(t *testing.T) {
 	cur := make([]heartbeat.Record, elections)
 	for r := range rounds {
 		var wg sync.WaitGroup
-		results := make([][]base.WriteResult, nodes)
+		results := make([][]backend.WriteResult, nodes)
 		for n, s := range stores {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				writes := make([]base.Write, elections)
+				writes := make([]backend.Write, elections)
 				for i := range writes {
 					j := i
 					if n%2 == 1 {
 						j = elections - 1 - i
 					}
-					writes[i] = base.Write{Expected: cur[j], Next: heartbeat.Record{Election: names[j], Leader: fmt.Sprintf("n%d", n), Term: uint64(r + 1)}}
+					writes[i] = backend.Write{Expected: cur[j], Next: heartbeat.Record{Election: names[j], Leader: fmt.Sprintf("n%d", n), Term: uint64(r + 1)}}
 				}
 				res, err := s.HeartbeatBatch(ctxT(t), writes)
 				if err != nil {
@@ -833,7 +834,7 @@ func TestHeartbeatBatchOverlapping(t *testing.T) {
 				if res.Err == nil {
 					winners++
 					cur[i] = res.Record
-				} else if !errors.Is(res.Err, base.ErrConflict) {
+				} else if !errors.Is(res.Err, backend.ErrConflict) {
 					t.Fatalf("round %d, %s, node %d: %v", r, e, n, res.Err)
 				}
 			}
@@ -867,7 +868,7 @@ func TestCancelledContext(t *testing.T) {
 			t.Errorf("%s: %v, want an error matching context.Canceled", tc.name, err)
 		}
 	}
-	if _, err := b.Get(ctxT(t)); !errors.Is(err, base.ErrNotFound) {
+	if _, err := b.Get(ctxT(t)); !errors.Is(err, backend.ErrNotFound) {
 		t.Fatalf("the cancelled Heartbeat wrote: Get = %v", err)
 	}
 
@@ -886,7 +887,7 @@ func TestCancelledContext(t *testing.T) {
 			if !ok {
 				return
 			}
-			if n.Type == base.Failed {
+			if n.Type == backend.Failed {
 				t.Fatalf("Failed after the context ended: %v", n.Err)
 			}
 		case <-deadline:
@@ -1106,7 +1107,7 @@ func TestCreate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := recv(t, ch); n.Type != base.RecordChanged || !n.Record.Equal(r) {
+		if n := recv(t, ch); n.Type != backend.RecordChanged || !n.Record.Equal(r) {
 			t.Fatalf("after the upgrade: %v %+v, want %+v", n.Type, n.Record, r)
 		}
 	})
@@ -1134,7 +1135,7 @@ func TestSlowReaderGetsLatest(t *testing.T) {
 	var prev uint64
 	for prev < last.Revision {
 		n := recv(t, ch)
-		if n.Type != base.RecordChanged || n.Record.Revision <= prev {
+		if n.Type != backend.RecordChanged || n.Record.Revision <= prev {
 			t.Fatalf("%v revision %d after %d", n.Type, n.Record.Revision, prev)
 		}
 		prev = n.Record.Revision

@@ -11,11 +11,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
-func benchBackend(b *testing.B, pool *pgxpool.Pool, table, election string) base.Backend {
+func benchBackend(b *testing.B, pool *pgxpool.Pool, table, election string) backend.Election {
 	b.Helper()
 	be, err := New(pool, election, Options{Table: table})
 	if err != nil {
@@ -76,7 +77,7 @@ func BenchmarkHeartbeatBatch(b *testing.B) {
 	if err := s.Create(ctx); err != nil {
 		b.Fatal(err)
 	}
-	writes := make([]base.Write, 500)
+	writes := make([]backend.Write, 500)
 	for i := range writes {
 		writes[i].Next = heartbeat.Record{Election: fmt.Sprintf("e%d", i), Leader: "a", Term: 1, Lease: time.Second}
 	}
@@ -116,7 +117,7 @@ func BenchmarkNotify(b *testing.B) {
 		}
 		rev = r
 		for n := range ch {
-			if n.Type == base.RecordChanged && n.Record.Revision == rev.Revision {
+			if n.Type == backend.RecordChanged && n.Record.Revision == rev.Revision {
 				break
 			}
 		}
@@ -128,7 +129,7 @@ func BenchmarkNotify(b *testing.B) {
 func BenchmarkHandover(b *testing.B) {
 	pool := newPool(b)
 	table := uniqueName(b)
-	c := basetest.NewCluster(b, func(e string) (base.Backend, error) {
+	c := basetest.NewCluster(b, func(e string) (backend.Election, error) {
 		return New(pool, e, Options{Table: table})
 	}, feedTiming, 3, 0)
 	l := c.WaitLeader(b, 5*time.Second)
@@ -150,7 +151,7 @@ func BenchmarkHandover(b *testing.B) {
 func BenchmarkTransfer(b *testing.B) {
 	pool := newPool(b)
 	table := uniqueName(b)
-	c := basetest.NewClusterWith(b, func(e string) (base.Backend, error) {
+	c := basetest.NewClusterWith(b, func(e string) (backend.Election, error) {
 		return New(pool, e, Options{Table: table})
 	}, feedTiming, 3, 0, func(_ int, o *base.Options) { o.Participate = true })
 	l := c.WaitLeader(b, 5*time.Second)

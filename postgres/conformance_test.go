@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
 )
 
@@ -72,7 +73,7 @@ func (h *harness) Harness() basetest.Harness {
 	return basetest.Harness{
 		// Lenient timings: a real server, beside other tests, under -race.
 		Timing: feedTiming,
-		Open: func(t *testing.T, election string) (base.Backend, error) {
+		Open: func(t *testing.T, election string) (backend.Election, error) {
 			if _, err := New(h.pool, election, Options{Table: h.table}); err != nil {
 				return nil, err
 			}
@@ -89,7 +90,7 @@ func (h *harness) Harness() basetest.Harness {
 		},
 		// A Store on the table, watching no table of its own: the Store
 		// rules use election records only.
-		OpenStore: func(t *testing.T) (base.Store, error) {
+		OpenStore: func(t *testing.T) (backend.Store, error) {
 			s, err := NewStore(h.pool, Options{Table: h.table})
 			if err != nil {
 				return nil, err
@@ -122,29 +123,33 @@ func (h *harness) Harness() basetest.Harness {
 				election, "evil\x01node")
 			return err
 		},
-		Invalid: map[string]func() (base.Backend, error){
-			"nil pool":                     func() (base.Backend, error) { return backendOrNil(New(nil, "e", Options{})) },
-			"election with a control char": func() (base.Backend, error) { return backendOrNil(New(h.pool, "e\x00", Options{})) },
-			"schema with a quote":          func() (base.Backend, error) { return backendOrNil(New(h.pool, "e", Options{Schema: `x"y`})) },
-			"table with SQL in it":         func() (base.Backend, error) { return backendOrNil(New(h.pool, "e", Options{Table: "t; DROP TABLE x"})) },
-			"table name of 64 bytes": func() (base.Backend, error) {
+		Invalid: map[string]func() (backend.Election, error){
+			"nil pool":                     func() (backend.Election, error) { return backendOrNil(New(nil, "e", Options{})) },
+			"election with a control char": func() (backend.Election, error) { return backendOrNil(New(h.pool, "e\x00", Options{})) },
+			"schema with a quote":          func() (backend.Election, error) { return backendOrNil(New(h.pool, "e", Options{Schema: `x"y`})) },
+			"table with SQL in it": func() (backend.Election, error) {
+				return backendOrNil(New(h.pool, "e", Options{Table: "t; DROP TABLE x"}))
+			},
+			"table name of 64 bytes": func() (backend.Election, error) {
 				return backendOrNil(New(h.pool, "e", Options{Table: strings.Repeat("t", 64)}))
 			},
-			"watch table with a dash":     func() (base.Backend, error) { return backendOrNil(New(h.pool, "e", Options{WatchTable: "a-b"})) },
-			"channel prefix with a space": func() (base.Backend, error) { return backendOrNil(New(h.pool, "e", Options{ChannelPrefix: "a b"})) },
-			"watch table = election table": func() (base.Backend, error) {
+			"watch table with a dash":     func() (backend.Election, error) { return backendOrNil(New(h.pool, "e", Options{WatchTable: "a-b"})) },
+			"channel prefix with a space": func() (backend.Election, error) { return backendOrNil(New(h.pool, "e", Options{ChannelPrefix: "a b"})) },
+			"watch table = election table": func() (backend.Election, error) {
 				return backendOrNil(New(h.pool, "e", Options{Table: "x", WatchTable: "x"}))
 			},
-			"channel prefix over 49 bytes": func() (base.Backend, error) {
+			"channel prefix over 49 bytes": func() (backend.Election, error) {
 				return backendOrNil(New(h.pool, "e", Options{ChannelPrefix: strings.Repeat("c", 50)}))
 			},
-			"election name over 127 bytes": func() (base.Backend, error) { return backendOrNil(New(h.pool, strings.Repeat("e", 128), Options{})) },
+			"election name over 127 bytes": func() (backend.Election, error) {
+				return backendOrNil(New(h.pool, strings.Repeat("e", 128), Options{}))
+			},
 		},
 	}
 }
 
 // backendOrNil keeps a failed New from returning a backend.
-func backendOrNil(b base.Backend, err error) (base.Backend, error) {
+func backendOrNil(b backend.Election, err error) (backend.Election, error) {
 	if err != nil {
 		return nil, err
 	}

@@ -24,10 +24,10 @@
 //     and term are the expected write's, for a renewal or claim, an INSERT ...
 //     ON CONFLICT DO NOTHING for the first claim of an election. Of many
 //     concurrent claimants on one record exactly one wins; the others get a
-//     *base.ConflictError that carries the record read right after the
+//     *backend.ConflictError that carries the record read right after the
 //     refused write. The timestamp is the server's clock_timestamp(); the
 //     term is stored as given.
-//   - HeartbeatBatch (base.BatchStore) writes many elections' records in one
+//   - HeartbeatBatch (backend.BatchStore) writes many elections' records in one
 //     round trip and one transaction: one UPDATE ... FROM unnest(...) for the
 //     writes on existing records (the rows are locked in the order of their
 //     keys first, so that processes whose batches overlap wait for each other
@@ -35,8 +35,8 @@
 //     ON CONFLICT DO NOTHING for first claims; then, only if some writes were
 //     refused, one SELECT ... WHERE election = ANY(...) of their current
 //     records. Each write gets exactly what a single Heartbeat would give:
-//     the stored record, a *base.ConflictError, or an error matching
-//     base.ErrMalformedRecord for a malformed stored record, which touches
+//     the stored record, a *backend.ConflictError, or an error matching
+//     backend.ErrMalformedRecord for a malformed stored record, which touches
 //     no other write of the batch.
 //   - Notifications are sent by AFTER ... FOR EACH STATEMENT triggers on the
 //     table (one per INSERT, UPDATE and DELETE, with transition tables), so
@@ -62,10 +62,10 @@
 //     resubscribes.
 //   - Malformed rows under the election's key (a leader id with control
 //     characters, a negative term, a value longer than heartbeat.MaxValueLen,
-//     NULLs) make Get fail with an error matching base.ErrMalformedRecord and
+//     NULLs) make Get fail with an error matching backend.ErrMalformedRecord and
 //     arrive on the feed as Ignored notifications; the feed goes on. Heartbeat
 //     never overwrites such a row: it fails with an error matching
-//     base.ErrMalformedRecord.
+//     backend.ErrMalformedRecord.
 //   - Names (schema, tables, channel prefix) must match
 //     ^[A-Za-z_][A-Za-z0-9_]{0,62}$ and are always quoted; every value
 //     travels as a query parameter.
@@ -79,13 +79,13 @@
 // not fit is malformed; it is announced by its key only and the Store's
 // feed fetches it with Get, which reports it as malformed. A change to a row of the
 // watched table that does not fit is announced with its primary key only and
-// arrives as a base.Change with Partial set and Old and New nil: fetch the
+// arrives as a backend.Change with Partial set and Old and New nil: fetch the
 // row by Key. If even the key does not fit, Key is nil as well.
 //
 // # Watching a table of your own
 //
 // Options.WatchTable names a table of yours whose inserts, updates and
-// deletes arrive as base.OtherChanged notifications: Old and New are the rows
+// deletes arrive as backend.OtherChanged notifications: Old and New are the rows
 // as JSON objects (row_to_json), Key is the primary key (the value itself for
 // a one-column key, an object of column values for a compound key, null when
 // the table has none). TRUNCATE is not reported. Unless Options.NoCreate is

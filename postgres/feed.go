@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -37,7 +38,7 @@ type feed struct {
 	cancel context.CancelFunc
 	stop   func() bool // undoes the AfterFunc on the Store's context
 	conn   *pgx.Conn
-	out    chan base.Notification
+	out    chan backend.Notification
 }
 
 // Subscribe opens the changefeed of the table on a LISTEN connection of its
@@ -49,7 +50,7 @@ type feed struct {
 // channel closes when ctx ends, after a Failed notification when the
 // connection is lost, and after one matching base.ErrClosed when the Store
 // closes. The connection is closed with it.
-func (s *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+func (s *Store) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("postgres: Subscribe: %w", err)
 	}
@@ -60,7 +61,7 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error)
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
-	f := &feed{s: s, ctx: ctx, out: make(chan base.Notification)}
+	f := &feed{s: s, ctx: ctx, out: make(chan backend.Notification)}
 	f.fctx, f.cancel = context.WithCancel(ctx)
 	f.stop = context.AfterFunc(s.ctx, f.cancel)
 	conn, err := s.listen(f.fctx)
@@ -153,7 +154,7 @@ func (f *feed) run() {
 		s.opts.Logger.Warn("postgres: LISTEN connection lost", "err", err)
 	}
 	select {
-	case f.out <- base.Notification{Type: base.Failed, Err: err}:
+	case f.out <- backend.Notification{Type: backend.Failed, Err: err}:
 	case <-f.ctx.Done():
 	}
 }
@@ -196,7 +197,7 @@ func (f *feed) receive() error {
 			case <-f.fctx.Done():
 				return nil
 			}
-			if n.Type == base.Failed {
+			if n.Type == backend.Failed {
 				return errSent
 			}
 		}
@@ -229,14 +230,14 @@ type payload struct {
 // record of a chunk. A notification of another table (the channel may be
 // shared) gives none. A record too large for its notification is read from
 // the table; the reading stops at the first that fails (Failed).
-func (f *feed) decode(msg *pgconn.Notification) []base.Notification {
+func (f *feed) decode(msg *pgconn.Notification) []backend.Notification {
 	o := f.s.opts
 	var p payload
 	err := json.Unmarshal([]byte(msg.Payload), &p)
 	ours := err == nil && p.Schema == o.Schema && p.Table == o.Table
 	switch {
 	case ours && p.Kind == "b":
-		out := make([]base.Notification, 0, len(p.Rs))
+		out := make([]backend.Notification, 0, len(p.Rs))
 		for _, raw := range p.Rs {
 			var r payload
 			if err := json.Unmarshal(raw, &r); err != nil || r.E == nil {
@@ -245,24 +246,24 @@ func (f *feed) decode(msg *pgconn.Notification) []base.Notification {
 			}
 			n := f.record(*r.E, &r)
 			out = append(out, n)
-			if n.Type == base.Failed || f.fctx.Err() != nil {
+			if n.Type == backend.Failed || f.fctx.Err() != nil {
 				break
 			}
 		}
 		return out
 	case ours && p.Kind == "r" && p.E != nil:
-		return []base.Notification{f.record(*p.E, &p)}
+		return []backend.Notification{f.record(*p.E, &p)}
 	case err == nil && p.Kind == "c" && o.WatchTable != "" && p.Schema == o.WatchSchema && p.Table == o.WatchTable:
-		return []base.Notification{change(&p)}
+		return []backend.Notification{change(&p)}
 	}
 	o.Logger.Debug("postgres: dropped a notification of another table", "channel", msg.Channel, "pid", msg.PID)
 	return nil
 }
 
-func (f *feed) record(election string, p *payload) base.Notification {
+func (f *feed) record(election string, p *payload) backend.Notification {
 	switch {
 	case p.Op == "D":
-		return base.Notification{Type: base.RecordDeleted, Record: heartbeat.Record{Election: election}, Election: election}
+		return backend.Notification{Type: backend.RecordDeleted, Record: heartbeat.Record{Election: election}, Election: election}
 	case p.Big:
 		return f.fetch(election)
 	}
@@ -282,40 +283,40 @@ func (f *feed) record(election string, p *payload) base.Notification {
 		r, err = decodeRecord(election, p.L, num(p.N), num(p.R), num(p.TS), value, num(p.LS), p.SC)
 	}
 	if err != nil {
-		return base.Notification{Type: base.Ignored, Err: err, Election: election}
+		return backend.Notification{Type: backend.Ignored, Err: err, Election: election}
 	}
-	return base.Notification{Type: base.RecordChanged, Record: r}
+	return backend.Notification{Type: backend.RecordChanged, Record: r}
 }
 
 // fetch reads a record that did not fit in its notification.
-func (f *feed) fetch(election string) base.Notification {
+func (f *feed) fetch(election string) backend.Notification {
 	r, err := f.s.get(f.fctx, election)
 	switch {
 	case err == nil:
-		return base.Notification{Type: base.RecordChanged, Record: r}
-	case errors.Is(err, base.ErrNotFound):
-		return base.Notification{Type: base.RecordDeleted, Record: heartbeat.Record{Election: election}, Election: election}
-	case errors.Is(err, base.ErrMalformedRecord):
-		return base.Notification{Type: base.Ignored, Err: err, Election: election}
+		return backend.Notification{Type: backend.RecordChanged, Record: r}
+	case errors.Is(err, backend.ErrNotFound):
+		return backend.Notification{Type: backend.RecordDeleted, Record: heartbeat.Record{Election: election}, Election: election}
+	case errors.Is(err, backend.ErrMalformedRecord):
+		return backend.Notification{Type: backend.Ignored, Err: err, Election: election}
 	}
-	return base.Notification{Type: base.Failed, Err: fmt.Errorf("postgres: reading a record too large for its notification: %w", err)}
+	return backend.Notification{Type: backend.Failed, Err: fmt.Errorf("postgres: reading a record too large for its notification: %w", err)}
 }
 
-func change(p *payload) base.Notification {
+func change(p *payload) backend.Notification {
 	raw := func(m json.RawMessage) json.RawMessage {
 		if len(m) == 0 || string(m) == "null" {
 			return nil
 		}
 		return m
 	}
-	c := base.Change{Table: p.Table, Key: raw(p.Key), Old: raw(p.Old), New: raw(p.New), Partial: p.P}
+	c := backend.Change{Table: p.Table, Key: raw(p.Key), Old: raw(p.Old), New: raw(p.New), Partial: p.P}
 	switch p.Op {
 	case "I":
-		c.Op = base.Insert
+		c.Op = backend.Insert
 	case "U":
-		c.Op = base.Update
+		c.Op = backend.Update
 	default:
-		c.Op = base.Delete
+		c.Op = backend.Delete
 	}
-	return base.Notification{Type: base.OtherChanged, Change: c}
+	return backend.Notification{Type: backend.OtherChanged, Change: c}
 }

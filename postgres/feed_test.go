@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/internal/testenv"
@@ -83,7 +84,7 @@ func TestFeedsRecoverFromListenerKill(t *testing.T) {
 			pool := newPool(t)
 			table := uniqueName(t)
 			var stores []*Store
-			c := basetest.NewCluster(t, func(e string) (base.Backend, error) {
+			c := basetest.NewCluster(t, func(e string) (backend.Election, error) {
 				s, err := NewStore(pool, Options{Table: table})
 				if err != nil {
 					return nil, err
@@ -218,7 +219,7 @@ func TestFeedsSurviveServerRestart(t *testing.T) {
 	t.Cleanup(pool.Close)
 
 	table := uniqueName(t)
-	c := basetest.NewCluster(t, func(e string) (base.Backend, error) {
+	c := basetest.NewCluster(t, func(e string) (backend.Election, error) {
 		return New(pool, e, Options{Table: table})
 	}, basetest.ScaledTiming(feedTiming), 3, 0)
 	waitFeedsOpen(t, c, make([]int, len(c.Nodes)))

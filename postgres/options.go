@@ -35,7 +35,7 @@ type Options struct {
 	// "leaderfeed".
 	Table string
 	// WatchTable optionally names a table of yours, in WatchSchema, whose
-	// row changes arrive as base.OtherChanged notifications. It must not be
+	// row changes arrive as backend.OtherChanged notifications. It must not be
 	// the election table. Its trigger costs a catalog lookup (of the primary
 	// key) and a NOTIFY per changed row. Empty: none.
 	WatchTable string

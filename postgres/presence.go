@@ -7,14 +7,15 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
-var _ base.PresenceStore = (*Store)(nil)
+var _ backend.PresenceStore = (*Store)(nil)
 
 // presenceValue is what the value column of a presence row holds, as JSON.
 //
-// A presence row lives in the election table under base.PresenceKey
+// A presence row lives in the election table under backend.PresenceKey
 // (election, chr(31), node): no election name holds a control character,
 // so it never is an election's row, and the triggers skip it (a refresh
 // notifies nobody). Its leader column is the node id, its ts the server's
@@ -27,7 +28,7 @@ type presenceValue struct {
 
 // Present upserts the presence row of p.Node in election, stamped with the
 // server's clock: one statement.
-func (s *Store) Present(ctx context.Context, election string, p base.Presence) error {
+func (s *Store) Present(ctx context.Context, election string, p backend.Presence) error {
 	if s.closed.Load() {
 		return fmt.Errorf("postgres: Present: %w", base.ErrClosed)
 	}
@@ -41,14 +42,14 @@ func (s *Store) Present(ctx context.Context, election string, p base.Presence) e
 	_, err = s.pool.Exec(ctx, "INSERT INTO "+s.ddl.table+" AS t (election, leader, term, revision, ts, value)"+
 		" VALUES ($1, $2, 0, 0, clock_timestamp(), $3) ON CONFLICT (election) DO UPDATE"+
 		" SET leader = excluded.leader, value = excluded.value, ts = clock_timestamp()",
-		base.PresenceKey(election, p.Node), p.Node, v)
+		backend.PresenceKey(election, p.Node), p.Node, v)
 	if err != nil {
 		return s.wrapErr(ctx, "postgres: Present", err)
 	}
 	return nil
 }
 
-func checkPresence(election string, p base.Presence) error {
+func checkPresence(election string, p backend.Presence) error {
 	if err := heartbeat.ValidateName("election name", election); err != nil {
 		return fmt.Errorf("postgres: Present: %w: %w", base.ErrInvalidConfig, err)
 	}
@@ -63,7 +64,7 @@ func (s *Store) Absent(ctx context.Context, election, node string) error {
 	if s.closed.Load() {
 		return fmt.Errorf("postgres: Absent: %w", base.ErrClosed)
 	}
-	if _, err := s.pool.Exec(ctx, "DELETE FROM "+s.ddl.table+" WHERE election = $1", base.PresenceKey(election, node)); err != nil {
+	if _, err := s.pool.Exec(ctx, "DELETE FROM "+s.ddl.table+" WHERE election = $1", backend.PresenceKey(election, node)); err != nil {
 		return s.wrapErr(ctx, "postgres: Absent", err)
 	}
 	return nil
@@ -71,7 +72,7 @@ func (s *Store) Absent(ctx context.Context, election, node string) error {
 
 // Participants returns the presence rows of election and the server's
 // clock, in one statement. Rows that do not decode are left out.
-func (s *Store) Participants(ctx context.Context, election string) ([]base.Presence, time.Time, error) {
+func (s *Store) Participants(ctx context.Context, election string) ([]backend.Presence, time.Time, error) {
 	if s.closed.Load() {
 		return nil, time.Time{}, fmt.Errorf("postgres: Participants: %w", base.ErrClosed)
 	}
@@ -79,14 +80,14 @@ func (s *Store) Participants(ctx context.Context, election string) ([]base.Prese
 		return nil, time.Time{}, fmt.Errorf("postgres: Participants: %w: %w", base.ErrInvalidConfig, err)
 	}
 	rows, err := s.pool.Query(ctx, "SELECT c.now, t.leader, t.value, t.ts FROM (SELECT clock_timestamp() AS now) AS c"+
-		" LEFT JOIN "+s.ddl.table+" AS t ON starts_with(t.election, $1)", base.PresenceKey(election, ""))
+		" LEFT JOIN "+s.ddl.table+" AS t ON starts_with(t.election, $1)", backend.PresenceKey(election, ""))
 	if err != nil {
 		return nil, time.Time{}, s.wrapErr(ctx, "postgres: Participants", err)
 	}
 	defer rows.Close()
 	var (
 		now  time.Time
-		out  []base.Presence
+		out  []backend.Presence
 		node *string
 		val  []byte
 		ts   *time.Time
@@ -102,7 +103,7 @@ func (s *Store) Participants(ctx context.Context, election string) ([]base.Prese
 		if json.Unmarshal(val, &v) != nil {
 			continue
 		}
-		p := base.Presence{Node: *node, Value: v.Value, Priority: v.Priority, CanLead: v.CanLead, Timestamp: *ts}
+		p := backend.Presence{Node: *node, Value: v.Value, Priority: v.Priority, CanLead: v.CanLead, Timestamp: *ts}
 		if p.Validate() == nil {
 			out = append(out, p)
 		}

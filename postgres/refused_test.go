@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -110,7 +111,7 @@ func TestRefusals(t *testing.T) {
 	t.Run("SELECT only", func(t *testing.T) {
 		pool := rolePool(t, admin, "GRANT SELECT ON "+quoted+" TO %s")
 		b := open(t, pool, "e", Options{Table: table, NoCreate: true}) // an observer needs no more
-		if _, err := b.Get(ctx); !errors.Is(err, base.ErrNotFound) {
+		if _, err := b.Get(ctx); !errors.Is(err, backend.ErrNotFound) {
 			t.Fatalf("Get: %v, want ErrNotFound", err)
 		}
 		ch := sub(t, b)
@@ -211,7 +212,7 @@ func (l *lockedBuffer) count(s string) int {
 // A leader whose write privileges are revoked while it runs steps down at
 // the end of its lease, logs the refusal once at Error (not once per
 // retry), reports it in Health, and leads again by itself once the
-// privileges are granted back (within RefusalRetry).
+// privileges are granted back (within the Feed's refusal retry, five ElectionTimeoutMax).
 func TestRefusalWhileRunning(t *testing.T) {
 	t.Parallel()
 	admin := newPool(t)
@@ -266,7 +267,7 @@ func TestRefusalWhileRunning(t *testing.T) {
 	}
 
 	mustExec(t, admin, "GRANT INSERT, UPDATE ON "+quoted+" TO "+pgx.Identifier{role}.Sanitize())
-	waitFor("leader again", base.RefusalRetry(feedTiming)+wait, f.IsLeader)
+	waitFor("leader again", 5*feedTiming.WithDefaults().ElectionTimeoutMax+wait, f.IsLeader)
 	if err := f.Healthy(0); err != nil {
 		t.Fatalf("Healthy after the grant: %v", err)
 	}

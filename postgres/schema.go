@@ -27,7 +27,7 @@ const createLockKey int64 = 0x4c46437265617465
 // {"op":"D","e"} for a deleted row. TG_ARGV[0] is the channel. A key longer
 // than any valid election name cannot be an election of ours and is not
 // announced, nor is a presence row (its key holds chr(31), see
-// base.PresenceKey): a participant's refresh wakes no follower.
+// backend.PresenceKey): a participant's refresh wakes no follower.
 const recordFunctionBody = `
 DECLARE
   op text := left(TG_OP, 1);

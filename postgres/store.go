@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -23,7 +24,7 @@ import (
 // server_version_num (12.0).
 const MinServerVersion = 120000
 
-// Store is the base.Store (and base.BatchStore) of one PostgreSQL election
+// Store is the backend.Store (and backend.BatchStore) of one PostgreSQL election
 // table: any number of elections, one row each, and the table's changefeed.
 // Make one with NewStore and share it among the elections of a process with
 // base.NewElections; New gives the Backend of a lone election. Its methods
@@ -46,8 +47,8 @@ type Store struct {
 }
 
 var (
-	_ base.BatchStore  = (*Store)(nil)
-	_ base.BatchReader = (*Store)(nil)
+	_ backend.BatchStore  = (*Store)(nil)
+	_ backend.BatchReader = (*Store)(nil)
 )
 
 // columns of a record, in the order scanRecord reads them.
@@ -73,7 +74,7 @@ func NewStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	s.insertSQL = "INSERT INTO " + t + " AS t (election, leader, term, value, lease_us, successor, revision, ts)" +
 		" VALUES ($1, $2, $3, $4, $5, $6, 1, clock_timestamp()) ON CONFLICT (election) DO NOTHING RETURNING " + recordCols
 	// The compare-and-set compares the write's identity (revision, leader,
-	// term), not the revision alone: see base.Backend.Heartbeat.
+	// term), not the revision alone: see backend.Election.Heartbeat.
 	s.updateSQL = "UPDATE " + t + " SET leader = $2, term = $3, value = $4, lease_us = $5, successor = $9, revision = revision + 1," +
 		" ts = clock_timestamp() WHERE election = $1 AND revision = $6 AND leader = $7 AND term = $8 RETURNING " + recordCols
 	// The batched compare-and-set: the same comparison, one row of unnest
@@ -100,13 +101,13 @@ func NewStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// New returns the base.Backend of the election named election, for one
+// New returns the backend.Election of the election named election, for one
 // Feed: base.Open on a Store of its own (NewStore), which the Backend's
 // Close closes. Processes with many elections share one Store instead
 // (base.NewElections). New does no I/O; it fails with an error matching
 // base.ErrInvalidConfig when pool is nil, the election name breaks
 // heartbeat.ValidateName, or a name in opts is not a plain identifier.
-func New(pool *pgxpool.Pool, election string, opts Options) (base.Backend, error) {
+func New(pool *pgxpool.Pool, election string, opts Options) (backend.Election, error) {
 	if err := heartbeat.ValidateName("election name", election); err != nil {
 		return nil, fmt.Errorf("postgres: %w: %w", base.ErrInvalidConfig, err)
 	}
@@ -123,7 +124,7 @@ func New(pool *pgxpool.Pool, election string, opts Options) (base.Backend, error
 }
 
 // Start checks that the server answers and is PostgreSQL 12 or later (an
-// error matching base.ErrUnsupported if older).
+// error matching backend.ErrUnsupported if older).
 func (s *Store) Start(ctx context.Context) error {
 	if s.closed.Load() {
 		return fmt.Errorf("postgres: Start: %w", base.ErrClosed)
@@ -133,7 +134,7 @@ func (s *Store) Start(ctx context.Context) error {
 		return s.wrapErr(ctx, "postgres: Start: cannot query the server", err)
 	}
 	if version < MinServerVersion {
-		return fmt.Errorf("postgres: server version %d is older than %d: %w", version, MinServerVersion, base.ErrUnsupported)
+		return fmt.Errorf("postgres: server version %d is older than %d: %w", version, MinServerVersion, backend.ErrUnsupported)
 	}
 	return nil
 }
@@ -172,8 +173,8 @@ func (s *Store) Create(ctx context.Context) error {
 }
 
 // Get returns the record of election. It fails with an error matching
-// base.ErrNotFound when there is no row, and with one matching
-// base.ErrMalformedRecord when the row breaks the record rules.
+// backend.ErrNotFound when there is no row, and with one matching
+// backend.ErrMalformedRecord when the row breaks the record rules.
 func (s *Store) Get(ctx context.Context, election string) (heartbeat.Record, error) {
 	if s.closed.Load() {
 		return heartbeat.Record{}, fmt.Errorf("postgres: Get: %w", base.ErrClosed)
@@ -187,11 +188,11 @@ func (s *Store) Get(ctx context.Context, election string) (heartbeat.Record, err
 // GetBatch reads the records of elections in one statement (SELECT ...
 // WHERE election = ANY(...)), each as Get would: an election without a
 // row gets ErrNotFound, a malformed row fails only its own election.
-func (s *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadResult, error) {
+func (s *Store) GetBatch(ctx context.Context, elections []string) ([]backend.ReadResult, error) {
 	if s.closed.Load() {
 		return nil, fmt.Errorf("postgres: GetBatch: %w", base.ErrClosed)
 	}
-	out := make([]base.ReadResult, len(elections))
+	out := make([]backend.ReadResult, len(elections))
 	index := make(heartbeat.Batch, len(elections))
 	names := make([]string, 0, len(elections))
 	for i, e := range elections {
@@ -209,7 +210,7 @@ func (s *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadRe
 		}
 		for rows.Next() {
 			e, r, err := scanRecordRow(rows)
-			if err != nil && !errors.Is(err, base.ErrMalformedRecord) {
+			if err != nil && !errors.Is(err, backend.ErrMalformedRecord) {
 				rows.Close()
 				return nil, s.wrapErr(ctx, "postgres: GetBatch", err)
 			}
@@ -218,7 +219,7 @@ func (s *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadRe
 				continue
 			}
 			found[e] = true
-			out[i] = base.ReadResult{Record: r, Err: err}
+			out[i] = backend.ReadResult{Record: r, Err: err}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -227,7 +228,7 @@ func (s *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadRe
 	}
 	for e, i := range index {
 		if !found[e] {
-			out[i].Err = fmt.Errorf("postgres: election %q: %w", e, base.ErrNotFound)
+			out[i].Err = fmt.Errorf("postgres: election %q: %w", e, backend.ErrNotFound)
 		}
 	}
 	return out, nil
@@ -236,7 +237,7 @@ func (s *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadRe
 func (s *Store) get(ctx context.Context, election string) (heartbeat.Record, error) {
 	r, err := scanRecord(s.pool.QueryRow(ctx, s.getSQL, election))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w", election, base.ErrNotFound)
+		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w", election, backend.ErrNotFound)
 	}
 	if err != nil {
 		return heartbeat.Record{}, s.wrapErr(ctx, "postgres: Get", err)
@@ -265,8 +266,8 @@ func valueOf(r heartbeat.Record) []byte {
 // expected.Revision is 0, an UPDATE ... WHERE revision, leader and term are
 // expected's otherwise. The timestamp is the server's clock_timestamp().
 // When the statement writes nothing, Heartbeat reads the current record
-// and returns it in a *base.ConflictError; if that record is malformed it
-// returns an error matching base.ErrMalformedRecord instead, and the row is
+// and returns it in a *backend.ConflictError; if that record is malformed it
+// returns an error matching backend.ErrMalformedRecord instead, and the row is
 // left alone. A next that breaks heartbeat.Record.Validate (an invalid
 // election name included) fails with an error matching both
 // base.ErrInvalidConfig and heartbeat.ErrInvalidRecord.
@@ -294,9 +295,9 @@ func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 	cur, err := s.get(ctx, next.Election)
 	switch {
 	case err == nil:
-		return heartbeat.Record{}, base.NewConflict(cur)
-	case errors.Is(err, base.ErrNotFound):
-		return heartbeat.Record{}, base.NewConflict(heartbeat.Record{Election: next.Election})
+		return heartbeat.Record{}, backend.NewConflict(cur)
+	case errors.Is(err, backend.ErrNotFound):
+		return heartbeat.Record{}, backend.NewConflict(heartbeat.Record{Election: next.Election})
 	}
 	return heartbeat.Record{}, refusedErr(expected, err)
 }
@@ -304,7 +305,7 @@ func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 // refusedErr is the error of a refused write whose current record could not
 // be read (err).
 func refusedErr(expected heartbeat.Record, err error) error {
-	if errors.Is(err, base.ErrMalformedRecord) {
+	if errors.Is(err, backend.ErrMalformedRecord) {
 		return fmt.Errorf("postgres: Heartbeat on revision %d refused, and the stored record is malformed: %w",
 			expected.Revision, err)
 	}
@@ -321,14 +322,14 @@ func refusedErr(expected heartbeat.Record, err error) error {
 // breaks heartbeat.Record.Validate fails alone, and a malformed stored
 // record fails only its own write. An error with nil results means the
 // outcome of every write is unknown.
-func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base.WriteResult, error) {
+func (s *Store) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]backend.WriteResult, error) {
 	if s.closed.Load() {
 		return nil, fmt.Errorf("postgres: HeartbeatBatch: %w", base.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("postgres: HeartbeatBatch: %w", err)
 	}
-	out := make([]base.WriteResult, len(writes))
+	out := make([]backend.WriteResult, len(writes))
 	index := make(heartbeat.Batch, len(writes)) // election -> write, of the writes sent
 	var upd struct {
 		elections, leaders, expLeaders, successors []string
@@ -391,7 +392,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 			}
 			for rows.Next() {
 				e, r, err := scanRecordRow(rows)
-				if err != nil && !errors.Is(err, base.ErrMalformedRecord) {
+				if err != nil && !errors.Is(err, backend.ErrMalformedRecord) {
 					rows.Close()
 					return err
 				}
@@ -401,7 +402,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 					return fmt.Errorf("the server returned a row of election %q, which the batch did not write", e)
 				}
 				written[e] = true
-				out[i] = base.WriteResult{Record: r, Err: err}
+				out[i] = backend.WriteResult{Record: r, Err: err}
 			}
 			if err := rows.Err(); err != nil {
 				return err
@@ -435,7 +436,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 			if !ok || written[e] {
 				continue
 			}
-			if rerr != nil && !errors.Is(rerr, base.ErrMalformedRecord) {
+			if rerr != nil && !errors.Is(rerr, backend.ErrMalformedRecord) {
 				err = rerr
 				break
 			}
@@ -443,7 +444,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 			if rerr != nil {
 				out[i].Err = refusedErr(writes[i].Expected, rerr)
 			} else {
-				out[i].Err = base.NewConflict(cur)
+				out[i].Err = backend.NewConflict(cur)
 			}
 		}
 		rows.Close()
@@ -462,7 +463,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 			// unknown, as for a single Heartbeat whose read failed.
 			out[i].Err = refusedErr(writes[i].Expected, s.wrapErr(ctx, "postgres: HeartbeatBatch", err))
 		} else {
-			out[i].Err = base.NewConflict(heartbeat.Record{Election: e})
+			out[i].Err = backend.NewConflict(heartbeat.Record{Election: e})
 		}
 	}
 	return out, nil
@@ -504,7 +505,7 @@ func scanRecordRow(row pgx.Row) (string, heartbeat.Record, error) {
 	if err := row.Scan(&election, &leader, &term, &rev, &ts, &value, &lease, &successor); err != nil {
 		var scanErr pgx.ScanArgError
 		if errors.As(err, &scanErr) && election != "" {
-			return election, heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %w", election, base.ErrMalformedRecord, err)
+			return election, heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %w", election, backend.ErrMalformedRecord, err)
 		}
 		return election, heartbeat.Record{}, err
 	}
@@ -523,7 +524,7 @@ func scanRecordRow(row pgx.Row) (string, heartbeat.Record, error) {
 // column existed) reads as none.
 func decodeRecord(election string, leader *string, term, rev, tsMicros *int64, value []byte, leaseMicros *int64, successor *string) (heartbeat.Record, error) {
 	null := func(column string) (heartbeat.Record, error) {
-		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %s is NULL", election, base.ErrMalformedRecord, column)
+		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %s is NULL", election, backend.ErrMalformedRecord, column)
 	}
 	switch {
 	case leader == nil:
@@ -538,7 +539,7 @@ func decodeRecord(election string, leader *string, term, rev, tsMicros *int64, v
 	r, err := heartbeat.Decode(heartbeat.Stored{Election: election, Leader: *leader, Term: *term, Revision: *rev,
 		Timestamp: time.UnixMicro(*tsMicros).UTC(), Value: value, LeaseMicros: leaseMicros, Successor: successor})
 	if err != nil {
-		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %w", election, base.ErrMalformedRecord, err)
+		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %w", election, backend.ErrMalformedRecord, err)
 	}
 	return r, nil
 }
@@ -549,7 +550,7 @@ func decodeBase64(election string, s *string) ([]byte, error) {
 	}
 	v, err := base64.StdEncoding.DecodeString(*s)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: election %q: %w: value: %w", election, base.ErrMalformedRecord, err)
+		return nil, fmt.Errorf("postgres: election %q: %w: value: %w", election, backend.ErrMalformedRecord, err)
 	}
 	return v, nil
 }

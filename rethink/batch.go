@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
 )
@@ -45,8 +46,8 @@ const (
 //
 //   - the writes that neither changed (a conflict, a malformed document, a
 //     missing one) are read with one getAll, to return a
-//     *base.ConflictError with the current record or an error matching
-//     base.ErrMalformedRecord, per write.
+//     *backend.ConflictError with the current record or an error matching
+//     backend.ErrMalformedRecord, per write.
 //
 // Documents are written one by one, not as one transaction: some writes of
 // a batch may be applied and others refused, and each result says which.
@@ -55,11 +56,11 @@ const (
 // unknown as for a Heartbeat that failed; the writes of the other query
 // keep their results. Writes naming the same election twice are refused
 // from the second on (ErrInvalidConfig).
-func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base.WriteResult, error) {
+func (s *Store) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]backend.WriteResult, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	out := make([]base.WriteResult, len(writes))
+	out := make([]backend.WriteResult, len(writes))
 	done := make([]bool, len(writes))
 	var inserts, updates []int
 	seen := make(heartbeat.Batch, len(writes))
@@ -122,7 +123,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 
 // batchUpdate is the update query of the writes idx, all with
 // expected.Revision > 0.
-func (s *Store) batchUpdate(writes []base.Write, idx []int) r.Term {
+func (s *Store) batchUpdate(writes []backend.Write, idx []int) r.Term {
 	ids := make([]any, len(idx))
 	expected := make(map[string]any, len(idx))
 	for k, i := range idx {
@@ -150,7 +151,7 @@ func (s *Store) batchUpdate(writes []base.Write, idx []int) r.Term {
 
 // batchInsert is the insert query of the writes idx, all with
 // expected.Revision 0.
-func (s *Store) batchInsert(writes []base.Write, idx []int) r.Term {
+func (s *Store) batchInsert(writes []backend.Write, idx []int) r.Term {
 	docs := make([]any, len(idx))
 	for k, i := range idx {
 		w := writes[i]
@@ -163,7 +164,7 @@ func (s *Store) batchInsert(writes []base.Write, idx []int) r.Term {
 // records in out (done) by the id of each change. The writes it did not
 // change stay pending, with the server's first error noted. A failed query
 // gives each of its writes the error.
-func (s *Store) batchWrite(ctx context.Context, writes []base.Write, idx []int, q r.Term, what string, out []base.WriteResult, done []bool, firstError []string) {
+func (s *Store) batchWrite(ctx context.Context, writes []backend.Write, idx []int, q r.Term, what string, out []backend.WriteResult, done []bool, firstError []string) {
 	what = fmt.Sprintf("%s of %d elections in %s.%s", what, len(idx), s.db, s.table)
 	fail := func(err error) {
 		for _, i := range idx {
@@ -229,8 +230,8 @@ func (s *Store) readDocs(ctx context.Context, ids []any) (map[string]json.RawMes
 // GetBatch reads the records of elections with one getAll, each as Get
 // would: an election without a document gets ErrNotFound, a malformed
 // document fails only its own election.
-func (s *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadResult, error) {
-	out := make([]base.ReadResult, len(elections))
+func (s *Store) GetBatch(ctx context.Context, elections []string) ([]backend.ReadResult, error) {
+	out := make([]backend.ReadResult, len(elections))
 	index := make(heartbeat.Batch, len(elections))
 	ids := make([]any, 0, len(elections))
 	for i, e := range elections {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
 )
@@ -26,16 +27,16 @@ func TestHeartbeatBatch(t *testing.T) {
 	ctx := testCtx(t)
 
 	type setup struct {
-		writes []base.Write
+		writes []backend.Write
 		stored map[int]bool // writes that must be applied
 	}
 	// prepare writes the records of one copy, named prefix+kind, and
 	// returns the writes to make on them.
 	prepare := func(prefix string) setup {
 		name := func(kind string) string { return prefix + kind }
-		write := func(expected, next heartbeat.Record, kind string) base.Write {
+		write := func(expected, next heartbeat.Record, kind string) backend.Write {
 			next.Election = name(kind)
-			return base.Write{Expected: expected, Next: next}
+			return backend.Write{Expected: expected, Next: next}
 		}
 		claim := func(kind string, rs ...heartbeat.Record) []heartbeat.Record {
 			var out []heartbeat.Record
@@ -66,7 +67,7 @@ func TestHeartbeatBatch(t *testing.T) {
 		withLease := rec("a", 4, "v")
 		withLease.Lease = 2500*1000 + 1
 		return setup{
-			writes: []base.Write{
+			writes: []backend.Write{
 				0:  write(none, rec("c", 1, "addr-c"), "create"),                                             // first claim
 				1:  write(renew[0], rec("a", 1, "addr-a2"), "renew"),                                         // renewal
 				2:  write(stale[0], rec("c", 2, ""), "stale"),                                                // stale: conflict
@@ -90,7 +91,7 @@ func TestHeartbeatBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := make([]base.WriteResult, len(single.writes))
+	want := make([]backend.WriteResult, len(single.writes))
 	for i, w := range single.writes {
 		want[i].Record, want[i].Err = st.Heartbeat(ctx, w.Expected, w.Next)
 	}
@@ -131,7 +132,7 @@ func TestHeartbeatBatch(t *testing.T) {
 	seen := map[string]heartbeat.Record{}
 	for len(seen) < len(batch.stored) {
 		n := next(t, feed)
-		if n.Type == base.RecordChanged && len(n.Record.Election) > 2 && n.Record.Election[:2] == "b-" {
+		if n.Type == backend.RecordChanged && len(n.Record.Election) > 2 && n.Record.Election[:2] == "b-" {
 			seen[n.Record.Election] = n.Record
 		}
 	}
@@ -145,12 +146,12 @@ func TestHeartbeatBatch(t *testing.T) {
 	// same writes again would succeed: a write that finds its own record
 	// stored is taken for a retry of itself by the driver, as Heartbeat
 	// does.)
-	refusedWrites := append([]base.Write(nil), batch.writes[:2]...)
+	refusedWrites := append([]backend.Write(nil), batch.writes[:2]...)
 	for i := range refusedWrites {
 		refusedWrites[i].Next.Leader = "d"
 	}
 	again, err := st.HeartbeatBatch(ctx, refusedWrites)
-	if err != nil || len(again) != 2 || !errors.Is(again[0].Err, base.ErrConflict) || !errors.Is(again[1].Err, base.ErrConflict) {
+	if err != nil || len(again) != 2 || !errors.Is(again[0].Err, backend.ErrConflict) || !errors.Is(again[1].Err, backend.ErrConflict) {
 		t.Fatalf("the same writes again: got %v, %v; want two conflicts", again, err)
 	}
 	if res, err := st.HeartbeatBatch(ctx, nil); err != nil || len(res) != 0 {
@@ -162,8 +163,8 @@ func TestHeartbeatBatch(t *testing.T) {
 // of the same write made alone on a copy of the record: the same error
 // class, and the same record or conflict record but for the election name
 // and the timestamp.
-func sameResult(b, s base.WriteResult) error {
-	classes := []error{base.ErrConflict, base.ErrMalformedRecord, base.ErrInvalidConfig, heartbeat.ErrInvalidRecord}
+func sameResult(b, s backend.WriteResult) error {
+	classes := []error{backend.ErrConflict, backend.ErrMalformedRecord, base.ErrInvalidConfig, heartbeat.ErrInvalidRecord}
 	for _, c := range classes {
 		if errors.Is(b.Err, c) != errors.Is(s.Err, c) {
 			return fmt.Errorf("errors.Is(%v) differs", c)
@@ -176,7 +177,7 @@ func sameResult(b, s base.WriteResult) error {
 		return x.Leader == y.Leader && x.Term == y.Term && x.Revision == y.Revision && bytes.Equal(x.Value, y.Value) && x.Lease == y.Lease &&
 			x.Timestamp.IsZero() == y.Timestamp.IsZero()
 	}
-	var bc, sc *base.ConflictError
+	var bc, sc *backend.ConflictError
 	if errors.As(b.Err, &bc) && errors.As(s.Err, &sc) && !same(bc.Current, sc.Current) {
 		return fmt.Errorf("conflict records differ: %v and %v", bc.Current, sc.Current)
 	}
@@ -201,7 +202,7 @@ func TestElectionsBatched(t *testing.T) {
 	const n = 20
 	var wg sync.WaitGroup
 	for i := range n {
-		b, err := es.Backend(fmt.Sprintf("e%02d", i))
+		b, err := es.Election(fmt.Sprintf("e%02d", i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,12 +215,12 @@ func TestElectionsBatched(t *testing.T) {
 		wg.Go(func() {
 			last, err := b.Heartbeat(ctx, none, rec(fmt.Sprintf("n%d", i), 1, ""))
 			if err != nil {
-				t.Errorf("%s: claim: %v", b.Election(), err)
+				t.Errorf("%s: claim: %v", b.Name(), err)
 				return
 			}
 			for range 5 {
 				if last, err = b.Heartbeat(ctx, last, rec(fmt.Sprintf("n%d", i), 1, "")); err != nil {
-					t.Errorf("%s: renewal: %v", b.Election(), err)
+					t.Errorf("%s: renewal: %v", b.Name(), err)
 					return
 				}
 			}
@@ -232,8 +233,8 @@ func TestElectionsBatched(t *testing.T) {
 				// RethinkDB stores values.
 				got.Timestamp = last.Timestamp
 			}
-			if err != nil || !got.Equal(last) || got.Election != b.Election() || got.Revision != 6 {
-				t.Errorf("%s: Get gives %v at %v, %v; want %v at %v", b.Election(), got, got.Timestamp, err, last, last.Timestamp)
+			if err != nil || !got.Equal(last) || got.Election != b.Name() || got.Revision != 6 {
+				t.Errorf("%s: Get gives %v at %v, %v; want %v at %v", b.Name(), got, got.Timestamp, err, last, last.Timestamp)
 			}
 		})
 	}
@@ -245,7 +246,7 @@ func TestElectionsBatched(t *testing.T) {
 func TestBatchDuplicateElection(t *testing.T) {
 	st := openStore(t, nil, newDatabase(t), table)
 	ctx := testCtx(t)
-	writes := []base.Write{
+	writes := []backend.Write{
 		{Next: heartbeat.Record{Election: "e", Leader: "a", Term: 1}},
 		{Next: heartbeat.Record{Election: "e", Leader: "b", Term: 1}},
 	}
@@ -256,10 +257,10 @@ func TestBatchDuplicateElection(t *testing.T) {
 	if res[0].Err != nil || res[0].Record.Leader != "a" {
 		t.Errorf("the first write of e: %+v, %v; want it applied", res[0].Record, res[0].Err)
 	}
-	if err := res[1].Err; !errors.Is(err, base.ErrInvalidConfig) || !errors.Is(err, heartbeat.ErrInvalidRecord) || errors.Is(err, base.ErrConflict) {
+	if err := res[1].Err; !errors.Is(err, base.ErrInvalidConfig) || !errors.Is(err, heartbeat.ErrInvalidRecord) || errors.Is(err, backend.ErrConflict) {
 		t.Errorf("the second write of e: %v, want ErrInvalidConfig", err)
 	}
-	reads, err := st.(base.BatchReader).GetBatch(ctx, []string{"e", "e"})
+	reads, err := st.(backend.BatchReader).GetBatch(ctx, []string{"e", "e"})
 	if err != nil || len(reads) != 2 || reads[0].Err != nil || !reads[0].Record.Equal(res[0].Record) || !errors.Is(reads[1].Err, base.ErrInvalidConfig) {
 		t.Errorf("GetBatch(e, e) = %+v, %v; want the record, then ErrInvalidConfig", reads, err)
 	}

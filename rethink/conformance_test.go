@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/rethink"
@@ -24,7 +25,7 @@ func harness(t *testing.T) basetest.Harness {
 	admin := connect(t)
 	tb := r.DB(db).Table(table)
 	return basetest.Harness{
-		Open: func(t *testing.T, election string) (base.Backend, error) {
+		Open: func(t *testing.T, election string) (backend.Election, error) {
 			s, err := rethink.NewStore(connect(t), rethink.Options{Database: db, Table: table})
 			if err != nil {
 				return nil, err
@@ -36,7 +37,7 @@ func harness(t *testing.T) basetest.Harness {
 			}
 			return b, nil
 		},
-		OpenStore: func(t *testing.T) (base.Store, error) {
+		OpenStore: func(t *testing.T) (backend.Store, error) {
 			s, err := rethink.NewStore(connect(t), rethink.Options{Database: db, Table: table})
 			if err != nil {
 				return nil, err

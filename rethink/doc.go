@@ -4,13 +4,13 @@
 // A Store (NewStore) is one table: the records of any number of elections,
 // each one document keyed by the election's name in the primary key "id",
 // and one changefeed on the table for all of them. It implements
-// base.Store and base.BatchStore; a process with many elections shares one
+// backend.Store and backend.BatchStore; a process with many elections shares one
 // Store through base.NewElections, which demultiplexes the feed to the
 // elections and batches their renewals. New(session, election, opts) is
 // the Backend of a lone election (base.Open on a Store of its own). The
 // caller passes the *r.Session it owns; no Store ever closes it. The same
 // table may hold documents of the caller's own, whose changes the feed
-// reports as base.OtherChanged, as in the original JavaScript leaderfeed.
+// reports as backend.OtherChanged, as in the original JavaScript leaderfeed.
 // An election document looks like
 //
 //	{"id": "jobs", "leaderfeed": 1, "leader": "node-a", "term": 7,
@@ -26,7 +26,7 @@
 // The field "leaderfeed" marks it as ours (format version 1). A document
 // with the election's id that lacks the mark, misses a field or holds a
 // field of the wrong type is foreign or malformed: Get reports it with an
-// error matching base.ErrMalformedRecord, and Heartbeat never overwrites
+// error matching backend.ErrMalformedRecord, and Heartbeat never overwrites
 // it. The feed tells election documents from the application's by the
 // mark: a change in which the old or the new document has the field
 // "leaderfeed" (any value) and a string id is a change of that election's
@@ -54,7 +54,7 @@
 //     Heartbeat (atomic per document); one insert([...], conflict
 //     "error") for the first claims; and one getAll of the refused ones'
 //     current documents. Each result is what Heartbeat gives for that
-//     write alone (the stored record, a *base.ConflictError with the
+//     write alone (the stored record, a *backend.ConflictError with the
 //     current record, or ErrMalformedRecord); the batch is not a
 //     transaction, and a malformed record or a conflict of one election
 //     never affects the others.
@@ -63,7 +63,7 @@
 //     and sent on as it comes, without a queue and without coalescing
 //     (base.Elections does both). RethinkDB sends whole documents, so no
 //     record is too large for a notification. A feed that breaks, or in
-//     which the server reports skipped changes, ends with one base.Failed
+//     which the server reports skipped changes, ends with one backend.Failed
 //     notification; the caller reopens it and re-reads.
 //   - Every method honours its context; an error caused by a done context
 //     matches ctx.Err() under errors.Is.

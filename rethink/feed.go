@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
 )
 
@@ -23,7 +23,7 @@ type feedItem struct {
 // (the mark) and a string id, the election's name; a change in which the
 // old or the new document is one is a change of that election's record:
 // RecordChanged when the new document is a well-formed election document,
-// Ignored (Election set, Err matching base.ErrMalformedRecord) when it is
+// Ignored (Election set, Err matching backend.ErrMalformedRecord) when it is
 // malformed or lost its mark, RecordDeleted (Election set) when it was
 // deleted. Every other document is the application's and becomes
 // OtherChanged, its operation told by old_val and new_val (insert: old_val
@@ -37,7 +37,7 @@ type feedItem struct {
 // channel closes when ctx is done or the store is closed, or after one
 // Failed notification when the changefeed breaks or the server reports
 // that it skipped changes.
-func (s *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+func (s *Store) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -50,7 +50,7 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error)
 		cancel()
 		return nil, s.wrap(ctx, what, err)
 	}
-	ch := make(chan base.Notification)
+	ch := make(chan backend.Notification)
 	s.subs.Add(1)
 	go func() {
 		defer s.subs.Done()
@@ -64,7 +64,7 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error)
 			return
 		}
 		select {
-		case ch <- base.Notification{Type: base.Failed, Err: s.refusal("rethink: "+what, err)}:
+		case ch <- backend.Notification{Type: backend.Failed, Err: s.refusal("rethink: "+what, err)}:
 		case <-sctx.Done():
 		}
 	}()
@@ -72,7 +72,7 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error)
 }
 
 // pump reads the changefeed until it ends and returns why.
-func (s *Store) pump(ctx context.Context, cur *r.Cursor, ch chan<- base.Notification) error {
+func (s *Store) pump(ctx context.Context, cur *r.Cursor, ch chan<- backend.Notification) error {
 	for {
 		raw, ok := cur.NextResponse()
 		if !ok {
@@ -98,7 +98,7 @@ func (s *Store) pump(ctx context.Context, cur *r.Cursor, ch chan<- base.Notifica
 
 // notification turns one changefeed message into a notification; ok is
 // false for messages that carry none (states). An error ends the feed.
-func (s *Store) notification(raw json.RawMessage) (n base.Notification, ok bool, err error) {
+func (s *Store) notification(raw json.RawMessage) (n backend.Notification, ok bool, err error) {
 	var it feedItem
 	if err := json.Unmarshal(raw, &it); err != nil {
 		return n, false, fmt.Errorf("cannot decode a changefeed message %.200s: %w", raw, err)
@@ -122,33 +122,33 @@ func (s *Store) notification(raw json.RawMessage) (n base.Notification, ok bool,
 		return n, false, fmt.Errorf("changefeed message without a document id: %.200s", raw)
 	}
 	var election string
-	if json.Unmarshal(keyed.ID, &election) == nil && base.IsPresenceKey(election) {
+	if json.Unmarshal(keyed.ID, &election) == nil && backend.IsPresenceKey(election) {
 		return n, false, nil // a participant's refresh wakes nobody
 	}
 	if json.Unmarshal(keyed.ID, &election) == nil && (isElectionDoc(it.NewVal) || isElectionDoc(it.OldVal)) {
 		switch {
 		case isNull(it.NewVal):
-			return base.Notification{Type: base.RecordDeleted, Election: election}, true, nil
+			return backend.Notification{Type: backend.RecordDeleted, Election: election}, true, nil
 		default:
 			rec, err := decodeRecord(election, it.NewVal)
 			if err != nil {
-				return base.Notification{Type: base.Ignored, Election: election, Err: err}, true, nil
+				return backend.Notification{Type: backend.Ignored, Election: election, Err: err}, true, nil
 			}
-			return base.Notification{Type: base.RecordChanged, Record: rec}, true, nil
+			return backend.Notification{Type: backend.RecordChanged, Record: rec}, true, nil
 		}
 	}
-	c := base.Change{Table: s.table, Key: keyed.ID, Op: base.Update}
+	c := backend.Change{Table: s.table, Key: keyed.ID, Op: backend.Update}
 	if !isNull(it.OldVal) {
 		c.Old = it.OldVal
 	} else {
-		c.Op = base.Insert
+		c.Op = backend.Insert
 	}
 	if !isNull(it.NewVal) {
 		c.New = it.NewVal
 	} else {
-		c.Op = base.Delete
+		c.Op = backend.Delete
 	}
-	return base.Notification{Type: base.OtherChanged, Change: c}, true, nil
+	return backend.Notification{Type: backend.OtherChanged, Change: c}, true, nil
 }
 
 // isElectionDoc reports whether doc carries the mark field of an election

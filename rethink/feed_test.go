@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/rethink"
@@ -23,7 +24,7 @@ func TestFeedServerRestart(t *testing.T) {
 	db := newDatabase(t)
 	p := newProxy(t, server.addr)
 	calls := 0
-	openNode := func(election string) (base.Backend, error) {
+	openNode := func(election string) (backend.Election, error) {
 		addr := server.addr
 		if calls == 0 {
 			addr = p.addr
@@ -33,7 +34,7 @@ func TestFeedServerRestart(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		var st base.Store = wrapWrites(s)
+		var st backend.Store = wrapWrites(s)
 		if addr == p.addr {
 			st = &oneAtATime{Store: st}
 		}
@@ -85,7 +86,7 @@ func TestFeedServerRestart(t *testing.T) {
 // that overlap a reconnect race, so only the node whose connection breaks
 // needs this; see "Driver issues" in the package documentation.
 type oneAtATime struct {
-	base.Store
+	backend.Store
 	mu sync.Mutex
 }
 
@@ -113,7 +114,7 @@ func (o *oneAtATime) Heartbeat(ctx context.Context, expected, next heartbeat.Rec
 	return o.Store.Heartbeat(ctx, expected, next)
 }
 
-func (o *oneAtATime) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+func (o *oneAtATime) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.Store.Subscribe(ctx)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/internal/testenv"
 	"github.com/leaderfeed/leaderfeed/rethink"
@@ -116,14 +117,14 @@ func (s serialized) Heartbeat(ctx context.Context, expected, next heartbeat.Reco
 	return s.Store.Heartbeat(ctx, expected, next)
 }
 
-func (s serialized) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base.WriteResult, error) {
+func (s serialized) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]backend.WriteResult, error) {
 	writeMu.Lock()
 	defer writeMu.Unlock()
 	return s.Store.HeartbeatBatch(ctx, writes)
 }
 
 // wrapWrites returns s, wrapped in serialized on reqlite.
-func wrapWrites(s *rethink.Store) base.BatchStore {
+func wrapWrites(s *rethink.Store) backend.BatchStore {
 	if server.reqlite {
 		return serialized{s}
 	}
@@ -132,7 +133,7 @@ func wrapWrites(s *rethink.Store) base.BatchStore {
 
 // newStore returns a Store on db.table over session s (a new session if
 // nil), writes serialized on reqlite, not started, closed at cleanup.
-func newStore(t testing.TB, s *r.Session, db, table string) base.BatchStore {
+func newStore(t testing.TB, s *r.Session, db, table string) backend.BatchStore {
 	t.Helper()
 	if s == nil {
 		s = connect(t)
@@ -146,7 +147,7 @@ func newStore(t testing.TB, s *r.Session, db, table string) base.BatchStore {
 }
 
 // openStore returns a started and created store (newStore).
-func openStore(t testing.TB, s *r.Session, db, table string) base.BatchStore {
+func openStore(t testing.TB, s *r.Session, db, table string) backend.BatchStore {
 	t.Helper()
 	st := newStore(t, s, db, table)
 	ctx := testCtx(t)
@@ -162,7 +163,7 @@ func openStore(t testing.TB, s *r.Session, db, table string) base.BatchStore {
 // open returns a started and created backend of election in db.table, on
 // a store of its own (base.Open) over session s (a new session if nil),
 // closed at cleanup; writes serialized on reqlite.
-func open(t testing.TB, s *r.Session, db, table, election string) base.Backend {
+func open(t testing.TB, s *r.Session, db, table, election string) backend.Election {
 	t.Helper()
 	b, err := base.Open(newStore(t, s, db, table), election)
 	if err != nil {

@@ -11,9 +11,10 @@ import (
 	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 )
 
-var _ base.PresenceStore = (*Store)(nil)
+var _ backend.PresenceStore = (*Store)(nil)
 
 // Fields of a presence document. A presence document lives in the table of
 // the election documents, marked 2, under presenceID: a key with a
@@ -29,20 +30,20 @@ const (
 )
 
 // presenceID is the primary key of node's presence document in election:
-// base.PresenceKey when it fits RethinkDB's primary keys (127 bytes), else
+// backend.PresenceKey when it fits RethinkDB's primary keys (127 bytes), else
 // the separator and the SHA-256 of it in hex.
 func presenceID(election, node string) string {
-	k := base.PresenceKey(election, node)
+	k := backend.PresenceKey(election, node)
 	if len(k) <= 127 {
 		return k
 	}
 	sum := sha256.Sum256([]byte(k))
-	return base.PresenceSep + hex.EncodeToString(sum[:])
+	return backend.PresenceSep + hex.EncodeToString(sum[:])
 }
 
 // Present inserts or replaces the presence document of p.Node in election,
 // stamped with the server's r.Now().
-func (s *Store) Present(ctx context.Context, election string, p base.Presence) error {
+func (s *Store) Present(ctx context.Context, election string, p backend.Presence) error {
 	if err := checkElection(election); err != nil {
 		return err
 	}
@@ -77,7 +78,7 @@ func (s *Store) Absent(ctx context.Context, election, node string) error {
 // Participants returns the presence documents of election and the
 // server's r.Now(), in one query. Documents that do not decode are left
 // out.
-func (s *Store) Participants(ctx context.Context, election string) ([]base.Presence, time.Time, error) {
+func (s *Store) Participants(ctx context.Context, election string) ([]backend.Presence, time.Time, error) {
 	if err := checkElection(election); err != nil {
 		return nil, time.Time{}, err
 	}
@@ -102,9 +103,9 @@ func (s *Store) Participants(ctx context.Context, election string) ([]base.Prese
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("rethink: %s: the server's time: %w", what, err)
 	}
-	var out []base.Presence
+	var out []backend.Presence
 	for _, d := range res.Docs {
-		var p base.Presence
+		var p backend.Presence
 		var prio json.Number
 		if unmarshalString(d[fieldNode], &p.Node) != nil || unmarshalNumber(d[fieldPriority], &prio) != nil ||
 			json.Unmarshal(d[fieldCanLead], &p.CanLead) != nil {

@@ -9,7 +9,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
 )
@@ -40,9 +40,9 @@ const (
 	maxExact = 1 << 53
 )
 
-// errMalformed builds an error matching base.ErrMalformedRecord.
+// errMalformed builds an error matching backend.ErrMalformedRecord.
 func errMalformed(election, format string, args ...any) error {
-	return fmt.Errorf("rethink: %w: document %q: %s", base.ErrMalformedRecord, election, fmt.Sprintf(format, args...))
+	return fmt.Errorf("rethink: %w: document %q: %s", backend.ErrMalformedRecord, election, fmt.Sprintf(format, args...))
 }
 
 // encodeRecord returns the document for next at revision rev; the timestamp
@@ -71,7 +71,7 @@ type rawDoc map[string]json.RawMessage
 // decodeRecord decodes an election document from raw JSON as the server
 // sends it (TIME and BINARY as pseudo-type objects): the JSON types here,
 // the record rules and the fix-ups of older versions' documents in
-// heartbeat.Decode. Errors match base.ErrMalformedRecord.
+// heartbeat.Decode. Errors match backend.ErrMalformedRecord.
 func decodeRecord(election string, raw json.RawMessage) (heartbeat.Record, error) {
 	var doc rawDoc
 	if err := json.Unmarshal(raw, &doc); err != nil || doc == nil {
@@ -119,7 +119,7 @@ func decodeRecord(election string, raw json.RawMessage) (heartbeat.Record, error
 	}
 	rec, err := heartbeat.Decode(st)
 	if err != nil {
-		return heartbeat.Record{}, fmt.Errorf("rethink: %w: document %q: %w", base.ErrMalformedRecord, election, err)
+		return heartbeat.Record{}, fmt.Errorf("rethink: %w: document %q: %w", backend.ErrMalformedRecord, election, err)
 	}
 	return rec, nil
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -53,7 +53,7 @@ func TestDecodeRecord(t *testing.T) {
 		"lease too long":    `{"id":"e","leaderfeed":1,"leader":"a","term":3,"revision":9,"timestamp":` + ts + `,"lease_us":3600000001}`,
 	}
 	for name, doc := range bad {
-		if _, err := decodeRecord("e", []byte(doc)); !errors.Is(err, base.ErrMalformedRecord) {
+		if _, err := decodeRecord("e", []byte(doc)); !errors.Is(err, backend.ErrMalformedRecord) {
 			t.Errorf("%s: got %v, want ErrMalformedRecord", name, err)
 		}
 	}
@@ -92,7 +92,7 @@ func TestDecodeSuccessor(t *testing.T) {
 		}
 	}
 	for name, d := range map[string][]byte{"number": doc("", "5"), "control character": doc("", `"a\u0001b"`)} {
-		if _, err := decodeRecord("e", d); !errors.Is(err, base.ErrMalformedRecord) {
+		if _, err := decodeRecord("e", d); !errors.Is(err, backend.ErrMalformedRecord) {
 			t.Errorf("successor %s: %v, want ErrMalformedRecord", name, err)
 		}
 	}

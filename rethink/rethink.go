@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
 )
@@ -65,7 +66,7 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Store is the base.Store (and base.BatchStore, base.BatchReader) of one
+// Store is the backend.Store (and backend.BatchStore, backend.BatchReader) of one
 // RethinkDB table: the election documents of any number of elections,
 // keyed by name in the primary key "id", the caller's own documents, and
 // one changefeed on the table for all of them. It is safe for concurrent use as package base
@@ -87,8 +88,8 @@ type Store struct {
 }
 
 var (
-	_ base.BatchStore  = (*Store)(nil)
-	_ base.BatchReader = (*Store)(nil)
+	_ backend.BatchStore  = (*Store)(nil)
+	_ backend.BatchReader = (*Store)(nil)
 )
 
 // NewStore returns a Store over session, which the caller owns and which
@@ -134,7 +135,7 @@ func NewStore(session *r.Session, opts Options) (*Store, error) {
 // Closing the Backend closes the Store, never the session. It checks the
 // names and options without touching the server; errors match
 // base.ErrInvalidConfig.
-func New(session *r.Session, election string, opts Options) (base.Backend, error) {
+func New(session *r.Session, election string, opts Options) (backend.Election, error) {
 	if err := heartbeat.ValidateName("election name", election); err != nil {
 		return nil, fmt.Errorf("rethink: %w: %w", base.ErrInvalidConfig, err)
 	}
@@ -286,7 +287,7 @@ func (s *Store) Get(ctx context.Context, election string) (heartbeat.Record, err
 }
 
 func (s *Store) notFound(election string) error {
-	return fmt.Errorf("rethink: election %q in %s.%s: %w", election, s.db, s.table, base.ErrNotFound)
+	return fmt.Errorf("rethink: election %q in %s.%s: %w", election, s.db, s.table, backend.ErrNotFound)
 }
 
 type writeResult struct {
@@ -327,8 +328,8 @@ func describe(expected, next heartbeat.Record) string {
 // same revision, leader and term) and raises an error otherwise. The
 // timestamp is the server's r.Now(); the lease is stored in whole
 // microseconds, rounded up. A refused write is followed by a Get to return
-// a *base.ConflictError with the current record, or an error matching
-// base.ErrMalformedRecord when the stored document is foreign or malformed
+// a *backend.ConflictError with the current record, or an error matching
+// backend.ErrMalformedRecord when the stored document is foreign or malformed
 // (it is never overwritten).
 func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	if err := s.check(ctx); err != nil {
@@ -379,9 +380,9 @@ func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 // failure of the read).
 func refused(what, firstError string, expected, next, cur heartbeat.Record, err error) (heartbeat.Record, error) {
 	switch {
-	case errors.Is(err, base.ErrNotFound):
-		return heartbeat.Record{}, fmt.Errorf("rethink: %s: %w", what, base.NewConflict(heartbeat.Record{Election: next.Election}))
-	case errors.Is(err, base.ErrMalformedRecord):
+	case errors.Is(err, backend.ErrNotFound):
+		return heartbeat.Record{}, fmt.Errorf("rethink: %s: %w", what, backend.NewConflict(heartbeat.Record{Election: next.Election}))
+	case errors.Is(err, backend.ErrMalformedRecord):
 		return heartbeat.Record{}, fmt.Errorf("rethink: %s: refused to overwrite a foreign or malformed document: %w", what, err)
 	case err != nil:
 		return heartbeat.Record{}, fmt.Errorf("rethink: %s: refused, and reading the current record failed: %w", what, err)
@@ -390,7 +391,7 @@ func refused(what, firstError string, expected, next, cur heartbeat.Record, err 
 		// try, which had written this very record.
 		return cur, nil
 	case expected.Revision == 0 || !cur.SameWrite(expected):
-		return heartbeat.Record{}, fmt.Errorf("rethink: %s: %w", what, base.NewConflict(cur))
+		return heartbeat.Record{}, fmt.Errorf("rethink: %s: %w", what, backend.NewConflict(cur))
 	}
 	return heartbeat.Record{}, fmt.Errorf("rethink: %s: the server refused the write (%s) though that write is stored: %v", what, firstError, cur)
 }

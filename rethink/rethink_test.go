@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/rethink"
 	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
@@ -33,9 +34,9 @@ func rec(leader string, term uint64, value string) heartbeat.Record {
 }
 
 // invalid lists constructor calls that must fail with ErrInvalidConfig.
-func invalid(s *r.Session) map[string]func() (base.Backend, error) {
-	mk := func(session *r.Session, election string, o rethink.Options) func() (base.Backend, error) {
-		return func() (base.Backend, error) {
+func invalid(s *r.Session) map[string]func() (backend.Election, error) {
+	mk := func(session *r.Session, election string, o rethink.Options) func() (backend.Election, error) {
+		return func() (backend.Election, error) {
 			b, err := rethink.New(session, election, o)
 			if b == nil {
 				return nil, err // no typed nil in the interface
@@ -43,7 +44,7 @@ func invalid(s *r.Session) map[string]func() (base.Backend, error) {
 			return b, err
 		}
 	}
-	return map[string]func() (base.Backend, error){
+	return map[string]func() (backend.Election, error){
 		"nil session":                mk(nil, "e", rethink.Options{}),
 		"empty election name":        mk(s, "", rethink.Options{}),
 		"election name too long":     mk(s, strings.Repeat("e", heartbeat.MaxNameLen+1), rethink.Options{}),
@@ -101,7 +102,7 @@ func TestStoreInvalidElection(t *testing.T) {
 		if _, err := st.Heartbeat(ctx, none, next); !errors.Is(err, base.ErrInvalidConfig) {
 			t.Errorf("Heartbeat of %q: got %v, want ErrInvalidConfig", name, err)
 		}
-		res, err := st.HeartbeatBatch(ctx, []base.Write{{Next: next}})
+		res, err := st.HeartbeatBatch(ctx, []backend.Write{{Next: next}})
 		if err != nil || len(res) != 1 || !errors.Is(res[0].Err, base.ErrInvalidConfig) {
 			t.Errorf("HeartbeatBatch of %q: got %v, %v, want one result with ErrInvalidConfig", name, res, err)
 		}
@@ -229,7 +230,7 @@ func TestHeartbeatCompareAndSet(t *testing.T) {
 	bb := open(t, nil, db, table, "cas")
 	ctx := testCtx(t)
 
-	if _, err := a.Get(ctx); !errors.Is(err, base.ErrNotFound) {
+	if _, err := a.Get(ctx); !errors.Is(err, backend.ErrNotFound) {
 		t.Fatalf("Get before any write: got %v, want ErrNotFound", err)
 	}
 	before := time.Now()
@@ -246,8 +247,8 @@ func TestHeartbeatCompareAndSet(t *testing.T) {
 
 	// A second first claim conflicts and carries the current record.
 	_, err = bb.Heartbeat(ctx, none, rec("b", 1, ""))
-	var ce *base.ConflictError
-	if !errors.Is(err, base.ErrConflict) || !errors.As(err, &ce) || !ce.Current.Equal(r1) {
+	var ce *backend.ConflictError
+	if !errors.Is(err, backend.ErrConflict) || !errors.As(err, &ce) || !ce.Current.Equal(r1) {
 		t.Fatalf("second first claim: got %v, want a conflict carrying %v", err, r1)
 	}
 
@@ -302,7 +303,7 @@ func TestHeartbeatCompareAndSet(t *testing.T) {
 func TestConcurrentClaimants(t *testing.T) {
 	db := newDatabase(t)
 	const n = 8
-	nodes := make([]base.Backend, n)
+	nodes := make([]backend.Election, n)
 	for i := range nodes {
 		nodes[i] = open(t, nil, db, table, "race")
 	}
@@ -322,7 +323,7 @@ func TestConcurrentClaimants(t *testing.T) {
 					mu.Lock()
 					winners = append(winners, got)
 					mu.Unlock()
-				case !errors.Is(err, base.ErrConflict):
+				case !errors.Is(err, backend.ErrConflict):
 					t.Errorf("round %d node %d: %v", round, i, err)
 				}
 			})
@@ -336,7 +337,7 @@ func TestConcurrentClaimants(t *testing.T) {
 }
 
 // next receives one notification, failing after a while.
-func next(t *testing.T, ch <-chan base.Notification) base.Notification {
+func next(t *testing.T, ch <-chan backend.Notification) backend.Notification {
 	t.Helper()
 	select {
 	case n, ok := <-ch:
@@ -347,7 +348,7 @@ func next(t *testing.T, ch <-chan base.Notification) base.Notification {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no notification in 10 s")
 	}
-	return base.Notification{}
+	return backend.Notification{}
 }
 
 // TestFeedOrder: the store's changefeed delivers every write of every
@@ -374,7 +375,7 @@ func TestFeedOrder(t *testing.T) {
 	}
 	for i := range writes {
 		n := next(t, ch)
-		if n.Type != base.RecordChanged || n.Record.Revision != uint64(i+1) || string(n.Record.Value) != fmt.Sprint(i) {
+		if n.Type != backend.RecordChanged || n.Record.Revision != uint64(i+1) || string(n.Record.Value) != fmt.Sprint(i) {
 			t.Fatalf("notification %d: %v %v, want revision %d", i, n.Type, n.Record, i+1)
 		}
 		if n.Record.Timestamp.IsZero() || n.Record.Election != "order" {
@@ -383,7 +384,7 @@ func TestFeedOrder(t *testing.T) {
 	}
 	cancel()
 	for n := range ch {
-		if n.Type == base.Failed {
+		if n.Type == backend.Failed {
 			t.Fatalf("cancelled feed sent Failed: %v", n.Err)
 		}
 	}
@@ -406,7 +407,7 @@ func TestChangeEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := next(t, ch); n.Type != base.RecordChanged || !n.Record.Equal(r1) {
+	if n := next(t, ch); n.Type != backend.RecordChanged || !n.Record.Equal(r1) {
 		t.Fatalf("election write: got %v %v, want RecordChanged %v", n.Type, n.Record, r1)
 	}
 	tb := r.DB(db).Table(table)
@@ -423,20 +424,20 @@ func TestChangeEvents(t *testing.T) {
 		}
 	}
 	want := []struct {
-		op       base.Op
+		op       backend.Op
 		key      string
 		old, new string
 	}{
-		{base.Insert, `"job-1"`, ``, `{"id":"job-1","state":"new"}`},
-		{base.Update, `"job-1"`, `{"id":"job-1","state":"new"}`, `{"id":"job-1","state":"done"}`},
-		{base.Insert, `42`, ``, `{"id":42,"n":1}`},
-		{base.Delete, `"job-1"`, `{"id":"job-1","state":"done"}`, ``},
-		{base.Update, `42`, `{"id":42,"n":1}`, `{"id":42,"n":2}`},
+		{backend.Insert, `"job-1"`, ``, `{"id":"job-1","state":"new"}`},
+		{backend.Update, `"job-1"`, `{"id":"job-1","state":"new"}`, `{"id":"job-1","state":"done"}`},
+		{backend.Insert, `42`, ``, `{"id":42,"n":1}`},
+		{backend.Delete, `"job-1"`, `{"id":"job-1","state":"done"}`, ``},
+		{backend.Update, `42`, `{"id":42,"n":1}`, `{"id":42,"n":2}`},
 	}
 	for i, w := range want {
 		n := next(t, ch)
 		c := n.Change
-		if n.Type != base.OtherChanged || c.Op != w.op || c.Table != table || string(c.Key) != w.key ||
+		if n.Type != backend.OtherChanged || c.Op != w.op || c.Table != table || string(c.Key) != w.key ||
 			!jsonEqual(c.Old, w.old) || !jsonEqual(c.New, w.new) {
 			t.Fatalf("change %d: got %v %v key=%s old=%s new=%s, want %v key=%s old=%s new=%s",
 				i, n.Type, c.Op, c.Key, c.Old, c.New, w.op, w.key, w.old, w.new)
@@ -517,17 +518,17 @@ func TestMalformed(t *testing.T) {
 				if err := insertMarked(ctx, tb, s); err != nil {
 					t.Fatal(err)
 				}
-				if n := next(t, ch); n.Type != base.RecordChanged {
+				if n := next(t, ch); n.Type != backend.RecordChanged {
 					t.Fatalf("feed: got %v (%v), want RecordChanged", n.Type, n.Err)
 				}
 			}
 			if _, err := tb.Insert(doc, r.InsertOpts{Conflict: "replace"}).RunWrite(s); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := b.Get(ctx); !errors.Is(err, base.ErrMalformedRecord) {
+			if _, err := b.Get(ctx); !errors.Is(err, backend.ErrMalformedRecord) {
 				t.Fatalf("Get: got %v, want ErrMalformedRecord", err)
 			}
-			if n := next(t, ch); n.Type != base.Ignored || n.Election != "bad" || !errors.Is(n.Err, base.ErrMalformedRecord) {
+			if n := next(t, ch); n.Type != backend.Ignored || n.Election != "bad" || !errors.Is(n.Err, backend.ErrMalformedRecord) {
 				t.Fatalf("feed: got %v %q (%v), want Ignored of \"bad\" with ErrMalformedRecord", n.Type, n.Election, n.Err)
 			}
 			// A claim on it is refused with the reason, not a conflict,
@@ -535,7 +536,7 @@ func TestMalformed(t *testing.T) {
 			// malformed record, and nothing overwrites it.
 			for _, expected := range []heartbeat.Record{none, {Revision: 1, Leader: "x", Term: 1}, {Revision: 99, Leader: "x", Term: 1}} {
 				_, err := b.Heartbeat(ctx, expected, rec("me", 5, ""))
-				if !errors.Is(err, base.ErrMalformedRecord) || errors.Is(err, base.ErrConflict) {
+				if !errors.Is(err, backend.ErrMalformedRecord) || errors.Is(err, backend.ErrConflict) {
 					t.Fatalf("Heartbeat(%v) over a malformed document: got %v, want ErrMalformedRecord", expected, err)
 				}
 			}
@@ -544,16 +545,16 @@ func TestMalformed(t *testing.T) {
 				t.Fatal(err)
 			}
 			switch n := next(t, ch); {
-			case foreign && (n.Type != base.OtherChanged || n.Change.Op != base.Delete):
+			case foreign && (n.Type != backend.OtherChanged || n.Change.Op != backend.Delete):
 				t.Fatalf("after delete of a foreign document: got %v %v (%v), want OtherChanged delete", n.Type, n.Change.Op, n.Err)
-			case !foreign && (n.Type != base.RecordDeleted || n.Election != "bad"):
+			case !foreign && (n.Type != backend.RecordDeleted || n.Election != "bad"):
 				t.Fatalf("after delete: got %v %q (%v), want RecordDeleted of \"bad\"", n.Type, n.Election, n.Err)
 			}
 			got, err := b.Heartbeat(ctx, none, rec("me", 1, ""))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n := next(t, ch); n.Type != base.RecordChanged || !n.Record.Equal(got) {
+			if n := next(t, ch); n.Type != backend.RecordChanged || !n.Record.Equal(got) {
 				t.Fatalf("after a good write: got %v %v, want RecordChanged %v", n.Type, n.Record, got)
 			}
 			if _, err := tb.Get("bad").Delete().RunWrite(s); err != nil {
@@ -587,7 +588,7 @@ func TestCancelledContext(t *testing.T) {
 		}
 	}
 	// Nothing was written.
-	if _, err := b.Get(testCtx(t)); !errors.Is(err, base.ErrNotFound) {
+	if _, err := b.Get(testCtx(t)); !errors.Is(err, backend.ErrNotFound) {
 		t.Errorf("after a cancelled Heartbeat: Get got %v, want ErrNotFound", err)
 	}
 	// A deadline that expires while the query runs.
@@ -605,7 +606,7 @@ func TestCancelledContext(t *testing.T) {
 	}
 	scancel()
 	for n := range ch {
-		if n.Type == base.Failed {
+		if n.Type == backend.Failed {
 			t.Fatalf("cancelled subscription sent Failed: %v", n.Err)
 		}
 	}
@@ -655,7 +656,7 @@ func TestClose(t *testing.T) {
 	stChecks["Create"] = st.Create(ctx)
 	_, stChecks["Get"] = st.Get(ctx, "close")
 	_, stChecks["Heartbeat"] = st.Heartbeat(ctx, none, heartbeat.Record{Election: "close", Leader: "a", Term: 1})
-	_, stChecks["HeartbeatBatch"] = st.HeartbeatBatch(ctx, []base.Write{{Next: heartbeat.Record{Election: "close", Leader: "a", Term: 1}}})
+	_, stChecks["HeartbeatBatch"] = st.HeartbeatBatch(ctx, []backend.Write{{Next: heartbeat.Record{Election: "close", Leader: "a", Term: 1}}})
 	_, stChecks["Subscribe"] = st.Subscribe(ctx)
 	for name, err := range stChecks {
 		if !errors.Is(err, base.ErrClosed) {
@@ -686,13 +687,13 @@ func TestServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := next(t, ch); n.Type != base.RecordChanged || n.Record.Revision != 1 {
+	if n := next(t, ch); n.Type != backend.RecordChanged || n.Record.Revision != 1 {
 		t.Fatalf("before the kill: got %v", n.Type)
 	}
 
 	p.Kill()
 	n := next(t, ch)
-	if n.Type != base.Failed || n.Err == nil {
+	if n.Type != backend.Failed || n.Err == nil {
 		t.Fatalf("after the kill: got %v, want Failed", n.Type)
 	}
 	t.Logf("Failed: %v", n.Err)
@@ -706,7 +707,7 @@ func TestServerRestart(t *testing.T) {
 	p.Restart()
 	// The driver reconnects on the next query; the first ones may still
 	// see the dead connection.
-	var ch2 <-chan base.Notification
+	var ch2 <-chan backend.Notification
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ch2, err = b.Subscribe(ctx)
@@ -722,7 +723,7 @@ func TestServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := next(t, ch2); n.Type != base.RecordChanged || !n.Record.Equal(r2) {
+	if n := next(t, ch2); n.Type != backend.RecordChanged || !n.Record.Equal(r2) {
 		t.Fatalf("after the restart: got %v %v, want %v", n.Type, n.Record, r2)
 	}
 	if _, err := b.Heartbeat(ctx, r2, rec("b", 2, "")); err != nil {

@@ -18,7 +18,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -30,14 +30,14 @@ type Harness struct {
 	// election. All backends that one Run opens must share one store, so
 	// that several nodes of one election meet. The suite uses a fresh
 	// election name for every case, and Closes every backend it opens.
-	Open func(t *testing.T, election string) (base.Backend, error)
+	Open func(t *testing.T, election string) (backend.Election, error)
 
 	// OpenStore returns a new, not yet started Store on the same table as
-	// Open's backends (a base.BatchStore if the backend can batch). When
+	// Open's backends (a backend.BatchStore if the backend can batch). When
 	// set, the suite checks the Store contract: many elections on one
 	// Elections, one changefeed for all of them, independence of
 	// elections, and batched writes. The suite closes every Store it opens.
-	OpenStore func(t *testing.T) (base.Store, error)
+	OpenStore func(t *testing.T) (backend.Store, error)
 
 	// Timing is used by the Feed scenarios. Zero fields take the values of
 	// FastTiming.
@@ -60,7 +60,7 @@ type Harness struct {
 	// Invalid lists constructor calls with unsafe names or impossible
 	// options, by a description. Each must fail with an error matching
 	// base.ErrInvalidConfig and return no backend.
-	Invalid map[string]func() (base.Backend, error)
+	Invalid map[string]func() (backend.Election, error)
 
 	// SerializedWrites says that the harness serializes the backend's
 	// writes because the store under test does not execute them atomically

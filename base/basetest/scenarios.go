@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
@@ -79,7 +80,7 @@ type Cluster struct {
 // the timing t (zero fields: FastTiming's). observers of them are
 // observe-only. At cleanup it stops every node and fails the test if the
 // Checker found a violation.
-func NewCluster(t testing.TB, open func(election string) (base.Backend, error), tm heartbeat.Timing, n, observers int) *Cluster {
+func NewCluster(t testing.TB, open func(election string) (backend.Election, error), tm heartbeat.Timing, n, observers int) *Cluster {
 	t.Helper()
 	return NewClusterWith(t, open, tm, n, observers, nil)
 }
@@ -88,7 +89,7 @@ func NewCluster(t testing.TB, open func(election string) (base.Backend, error), 
 // is called for node i (campaigners first, then observers) with the
 // options NewCluster would use, and may change them (Participate,
 // Priority, ...).
-func NewClusterWith(t testing.TB, open func(election string) (base.Backend, error), tm heartbeat.Timing, n, observers int, opts func(i int, o *base.Options)) *Cluster {
+func NewClusterWith(t testing.TB, open func(election string) (backend.Election, error), tm heartbeat.Timing, n, observers int, opts func(i int, o *base.Options)) *Cluster {
 	t.Helper()
 	tm = fillTiming(tm)
 	c := &Cluster{Election: Election(), Timing: tm, Checker: NewChecker()}
@@ -337,7 +338,7 @@ var margin = Scaled(700 * time.Millisecond)
 
 func (s *suite) cluster(t *testing.T, n, observers int) *Cluster {
 	t.Helper()
-	return NewCluster(t, func(e string) (base.Backend, error) { return s.h.Open(t, e) }, s.h.Timing, n, observers)
+	return NewCluster(t, func(e string) (backend.Election, error) { return s.h.Open(t, e) }, s.h.Timing, n, observers)
 }
 
 func (s *suite) feeds(t *testing.T) {
@@ -541,10 +542,10 @@ func (s *suite) feeds(t *testing.T) {
 		if err := s.h.WriteMalformed(ctxFor(t), e); err != nil {
 			t.Fatalf("WriteMalformed: %v", err)
 		}
-		c := NewCluster(t, func(string) (base.Backend, error) { return s.h.Open(t, e) }, s.h.Timing, 2, 0)
+		c := NewCluster(t, func(string) (backend.Election, error) { return s.h.Open(t, e) }, s.h.Timing, 2, 0)
 		for _, n := range c.Nodes {
 			ev, _ := n.WaitEvent(t, 0, feedWait, "ignored", func(e base.Event) bool { return e.Type == base.EventIgnored })
-			if !errors.Is(ev.Err, base.ErrMalformedRecord) {
+			if !errors.Is(ev.Err, backend.ErrMalformedRecord) {
 				t.Fatalf("%s: ignored event carries %v, want ErrMalformedRecord", n.ID, ev.Err)
 			}
 		}

@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
 // openStore opens, starts and creates a Store, closed at cleanup.
-func (s *suite) openStore(t *testing.T) base.Store {
+func (s *suite) openStore(t *testing.T) backend.Store {
 	t.Helper()
 	st, err := s.h.OpenStore(t)
 	if err != nil {
@@ -34,7 +35,7 @@ func (s *suite) openStore(t *testing.T) base.Store {
 	return st
 }
 
-func storeWrite(t *testing.T, st base.Store, expected heartbeat.Record, election, leader string, term uint64) heartbeat.Record {
+func storeWrite(t *testing.T, st backend.Store, expected heartbeat.Record, election, leader string, term uint64) heartbeat.Record {
 	t.Helper()
 	r, err := st.Heartbeat(ctxFor(t), expected, heartbeat.Record{Election: election, Leader: leader, Term: term})
 	if err != nil {
@@ -46,7 +47,7 @@ func storeWrite(t *testing.T, st base.Store, expected heartbeat.Record, election
 	return r
 }
 
-func storeSubscribe(t *testing.T, st base.Store) <-chan base.Notification {
+func storeSubscribe(t *testing.T, st backend.Store) <-chan backend.Notification {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ch, err := st.Subscribe(ctx)
@@ -77,10 +78,10 @@ func (s *suite) stores(t *testing.T) {
 		for len(got[e1]) < 2 || len(got[e2]) < 1 {
 			select {
 			case n, ok := <-ch:
-				if !ok || n.Type == base.Failed {
+				if !ok || n.Type == backend.Failed {
 					t.Fatalf("feed ended: %v", n.Err)
 				}
-				if n.Type == base.RecordChanged && (n.Record.Election == e1 || n.Record.Election == e2) {
+				if n.Type == backend.RecordChanged && (n.Record.Election == e1 || n.Record.Election == e2) {
 					got[n.Record.Election] = append(got[n.Record.Election], n.Record.Revision)
 				}
 			case <-deadline:
@@ -104,7 +105,7 @@ func (s *suite) stores(t *testing.T) {
 		// A conflict in e2 (a stale claim) leaves e1 alone, and e1's
 		// revision means nothing to e2.
 		_, err := st.Heartbeat(ctxFor(t), heartbeat.Record{}, heartbeat.Record{Election: e2, Leader: "b", Term: 2})
-		var ce *base.ConflictError
+		var ce *backend.ConflictError
 		if !errors.As(err, &ce) || !ce.Current.Equal(r2) {
 			t.Fatalf("stale claim of %s: %v, want a conflict carrying %v", e2, err, r2)
 		}
@@ -126,20 +127,20 @@ func (s *suite) stores(t *testing.T) {
 			if err := s.h.WriteMalformed(ctxFor(t), bad); err != nil {
 				t.Fatalf("WriteMalformed: %v", err)
 			}
-			n := nextStore(t, ch, "the malformed record reported", func(n base.Notification) bool {
-				return n.Type == base.Ignored || (n.Type == base.RecordChanged && n.Record.Election == bad)
+			n := nextStore(t, ch, "the malformed record reported", func(n backend.Notification) bool {
+				return n.Type == backend.Ignored || (n.Type == backend.RecordChanged && n.Record.Election == bad)
 			})
-			if n.Type != base.Ignored || !errors.Is(n.Err, base.ErrMalformedRecord) {
+			if n.Type != backend.Ignored || !errors.Is(n.Err, backend.ErrMalformedRecord) {
 				t.Fatalf("malformed record of %s arrived as %v (%v), want Ignored matching ErrMalformedRecord", bad, n.Type, n.Err)
 			}
 			if n.Election != bad {
 				t.Fatalf("Ignored notification names election %q, want %q", n.Election, bad)
 			}
 			r := storeWrite(t, st, heartbeat.Record{}, good, "a", 1)
-			nextStore(t, ch, "the other election's record after the malformed one", func(n base.Notification) bool {
-				return n.Type == base.RecordChanged && n.Record.Election == good && n.Record.Revision == r.Revision
+			nextStore(t, ch, "the other election's record after the malformed one", func(n backend.Notification) bool {
+				return n.Type == backend.RecordChanged && n.Record.Election == good && n.Record.Revision == r.Revision
 			})
-			if _, err := st.Get(ctxFor(t), bad); !errors.Is(err, base.ErrMalformedRecord) {
+			if _, err := st.Get(ctxFor(t), bad); !errors.Is(err, backend.ErrMalformedRecord) {
 				t.Fatalf("Get(%s): %v, want ErrMalformedRecord", bad, err)
 			}
 		})
@@ -147,15 +148,15 @@ func (s *suite) stores(t *testing.T) {
 
 	rule(t, "A batched write gives each election exactly what a single compare-and-set would", func(t *testing.T) {
 		st := s.openStore(t)
-		bs, ok := st.(base.BatchStore)
+		bs, ok := st.(backend.BatchStore)
 		if !ok {
-			t.Skip("skipped: the store does not batch (base.BatchStore); Elections writes one record at a time")
+			t.Skip("skipped: the store does not batch (backend.BatchStore); Elections writes one record at a time")
 		}
 		renewed, created, stale := Election(), Election(), Election()
 		r1 := storeWrite(t, st, heartbeat.Record{}, renewed, "a", 1)
 		s1 := storeWrite(t, st, heartbeat.Record{}, stale, "a", 1)
 		s2 := storeWrite(t, st, s1, stale, "b", 2)
-		writes := []base.Write{
+		writes := []backend.Write{
 			{Expected: r1, Next: heartbeat.Record{Election: renewed, Leader: "a", Term: 1, Value: []byte("v"), Lease: time.Second}},
 			{Expected: heartbeat.Record{}, Next: heartbeat.Record{Election: created, Leader: "c", Term: 1}},
 			{Expected: s1, Next: heartbeat.Record{Election: stale, Leader: "a", Term: 1}},
@@ -166,7 +167,7 @@ func (s *suite) stores(t *testing.T) {
 			if err := s.h.WriteMalformed(ctxFor(t), bad); err != nil {
 				t.Fatalf("WriteMalformed: %v", err)
 			}
-			writes = append(writes, base.Write{Expected: heartbeat.Record{Revision: 1, Leader: "a", Term: 1}, Next: heartbeat.Record{Election: bad, Leader: "a", Term: 2}})
+			writes = append(writes, backend.Write{Expected: heartbeat.Record{Revision: 1, Leader: "a", Term: 1}, Next: heartbeat.Record{Election: bad, Leader: "a", Term: 2}})
 		}
 		res, err := bs.HeartbeatBatch(ctxFor(t), writes)
 		if err != nil {
@@ -181,12 +182,12 @@ func (s *suite) stores(t *testing.T) {
 		if r := res[1]; r.Err != nil || r.Record.Revision != 1 || r.Record.Leader != "c" || r.Record.Election != created {
 			t.Errorf("creation in a batch: %+v, %v; want revision 1 led by c", r.Record, r.Err)
 		}
-		var ce *base.ConflictError
+		var ce *backend.ConflictError
 		if r := res[2]; !errors.As(r.Err, &ce) || !ce.Current.Equal(s2) {
 			t.Errorf("stale write in a batch: %+v, %v; want a conflict carrying %v", r.Record, r.Err, s2)
 		}
 		if bad != "" {
-			if r := res[3]; !errors.Is(r.Err, base.ErrMalformedRecord) {
+			if r := res[3]; !errors.Is(r.Err, backend.ErrMalformedRecord) {
 				t.Errorf("write over a malformed record in a batch: %+v, %v; want ErrMalformedRecord", r.Record, r.Err)
 			}
 		}
@@ -202,9 +203,9 @@ func (s *suite) stores(t *testing.T) {
 
 	rule(t, "A batched read gives each election exactly what a single Get would, absent elections as ErrNotFound", func(t *testing.T) {
 		st := s.openStore(t)
-		br, ok := st.(base.BatchReader)
+		br, ok := st.(backend.BatchReader)
 		if !ok {
-			t.Skip("skipped: the store does not read in batches (base.BatchReader); Elections reads one record at a time")
+			t.Skip("skipped: the store does not read in batches (backend.BatchReader); Elections reads one record at a time")
 		}
 		a, b, missing := Election(), Election(), Election()
 		ra := storeWrite(t, st, heartbeat.Record{}, a, "a", 1)
@@ -227,7 +228,7 @@ func (s *suite) stores(t *testing.T) {
 		}
 		for i, want := range []heartbeat.Record{rb, {}, ra} {
 			if i == 1 {
-				if !errors.Is(res[i].Err, base.ErrNotFound) {
+				if !errors.Is(res[i].Err, backend.ErrNotFound) {
 					t.Errorf("GetBatch of an election without a record: %+v, %v; want ErrNotFound", res[i].Record, res[i].Err)
 				}
 				continue
@@ -238,7 +239,7 @@ func (s *suite) stores(t *testing.T) {
 			}
 		}
 		if bad != "" {
-			if r := res[3]; !errors.Is(r.Err, base.ErrMalformedRecord) {
+			if r := res[3]; !errors.Is(r.Err, backend.ErrMalformedRecord) {
 				t.Errorf("GetBatch of a malformed record: %+v, %v; want ErrMalformedRecord for it alone", r.Record, r.Err)
 			}
 		}
@@ -285,7 +286,7 @@ func (s *suite) stores(t *testing.T) {
 					t.Fatalf("Start %d: %v", i, err)
 				}
 			}
-			if _, err := els.Backend(names[0]); !errors.Is(err, base.ErrInvalidConfig) {
+			if _, err := els.Election(names[0]); !errors.Is(err, base.ErrInvalidConfig) {
 				t.Errorf("a second Backend of one election on one Elections: %v, want ErrInvalidConfig", err)
 			}
 			deadline := time.Now().Add(tm.ElectionTimeoutMax + feedWait)
@@ -381,14 +382,14 @@ func (l *leadershipEnds) get() []base.Event {
 	return append([]base.Event(nil), l.ends...)
 }
 
-func nextStore(t *testing.T, ch <-chan base.Notification, what string, pass func(base.Notification) bool) base.Notification {
+func nextStore(t *testing.T, ch <-chan backend.Notification, what string, pass func(backend.Notification) bool) backend.Notification {
 	t.Helper()
 	timer := time.NewTimer(feedWait)
 	defer timer.Stop()
 	for {
 		select {
 		case n, ok := <-ch:
-			if !ok || n.Type == base.Failed {
+			if !ok || n.Type == backend.Failed {
 				t.Fatalf("feed ended while waiting for %s: %v", what, n.Err)
 			}
 			if pass(n) {
@@ -403,28 +404,28 @@ func nextStore(t *testing.T, ch <-chan base.Notification, what string, pass func
 // counting wraps a Store and counts its Subscribe calls, keeping BatchStore
 // when the Store has it.
 type counting struct {
-	base.Store
+	backend.Store
 	subscribes atomic.Int64
 }
 
-func (c *counting) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+func (c *counting) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
 	c.subscribes.Add(1)
 	return c.Store.Subscribe(ctx)
 }
 
 type countingBatch struct{ *counting }
 
-func (c countingBatch) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base.WriteResult, error) {
-	return c.Store.(base.BatchStore).HeartbeatBatch(ctx, writes)
+func (c countingBatch) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]backend.WriteResult, error) {
+	return c.Store.(backend.BatchStore).HeartbeatBatch(ctx, writes)
 }
 
 // countSubscribes wraps st; the result is a BatchStore if st is one.
-func countSubscribes(st base.Store) interface {
-	base.Store
+func countSubscribes(st backend.Store) interface {
+	backend.Store
 	subscribeCount() int64
 } {
 	c := &counting{Store: st}
-	if _, ok := st.(base.BatchStore); ok {
+	if _, ok := st.(backend.BatchStore); ok {
 		return countingBatch{c}
 	}
 	return c

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -162,7 +163,7 @@ func ctxFor(t *testing.T) context.Context {
 }
 
 // open opens, starts and creates a backend for election, closed at cleanup.
-func (s *suite) open(t *testing.T, election string) base.Backend {
+func (s *suite) open(t *testing.T, election string) backend.Election {
 	t.Helper()
 	b := s.openRaw(t, election)
 	ctx := ctxFor(t)
@@ -175,7 +176,7 @@ func (s *suite) open(t *testing.T, election string) base.Backend {
 	return b
 }
 
-func (s *suite) openRaw(t *testing.T, election string) base.Backend {
+func (s *suite) openRaw(t *testing.T, election string) backend.Election {
 	t.Helper()
 	b, err := s.h.Open(t, election)
 	if err != nil {
@@ -190,16 +191,16 @@ func (s *suite) openRaw(t *testing.T, election string) base.Backend {
 
 // write writes leader, term and value on the write expected (the zero
 // Record: none) and fails the test if that is refused.
-func write(t *testing.T, b base.Backend, expected heartbeat.Record, leader string, term uint64, value []byte) heartbeat.Record {
+func write(t *testing.T, b backend.Election, expected heartbeat.Record, leader string, term uint64, value []byte) heartbeat.Record {
 	t.Helper()
-	r, err := b.Heartbeat(ctxFor(t), expected, heartbeat.Record{Election: b.Election(), Leader: leader, Term: term, Value: value})
+	r, err := b.Heartbeat(ctxFor(t), expected, heartbeat.Record{Election: b.Name(), Leader: leader, Term: term, Value: value})
 	if err != nil {
 		t.Fatalf("Heartbeat(expected %v, leader %q, term %d): %v", expected, leader, term, err)
 	}
 	return r
 }
 
-func subscribe(t *testing.T, b base.Backend) (<-chan base.Notification, context.CancelFunc) {
+func subscribe(t *testing.T, b backend.Election) (<-chan backend.Notification, context.CancelFunc) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ch, err := b.Subscribe(ctx)
@@ -217,7 +218,7 @@ func subscribe(t *testing.T, b base.Backend) (<-chan base.Notification, context.
 
 // next returns the next notification that pass accepts, failing the test
 // after d.
-func next(t *testing.T, ch <-chan base.Notification, d time.Duration, what string, pass func(base.Notification) bool) base.Notification {
+func next(t *testing.T, ch <-chan backend.Notification, d time.Duration, what string, pass func(backend.Notification) bool) backend.Notification {
 	t.Helper()
 	timer := time.NewTimer(d)
 	defer timer.Stop()
@@ -227,7 +228,7 @@ func next(t *testing.T, ch <-chan base.Notification, d time.Duration, what strin
 			if !ok {
 				t.Fatalf("feed closed while waiting for %s", what)
 			}
-			if n.Type == base.Failed {
+			if n.Type == backend.Failed {
 				t.Fatalf("feed failed while waiting for %s: %v", what, n.Err)
 			}
 			if pass(n) {
@@ -245,14 +246,14 @@ func (s *suite) contract(t *testing.T) {
 	rule(t, "Get on an election that was never written returns ErrNotFound", func(t *testing.T) {
 		b := s.open(t, Election())
 		_, err := b.Get(ctxFor(t))
-		if !errors.Is(err, base.ErrNotFound) {
-			t.Fatalf("Get: got %v, want an error matching base.ErrNotFound", err)
+		if !errors.Is(err, backend.ErrNotFound) {
+			t.Fatalf("Get: got %v, want an error matching backend.ErrNotFound", err)
 		}
 	})
 
 	rule(t, "Election returns the name the backend was opened for", func(t *testing.T) {
 		e := Election()
-		if got := s.openRaw(t, e).Election(); got != e {
+		if got := s.openRaw(t, e).Name(); got != e {
 			t.Fatalf("Election() = %q, want %q", got, e)
 		}
 	})
@@ -261,8 +262,8 @@ func (s *suite) contract(t *testing.T) {
 		b := s.open(t, Election())
 		before := time.Now()
 		r := write(t, b, heartbeat.Record{}, "node-a", 1, []byte("addr-a"))
-		if r.Revision != 1 || r.Leader != "node-a" || r.Term != 1 || !bytes.Equal(r.Value, []byte("addr-a")) || r.Election != b.Election() {
-			t.Fatalf("stored %+v, want revision 1, leader node-a, term 1, value addr-a, election %q", r, b.Election())
+		if r.Revision != 1 || r.Leader != "node-a" || r.Term != 1 || !bytes.Equal(r.Value, []byte("addr-a")) || r.Election != b.Name() {
+			t.Fatalf("stored %+v, want revision 1, leader node-a, term 1, value addr-a, election %q", r, b.Name())
 		}
 		if r.Timestamp.IsZero() {
 			t.Fatal("the store set no Timestamp")
@@ -300,9 +301,9 @@ func (s *suite) contract(t *testing.T) {
 		r2plus5 := r2
 		r2plus5.Revision += 5
 		for _, expected := range []heartbeat.Record{{}, r1, r2plus5} {
-			_, err := b.Heartbeat(ctxFor(t), expected, heartbeat.Record{Election: b.Election(), Leader: "node-b", Term: 2})
-			var ce *base.ConflictError
-			if !errors.As(err, &ce) || !errors.Is(err, base.ErrConflict) {
+			_, err := b.Heartbeat(ctxFor(t), expected, heartbeat.Record{Election: b.Name(), Leader: "node-b", Term: 2})
+			var ce *backend.ConflictError
+			if !errors.As(err, &ce) || !errors.Is(err, backend.ErrConflict) {
 				t.Fatalf("write on expected revision %d (stored %d): got %v, want a *ConflictError", expected.Revision, r2.Revision, err)
 			}
 			if !ce.Current.Equal(r2) {
@@ -327,8 +328,8 @@ func (s *suite) contract(t *testing.T) {
 			{Revision: r2.Revision, Leader: "node-b", Term: 1},
 			{Revision: r2.Revision, Leader: "", Term: 2},
 		} {
-			_, err := b.Heartbeat(ctxFor(t), expected, heartbeat.Record{Election: b.Election(), Leader: "node-a", Term: 3})
-			var ce *base.ConflictError
+			_, err := b.Heartbeat(ctxFor(t), expected, heartbeat.Record{Election: b.Name(), Leader: "node-a", Term: 3})
+			var ce *backend.ConflictError
 			if !errors.As(err, &ce) {
 				t.Fatalf("write expecting %v on stored %v: got %v, want a *ConflictError", expected, r2, err)
 			}
@@ -348,7 +349,7 @@ func (s *suite) contract(t *testing.T) {
 		b := s.open(t, Election())
 		ch, _ := subscribe(t, b)
 		const lease = 1500*time.Millisecond + 250*time.Microsecond
-		r, err := b.Heartbeat(ctxFor(t), heartbeat.Record{}, heartbeat.Record{Election: b.Election(), Leader: "node-a", Term: 1, Lease: lease})
+		r, err := b.Heartbeat(ctxFor(t), heartbeat.Record{}, heartbeat.Record{Election: b.Name(), Leader: "node-a", Term: 1, Lease: lease})
 		if err != nil {
 			t.Fatalf("Heartbeat: %v", err)
 		}
@@ -359,8 +360,8 @@ func (s *suite) contract(t *testing.T) {
 		if err != nil || got.Lease != lease {
 			t.Fatalf("Get = %+v, %v; want lease %v", got, err, lease)
 		}
-		n := next(t, ch, feedWait, "the leased record", func(n base.Notification) bool {
-			return n.Type == base.RecordChanged && n.Record.Revision == r.Revision
+		n := next(t, ch, feedWait, "the leased record", func(n backend.Notification) bool {
+			return n.Type == backend.RecordChanged && n.Record.Revision == r.Revision
 		})
 		if n.Record.Lease != lease {
 			t.Fatalf("feed delivered lease %v, want %v", n.Record.Lease, lease)
@@ -369,19 +370,19 @@ func (s *suite) contract(t *testing.T) {
 		if v.Lease != 0 {
 			t.Fatalf("vacant record kept lease %v", v.Lease)
 		}
-		if _, err := b.Heartbeat(ctxFor(t), v, heartbeat.Record{Election: b.Election(), Leader: "node-a", Term: 2, Lease: heartbeat.MaxLease + 1}); !errors.Is(err, heartbeat.ErrInvalidRecord) {
+		if _, err := b.Heartbeat(ctxFor(t), v, heartbeat.Record{Election: b.Name(), Leader: "node-a", Term: 2, Lease: heartbeat.MaxLease + 1}); !errors.Is(err, heartbeat.ErrInvalidRecord) {
 			t.Fatalf("a lease above MaxLease: got %v, want an error matching heartbeat.ErrInvalidRecord", err)
 		}
 	})
 
 	rule(t, "A write on a revision other than 0 when no record exists is a conflict with an empty current record", func(t *testing.T) {
 		b := s.open(t, Election())
-		_, err := b.Heartbeat(ctxFor(t), heartbeat.Record{Revision: 3, Leader: "node-a", Term: 1}, heartbeat.Record{Election: b.Election(), Leader: "node-a", Term: 1})
-		var ce *base.ConflictError
+		_, err := b.Heartbeat(ctxFor(t), heartbeat.Record{Revision: 3, Leader: "node-a", Term: 1}, heartbeat.Record{Election: b.Name(), Leader: "node-a", Term: 1})
+		var ce *backend.ConflictError
 		if !errors.As(err, &ce) || ce.Current.Revision != 0 {
 			t.Fatalf("got %v, want a *ConflictError with Current.Revision 0", err)
 		}
-		if _, err := b.Get(ctxFor(t)); !errors.Is(err, base.ErrNotFound) {
+		if _, err := b.Get(ctxFor(t)); !errors.Is(err, backend.ErrNotFound) {
 			t.Fatalf("Get after the refused write: %v, want ErrNotFound", err)
 		}
 	})
@@ -393,7 +394,7 @@ func (s *suite) contract(t *testing.T) {
 		rule(t, "Of 20 concurrent claimants on one revision exactly one wins, "+tc.name, func(t *testing.T) {
 			e := Election()
 			const n = 20
-			backends := make([]base.Backend, n)
+			backends := make([]backend.Election, n)
 			for i := range backends {
 				backends[i] = s.open(t, e)
 			}
@@ -415,7 +416,7 @@ func (s *suite) contract(t *testing.T) {
 					switch {
 					case err == nil:
 						wins <- id
-					case !errors.Is(err, base.ErrConflict):
+					case !errors.Is(err, backend.ErrConflict):
 						errs <- err
 					}
 				}()
@@ -480,13 +481,13 @@ func (s *suite) contract(t *testing.T) {
 		}
 		var prev uint64
 		for prev < last.Revision {
-			n := next(t, ch, feedWait, fmt.Sprintf("record revision %d", last.Revision), func(n base.Notification) bool {
-				return n.Type == base.RecordChanged
+			n := next(t, ch, feedWait, fmt.Sprintf("record revision %d", last.Revision), func(n backend.Notification) bool {
+				return n.Type == backend.RecordChanged
 			})
 			if n.Record.Revision <= prev {
 				t.Fatalf("feed delivered revision %d after %d", n.Record.Revision, prev)
 			}
-			if n.Record.Election != b.Election() {
+			if n.Record.Election != b.Name() {
 				t.Fatalf("feed delivered a record of election %q as this election's", n.Record.Election)
 			}
 			prev = n.Record.Revision
@@ -502,8 +503,8 @@ func (s *suite) contract(t *testing.T) {
 		ch, _ := subscribe(t, b)
 		write(t, other, heartbeat.Record{}, "node-x", 1, nil)
 		mine := write(t, b, heartbeat.Record{}, "node-a", 1, nil)
-		n := next(t, ch, feedWait, "this election's record", func(n base.Notification) bool { return n.Type == base.RecordChanged })
-		if n.Record.Election != b.Election() || n.Record.Leader != "node-a" || n.Record.Revision != mine.Revision {
+		n := next(t, ch, feedWait, "this election's record", func(n backend.Notification) bool { return n.Type == backend.RecordChanged })
+		if n.Record.Election != b.Name() || n.Record.Leader != "node-a" || n.Record.Revision != mine.Revision {
 			t.Fatalf("feed delivered %+v, want this election's record %+v", n.Record, mine)
 		}
 	})
@@ -526,17 +527,17 @@ func (s *suite) contract(t *testing.T) {
 		if err := s.h.DeleteOther(ctx, e, key); err != nil {
 			t.Fatalf("DeleteOther: %v", err)
 		}
-		for _, want := range []base.Op{base.Insert, base.Update, base.Delete} {
-			n := next(t, ch, feedWait, "a "+want.String()+" change", func(n base.Notification) bool {
-				return n.Type == base.OtherChanged && bytes.Contains(n.Change.Key, []byte(key))
+		for _, want := range []backend.Op{backend.Insert, backend.Update, backend.Delete} {
+			n := next(t, ch, feedWait, "a "+want.String()+" change", func(n backend.Notification) bool {
+				return n.Type == backend.OtherChanged && bytes.Contains(n.Change.Key, []byte(key))
 			})
 			if n.Change.Op != want {
 				t.Fatalf("change %s arrived as %s, want %s (changes must arrive in commit order)", n.Change.Key, n.Change.Op, want)
 			}
-			if want != base.Delete && !n.Change.Partial && len(n.Change.New) == 0 {
+			if want != backend.Delete && !n.Change.Partial && len(n.Change.New) == 0 {
 				t.Fatalf("%s change carries no New record", want)
 			}
-			if want == base.Update && !n.Change.Partial && !bytes.Contains(n.Change.New, []byte("2")) {
+			if want == backend.Update && !n.Change.Partial && !bytes.Contains(n.Change.New, []byte("2")) {
 				t.Fatalf("update change New = %s, want the updated record", n.Change.New)
 			}
 		}
@@ -552,16 +553,16 @@ func (s *suite) contract(t *testing.T) {
 		if err := s.h.WriteMalformed(ctxFor(t), e); err != nil {
 			t.Fatalf("WriteMalformed: %v", err)
 		}
-		n := next(t, ch, feedWait, "an Ignored notification", func(n base.Notification) bool {
-			if n.Type == base.RecordChanged {
+		n := next(t, ch, feedWait, "an Ignored notification", func(n backend.Notification) bool {
+			if n.Type == backend.RecordChanged {
 				t.Fatalf("a malformed record arrived as a record: %+v", n.Record)
 			}
-			return n.Type == base.Ignored
+			return n.Type == backend.Ignored
 		})
-		if !errors.Is(n.Err, base.ErrMalformedRecord) {
+		if !errors.Is(n.Err, backend.ErrMalformedRecord) {
 			t.Fatalf("Ignored carries %v, want an error matching ErrMalformedRecord", n.Err)
 		}
-		if _, err := b.Get(ctxFor(t)); !errors.Is(err, base.ErrMalformedRecord) {
+		if _, err := b.Get(ctxFor(t)); !errors.Is(err, backend.ErrMalformedRecord) {
 			t.Fatalf("Get: %v, want an error matching ErrMalformedRecord", err)
 		}
 	})
@@ -625,7 +626,7 @@ func (s *suite) contract(t *testing.T) {
 		if _, err := b.Get(ctx); !errors.Is(err, context.Canceled) {
 			t.Errorf("Get: %v", err)
 		}
-		if _, err := b.Heartbeat(ctx, heartbeat.Record{}, heartbeat.Record{Election: b.Election(), Leader: "node-a", Term: 1}); !errors.Is(err, context.Canceled) {
+		if _, err := b.Heartbeat(ctx, heartbeat.Record{}, heartbeat.Record{Election: b.Name(), Leader: "node-a", Term: 1}); !errors.Is(err, context.Canceled) {
 			t.Errorf("Heartbeat: %v", err)
 		}
 		if ch, err := b.Subscribe(ctx); err == nil {
@@ -638,7 +639,7 @@ func (s *suite) contract(t *testing.T) {
 		} else if !errors.Is(err, context.Canceled) {
 			t.Errorf("Subscribe: %v", err)
 		}
-		if _, err := b.Get(ctxFor(t)); !errors.Is(err, base.ErrNotFound) {
+		if _, err := b.Get(ctxFor(t)); !errors.Is(err, backend.ErrNotFound) {
 			t.Errorf("the cancelled write happened: Get = %v, want ErrNotFound", err)
 		}
 	})
@@ -682,7 +683,7 @@ func (s *suite) contract(t *testing.T) {
 		if _, err := b.Get(ctxFor(t)); !errors.Is(err, base.ErrClosed) {
 			t.Errorf("Get after Close: %v, want ErrClosed", err)
 		}
-		if _, err := b.Heartbeat(ctxFor(t), heartbeat.Record{}, heartbeat.Record{Election: b.Election(), Leader: "a", Term: 1}); !errors.Is(err, base.ErrClosed) {
+		if _, err := b.Heartbeat(ctxFor(t), heartbeat.Record{}, heartbeat.Record{Election: b.Name(), Leader: "a", Term: 1}); !errors.Is(err, base.ErrClosed) {
 			t.Errorf("Heartbeat after Close: %v, want ErrClosed", err)
 		}
 		if _, err := b.Subscribe(ctxFor(t)); !errors.Is(err, base.ErrClosed) {
@@ -693,7 +694,7 @@ func (s *suite) contract(t *testing.T) {
 
 // isNil reports whether b is nil, also when it is a nil pointer in a
 // non-nil interface (a constructor returning (*T)(nil), err).
-func isNil(b base.Backend) bool {
+func isNil(b backend.Election) bool {
 	if b == nil {
 		return true
 	}
@@ -702,7 +703,7 @@ func isNil(b base.Backend) bool {
 }
 
 // drain reads ch until it closes and then closes the returned channel.
-func drain(ch <-chan base.Notification) <-chan struct{} {
+func drain(ch <-chan backend.Notification) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		for range ch {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -36,11 +37,11 @@ func participate(priority func(i int) int) func(i int, o *base.Options) {
 func (s *suite) needPresence(t *testing.T) {
 	t.Helper()
 	b := s.open(t, Election())
-	pb, ok := b.(base.PresenceBackend)
+	pb, ok := b.(backend.PresenceElection)
 	if !ok {
-		t.Skipf("the backend (%T) has no presence capability (base.PresenceBackend)", b)
+		t.Skipf("the backend (%T) has no presence capability (backend.PresenceElection)", b)
 	}
-	if _, _, err := pb.Participants(ctxFor(t)); errors.Is(err, base.ErrUnsupported) {
+	if _, _, err := pb.Participants(ctxFor(t)); errors.Is(err, backend.ErrUnsupported) {
 		t.Skipf("the store keeps no presence records: %v", err)
 	} else if err != nil {
 		t.Fatalf("Participants: %v", err)
@@ -49,7 +50,7 @@ func (s *suite) needPresence(t *testing.T) {
 
 // waitParticipants waits up to d until n's Participants satisfy pass, and
 // returns them.
-func waitParticipants(t *testing.T, n *Node, d time.Duration, what string, pass func([]base.Presence) bool) []base.Presence {
+func waitParticipants(t *testing.T, n *Node, d time.Duration, what string, pass func([]backend.Presence) bool) []backend.Presence {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -67,7 +68,7 @@ func waitParticipants(t *testing.T, n *Node, d time.Duration, what string, pass 
 	}
 }
 
-func nodes(ps []base.Presence) []string {
+func nodes(ps []backend.Presence) []string {
 	var out []string
 	for _, p := range ps {
 		out = append(out, p.Node)
@@ -75,8 +76,8 @@ func nodes(ps []base.Presence) []string {
 	return out
 }
 
-func listed(ps []base.Presence, id string) bool {
-	return slices.ContainsFunc(ps, func(p base.Presence) bool { return p.Node == id })
+func listed(ps []backend.Presence, id string) bool {
+	return slices.ContainsFunc(ps, func(p backend.Presence) bool { return p.Node == id })
 }
 
 func (s *suite) transfers(t *testing.T) {
@@ -87,7 +88,7 @@ func (s *suite) transfers(t *testing.T) {
 			t.Fatalf("a record written without a successor reads %q", r1.Successor)
 		}
 		ch, _ := subscribe(t, b)
-		r2, err := b.Heartbeat(ctxFor(t), r1, heartbeat.Record{Election: b.Election(), Term: 1, Successor: "node-b"})
+		r2, err := b.Heartbeat(ctxFor(t), r1, heartbeat.Record{Election: b.Name(), Term: 1, Successor: "node-b"})
 		if err != nil {
 			t.Fatalf("Heartbeat of a reserved vacancy: %v", err)
 		}
@@ -98,8 +99,8 @@ func (s *suite) transfers(t *testing.T) {
 		if err != nil || !got.Equal(r2) {
 			t.Fatalf("Get = %v, %v; Heartbeat returned %v", got, err, r2)
 		}
-		n := next(t, ch, feedWait, "the reserved vacancy", func(n base.Notification) bool {
-			return n.Type == base.RecordChanged && n.Record.Revision == 2
+		n := next(t, ch, feedWait, "the reserved vacancy", func(n backend.Notification) bool {
+			return n.Type == backend.RecordChanged && n.Record.Revision == 2
 		})
 		if n.Record.Successor != "node-b" {
 			t.Fatalf("the feed brought %v, want the successor node-b", n.Record)
@@ -108,7 +109,7 @@ func (s *suite) transfers(t *testing.T) {
 		if r3.Successor != "" {
 			t.Fatalf("the successor's claim reads successor %q, want none", r3.Successor)
 		}
-		if _, err := b.Heartbeat(ctxFor(t), r3, heartbeat.Record{Election: b.Election(), Leader: "node-b", Term: 2, Successor: "node-c"}); !errors.Is(err, heartbeat.ErrInvalidRecord) {
+		if _, err := b.Heartbeat(ctxFor(t), r3, heartbeat.Record{Election: b.Name(), Leader: "node-b", Term: 2, Successor: "node-c"}); !errors.Is(err, heartbeat.ErrInvalidRecord) {
 			t.Fatalf("a led record with a successor: %v, want an error matching heartbeat.ErrInvalidRecord", err)
 		}
 	})
@@ -121,7 +122,7 @@ func (s *suite) transfers(t *testing.T) {
 			}
 		})
 		all := []string{"node-0", "node-1", "node-2", "observer-0"}
-		ps := waitParticipants(t, c.Nodes[3], feedWait, "node-0..2 and observer-0", func(ps []base.Presence) bool {
+		ps := waitParticipants(t, c.Nodes[3], feedWait, "node-0..2 and observer-0", func(ps []backend.Presence) bool {
 			return slices.Equal(nodes(ps), all)
 		})
 		for _, p := range ps {
@@ -132,7 +133,7 @@ func (s *suite) transfers(t *testing.T) {
 		if err := c.Nodes[1].Feed.Stop(ctxFor(t)); err != nil {
 			t.Fatalf("Stop: %v", err)
 		}
-		waitParticipants(t, c.Nodes[0], presenceInterval+margin, "node-1 gone once stopped", func(ps []base.Presence) bool {
+		waitParticipants(t, c.Nodes[0], presenceInterval+margin, "node-1 gone once stopped", func(ps []backend.Presence) bool {
 			return !listed(ps, "node-1")
 		})
 		c.Nodes[2].Faulty.Partition() // a crash: it refreshes nothing more
@@ -140,7 +141,7 @@ func (s *suite) transfers(t *testing.T) {
 		if ps, err := c.Nodes[0].Feed.Participants(ctxFor(t)); err != nil || !listed(ps, "node-2") {
 			t.Fatalf("participants %v, %v right after node-2 crashed: want it listed until its presence is PresenceTTL (%v) old", nodes(ps), err, presenceTTL)
 		}
-		waitParticipants(t, c.Nodes[0], presenceTTL+presenceInterval+margin, "node-2 gone after its presence expired", func(ps []base.Presence) bool {
+		waitParticipants(t, c.Nodes[0], presenceTTL+presenceInterval+margin, "node-2 gone after its presence expired", func(ps []backend.Presence) bool {
 			return !listed(ps, "node-2")
 		})
 		c.Nodes[2].Faulty.Heal()
@@ -150,7 +151,7 @@ func (s *suite) transfers(t *testing.T) {
 		s.needPresence(t)
 		c := NewClusterWith(t, s.open1(t), s.h.Timing, 3, 0, participate(nil))
 		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
-		waitParticipants(t, l, feedWait, "three participants", func(ps []base.Presence) bool { return len(ps) == 3 })
+		waitParticipants(t, l, feedWait, "three participants", func(ps []backend.Presence) bool { return len(ps) == 3 })
 		target := c.Nodes[(slices.Index(c.Nodes, l)+1)%3]
 		ctx, term, _ := l.Feed.LeaderContext()
 		start := time.Now()
@@ -183,7 +184,7 @@ func (s *suite) transfers(t *testing.T) {
 		s.needPresence(t)
 		c := NewClusterWith(t, s.open1(t), s.h.Timing, 2, 1, participate(nil))
 		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
-		waitParticipants(t, l, feedWait, "three participants", func(ps []base.Presence) bool { return len(ps) == 3 })
+		waitParticipants(t, l, feedWait, "three participants", func(ps []backend.Presence) bool { return len(ps) == 3 })
 		follower := c.Nodes[1-slices.Index(c.Nodes, l)]
 		_, term, _ := l.Feed.LeaderContext()
 		for _, tc := range []struct {
@@ -219,7 +220,7 @@ func (s *suite) transfers(t *testing.T) {
 		s.needPresence(t)
 		c := NewClusterWith(t, s.open1(t), s.h.Timing, 3, 0, participate(nil))
 		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
-		waitParticipants(t, l, feedWait, "three participants", func(ps []base.Presence) bool { return len(ps) == 3 })
+		waitParticipants(t, l, feedWait, "three participants", func(ps []backend.Presence) bool { return len(ps) == 3 })
 		target := c.Nodes[(slices.Index(c.Nodes, l)+1)%3]
 		target.Faulty.Partition() // dead, but its presence is still live
 		start := time.Now()
@@ -328,14 +329,14 @@ func (s *suite) presenceStore(t *testing.T) {
 			t.Skip("harness has no OpenStore")
 		}
 		st := s.openStore(t)
-		ps, ok := st.(base.PresenceStore)
+		ps, ok := st.(backend.PresenceStore)
 		if !ok {
-			t.Skipf("the store (%T) is not a base.PresenceStore", st)
+			t.Skipf("the store (%T) is not a backend.PresenceStore", st)
 		}
 		e, other := Election(), Election()
 		ch := storeSubscribe(t, st)
 		before := time.Now()
-		for _, p := range []base.Presence{
+		for _, p := range []backend.Presence{
 			{Node: "node-a", Value: []byte("a"), Priority: base.MaxPriority, CanLead: true},
 			{Node: "node-b", Priority: base.MinPriority},
 		} {
@@ -343,14 +344,14 @@ func (s *suite) presenceStore(t *testing.T) {
 				t.Fatalf("Present(%s): %v", p.Node, err)
 			}
 		}
-		if err := ps.Present(ctxFor(t), other, base.Presence{Node: "node-a", CanLead: true}); err != nil {
+		if err := ps.Present(ctxFor(t), other, backend.Presence{Node: "node-a", CanLead: true}); err != nil {
 			t.Fatalf("Present in another election: %v", err)
 		}
 		got, now, err := ps.Participants(ctxFor(t), e)
 		if err != nil {
 			t.Fatalf("Participants: %v", err)
 		}
-		slices.SortFunc(got, func(a, b base.Presence) int { return a.Priority - b.Priority })
+		slices.SortFunc(got, func(a, b backend.Presence) int { return a.Priority - b.Priority })
 		if len(got) != 2 || got[0].Node != "node-b" || got[0].Priority != base.MinPriority || got[0].CanLead ||
 			got[1].Node != "node-a" || got[1].Priority != base.MaxPriority || !got[1].CanLead || string(got[1].Value) != "a" {
 			t.Fatalf("Participants = %+v, want node-a (priority %d, can lead, value a) and node-b (priority %d)", got, base.MaxPriority, base.MinPriority)
@@ -366,8 +367,8 @@ func (s *suite) presenceStore(t *testing.T) {
 		// Presence writes are not election records: the first notification
 		// after them is the record written next.
 		storeWrite(t, st, heartbeat.Record{}, e, "node-a", 1)
-		n := nextStore(t, ch, "the election record", func(n base.Notification) bool { return n.Type != base.OtherChanged })
-		if n.Type != base.RecordChanged || n.Record.Election != e {
+		n := nextStore(t, ch, "the election record", func(n backend.Notification) bool { return n.Type != backend.OtherChanged })
+		if n.Type != backend.RecordChanged || n.Record.Election != e {
 			t.Fatalf("the changefeed brought %v (election %q) first, want the election record of %s: a presence record was announced", n.Type, n.Election+n.Record.Election, e)
 		}
 		if err := ps.Absent(ctxFor(t), e, "node-a"); err != nil {
@@ -394,13 +395,13 @@ func (s *suite) batchSuccessor(t *testing.T) {
 			t.Skip("harness has no OpenStore")
 		}
 		st := s.openStore(t)
-		bs, ok := st.(base.BatchStore)
+		bs, ok := st.(backend.BatchStore)
 		if !ok {
-			t.Skipf("the store (%T) is not a base.BatchStore", st)
+			t.Skipf("the store (%T) is not a backend.BatchStore", st)
 		}
 		e1, e2 := Election(), Election()
 		r1 := storeWrite(t, st, heartbeat.Record{}, e1, "node-a", 1)
-		res, err := bs.HeartbeatBatch(ctxFor(t), []base.Write{
+		res, err := bs.HeartbeatBatch(ctxFor(t), []backend.Write{
 			{Expected: r1, Next: heartbeat.Record{Election: e1, Term: 1, Successor: "node-b"}},
 			{Next: heartbeat.Record{Election: e2, Term: 4, Successor: "node-c"}},
 		})
@@ -420,6 +421,6 @@ func (s *suite) batchSuccessor(t *testing.T) {
 }
 
 // open1 is the open function of a cluster on the harness's backends.
-func (s *suite) open1(t *testing.T) func(string) (base.Backend, error) {
-	return func(e string) (base.Backend, error) { return s.h.Open(t, e) }
+func (s *suite) open1(t *testing.T) func(string) (backend.Election, error) {
+	return func(e string) (backend.Election, error) { return s.h.Open(t, e) }
 }

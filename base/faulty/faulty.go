@@ -1,4 +1,4 @@
-// Package faulty wraps a base.Backend to inject faults: failed, delayed or
+// Package faulty wraps a backend.Election to inject faults: failed, delayed or
 // hung calls, replies lost after the write went through, broken feeds and
 // partitions. The conformance suite (base/basetest) and the examples use it;
 // it imports no testing package, so a program may use it too, for example to
@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -24,20 +24,20 @@ var ErrInjected = errors.New("faulty: injected fault")
 // Method names a Backend method for fault injection.
 type Method string
 
-// The methods of base.Backend that faults can be injected into.
+// The methods of backend.Election that faults can be injected into.
 const (
 	MethodStart     Method = "Start"
 	MethodCreate    Method = "Create"
 	MethodGet       Method = "Get"
 	MethodHeartbeat Method = "Heartbeat"
 	MethodSubscribe Method = "Subscribe"
-	// The presence capability (base.PresenceBackend): Present, Absent and
+	// The presence capability (backend.PresenceElection): Present, Absent and
 	// Participants. A wrapped backend without it fails them with
-	// base.ErrUnsupported.
+	// backend.ErrUnsupported.
 	MethodPresent      Method = "Present"
 	MethodAbsent       Method = "Absent"
 	MethodParticipants Method = "Participants"
-	// The batch capabilities of a Store (base.BatchStore, base.BatchReader).
+	// The batch capabilities of a Store (backend.BatchStore, backend.BatchReader).
 	MethodHeartbeatBatch Method = "HeartbeatBatch"
 	MethodGetBatch       Method = "GetBatch"
 )
@@ -81,37 +81,49 @@ type injector struct {
 	faults      []activeFault
 	partitioned bool
 	subs        map[*faultySub]struct{}
-	writes      []base.Write // every write, up to maxWriteLog
+	writes      []backend.Write // every write, up to maxWriteLog
 }
 
 func newInjector() *injector {
 	return &injector{calls: make(map[Method]int), subs: make(map[*faultySub]struct{})}
 }
 
-// Backend wraps a Backend and injects faults: failed, delayed or hung calls,
-// broken feeds, and a full partition. It is safe for concurrent use.
+// Backend wraps an Election and injects faults: failed, delayed or hung
+// calls, broken feeds, and a full partition. It forwards every capability
+// of the contract (presence, the renewal grid, submitted writes). It is
+// safe for concurrent use.
 type Backend struct {
-	base.Backend
-	in *injector
+	inner backend.Election
+	in    *injector
 }
+
+// Name returns the wrapped Election's name.
+func (f *Backend) Name() string { return f.inner.Name() }
+
+// Unwrap returns the wrapped Election, for calls that must bypass the
+// faults.
+func (f *Backend) Unwrap() backend.Election { return f.inner }
+
+// Close closes the wrapped Election.
+func (f *Backend) Close() error { return f.inner.Close() }
 
 // maxWriteLog bounds the writes Writes keeps.
 const maxWriteLog = 100000
 
 // Writes returns the arguments of every Heartbeat call so far (the first
 // 100,000), in call order, whether or not a fault hit it.
-func (f *Backend) Writes() []base.Write { return f.in.writeLog() }
+func (f *Backend) Writes() []backend.Write { return f.in.writeLog() }
 
-func (in *injector) writeLog() []base.Write {
+func (in *injector) writeLog() []backend.Write {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	return append([]base.Write(nil), in.writes...)
+	return append([]backend.Write(nil), in.writes...)
 }
 
-func (in *injector) logWrite(w base.Write) {
+func (in *injector) logWrite(w backend.Write) {
 	in.mu.Lock()
 	if len(in.writes) < maxWriteLog {
-		in.writes = append(in.writes, base.Write{Expected: w.Expected.Clone(), Next: w.Next.Clone()})
+		in.writes = append(in.writes, backend.Write{Expected: w.Expected.Clone(), Next: w.Next.Clone()})
 	}
 	in.mu.Unlock()
 }
@@ -131,8 +143,8 @@ func countKey(m Method, election string) Method {
 }
 
 // Wrap returns b wrapped in a Backend that injects nothing until told to.
-func Wrap(b base.Backend) *Backend {
-	return &Backend{Backend: b, in: newInjector()}
+func Wrap(b backend.Election) *Backend {
+	return &Backend{inner: b, in: newInjector()}
 }
 
 // Inject adds a fault.
@@ -196,6 +208,32 @@ func (in *injector) heal() {
 	defer in.mu.Unlock()
 	in.faults = nil
 	in.partitioned = false
+}
+
+// quiet reports whether no fault of m is armed and the wrapper is not
+// partitioned: a call of m now would run as it is.
+func (in *injector) quiet(m Method) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.partitioned {
+		return false
+	}
+	for _, af := range in.faults {
+		if af.Method == m {
+			return false
+		}
+	}
+	return true
+}
+
+// countCall counts a call of m about elections that ran without faults.
+func (in *injector) countCall(m Method, elections []string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.calls[m]++
+	for _, e := range elections {
+		in.calls[countKey(m, e)]++
+	}
 }
 
 // outcome is what the faults that hit one call make of it.
@@ -295,16 +333,16 @@ func (o outcome) reply(ctx context.Context, err error) error {
 	return err
 }
 
-func (f *Backend) names() []string { return []string{f.Backend.Election()} }
+func (f *Backend) names() []string { return []string{f.inner.Name()} }
 
 // Start injects faults into Backend.Start.
 func (f *Backend) Start(ctx context.Context) error {
-	return call(ctx, f.in.before(ctx, MethodStart, f.names(), false), f.Backend.Start)
+	return call(ctx, f.in.before(ctx, MethodStart, f.names(), false), f.inner.Start)
 }
 
 // Create injects faults into Backend.Create.
 func (f *Backend) Create(ctx context.Context) error {
-	return call(ctx, f.in.before(ctx, MethodCreate, f.names(), false), f.Backend.Create)
+	return call(ctx, f.in.before(ctx, MethodCreate, f.names(), false), f.inner.Create)
 }
 
 // call makes a call that returns only an error, as the outcome says.
@@ -323,11 +361,11 @@ func (f *Backend) Get(ctx context.Context) (heartbeat.Record, error) {
 	o := f.in.before(ctx, MethodGet, f.names(), false)
 	if o.err != nil {
 		if o.after {
-			_, _ = f.Backend.Get(ctx)
+			_, _ = f.inner.Get(ctx)
 		}
 		return heartbeat.Record{}, o.err
 	}
-	r, err := f.Backend.Get(ctx)
+	r, err := f.inner.Get(ctx)
 	if !sleep(ctx, o.replyDelay) {
 		return heartbeat.Record{}, ctx.Err()
 	}
@@ -337,8 +375,8 @@ func (f *Backend) Get(ctx context.Context) (heartbeat.Record, error) {
 // Heartbeat injects faults into Backend.Heartbeat. With Fault.After the
 // write is made and its result thrown away, as when a reply is lost.
 func (f *Backend) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
-	f.in.logWrite(base.Write{Expected: expected, Next: next})
-	return f.in.heartbeat(ctx, f.in.before(ctx, MethodHeartbeat, f.names(), false), expected, next, f.Backend.Heartbeat)
+	f.in.logWrite(backend.Write{Expected: expected, Next: next})
+	return f.in.heartbeat(ctx, f.in.before(ctx, MethodHeartbeat, f.names(), false), expected, next, f.inner.Heartbeat)
 }
 
 func (in *injector) heartbeat(ctx context.Context, o outcome, expected, next heartbeat.Record,
@@ -360,21 +398,37 @@ func (in *injector) heartbeat(ctx context.Context, o outcome, expected, next hea
 // Backend of a batching base.Elections has one), so that a wrapped Feed
 // renews on it.
 func (f *Backend) AlignRenewal(due time.Time, interval time.Duration) time.Time {
-	if a, ok := f.Backend.(interface {
-		AlignRenewal(time.Time, time.Duration) time.Time
-	}); ok {
+	if a, ok := f.inner.(backend.Aligner); ok {
 		return a.AlignRenewal(due, interval)
 	}
 	return due
 }
 
-// Subscribe injects faults into Backend.Subscribe and wraps the feed so
-// that BreakFeed and Partition can break it.
-func (f *Backend) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
-	return f.in.subscribe(ctx, f.in.before(ctx, MethodSubscribe, f.names(), false), f.Backend.Subscribe)
+// SubmitHeartbeat forwards a submitted write to the wrapped Election
+// (backend.Submitter) while no fault is armed for Heartbeat and the
+// wrapper is not partitioned; the write is counted and logged as a
+// Heartbeat call. Otherwise it reports false, and the Feed calls
+// Heartbeat, where the faults are injected.
+func (f *Backend) SubmitHeartbeat(ctx context.Context, deadline time.Time, expected, next heartbeat.Record, done func(heartbeat.Record, error)) bool {
+	s, ok := f.inner.(backend.Submitter)
+	if !ok || !f.in.quiet(MethodHeartbeat) {
+		return false
+	}
+	if !s.SubmitHeartbeat(ctx, deadline, expected, next, done) {
+		return false
+	}
+	f.in.countCall(MethodHeartbeat, f.names())
+	f.in.logWrite(backend.Write{Expected: expected, Next: next})
+	return true
 }
 
-func (in *injector) subscribe(ctx context.Context, o outcome, fn func(context.Context) (<-chan base.Notification, error)) (<-chan base.Notification, error) {
+// Subscribe injects faults into Backend.Subscribe and wraps the feed so
+// that BreakFeed and Partition can break it.
+func (f *Backend) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
+	return f.in.subscribe(ctx, f.in.before(ctx, MethodSubscribe, f.names(), false), f.inner.Subscribe)
+}
+
+func (in *injector) subscribe(ctx context.Context, o outcome, fn func(context.Context) (<-chan backend.Notification, error)) (<-chan backend.Notification, error) {
 	if o.err != nil {
 		return nil, o.err
 	}
@@ -390,7 +444,7 @@ func (in *injector) subscribe(ctx context.Context, o outcome, fn func(context.Co
 		}
 		return nil, err
 	}
-	s := &faultySub{out: make(chan base.Notification), broken: make(chan error, 1)}
+	s := &faultySub{out: make(chan backend.Notification), broken: make(chan error, 1)}
 	in.mu.Lock()
 	in.subs[s] = struct{}{}
 	in.mu.Unlock()
@@ -406,7 +460,7 @@ func (in *injector) subscribe(ctx context.Context, o outcome, fn func(context.Co
 }
 
 type faultySub struct {
-	out    chan base.Notification
+	out    chan backend.Notification
 	broken chan error
 }
 
@@ -419,7 +473,7 @@ func (s *faultySub) breakWith(err error) {
 
 // forward copies in to out until ctx ends, in closes, or the sub is broken;
 // then it cancels and drains in, and closes out.
-func (s *faultySub) forward(ctx context.Context, in <-chan base.Notification, cancel context.CancelFunc) {
+func (s *faultySub) forward(ctx context.Context, in <-chan backend.Notification, cancel context.CancelFunc) {
 	defer close(s.out)
 	defer func() {
 		cancel()
@@ -440,7 +494,7 @@ func (s *faultySub) forward(ctx context.Context, in <-chan base.Notification, ca
 				s.fail(ctx, err)
 				return
 			}
-			if n.Type == base.Failed {
+			if n.Type == backend.Failed {
 				return
 			}
 		case err := <-s.broken:
@@ -454,23 +508,27 @@ func (s *faultySub) forward(ctx context.Context, in <-chan base.Notification, ca
 
 func (s *faultySub) fail(ctx context.Context, err error) {
 	select {
-	case s.out <- base.Notification{Type: base.Failed, Err: err}:
+	case s.out <- backend.Notification{Type: backend.Failed, Err: err}:
 	case <-ctx.Done():
 	}
 }
 
-var _ base.PresenceBackend = (*Backend)(nil)
+var (
+	_ backend.PresenceElection = (*Backend)(nil)
+	_ backend.Aligner          = (*Backend)(nil)
+	_ backend.Submitter        = (*Backend)(nil)
+)
 
-func (f *Backend) presence() (base.PresenceBackend, error) {
-	pb, ok := f.Backend.(base.PresenceBackend)
+func (f *Backend) presence() (backend.PresenceElection, error) {
+	pb, ok := f.inner.(backend.PresenceElection)
 	if !ok {
-		return nil, fmt.Errorf("faulty: the wrapped backend (%T) has no presence capability: %w", f.Backend, base.ErrUnsupported)
+		return nil, fmt.Errorf("faulty: the wrapped backend (%T) has no presence capability: %w", f.inner, backend.ErrUnsupported)
 	}
 	return pb, nil
 }
 
 // Present injects faults into the wrapped backend's Present.
-func (f *Backend) Present(ctx context.Context, p base.Presence) error {
+func (f *Backend) Present(ctx context.Context, p backend.Presence) error {
 	pb, err := f.presence()
 	if err != nil {
 		return err
@@ -488,7 +546,7 @@ func (f *Backend) Absent(ctx context.Context, node string) error {
 }
 
 // Participants injects faults into the wrapped backend's Participants.
-func (f *Backend) Participants(ctx context.Context) ([]base.Presence, time.Time, error) {
+func (f *Backend) Participants(ctx context.Context) ([]backend.Presence, time.Time, error) {
 	pb, err := f.presence()
 	if err != nil {
 		return nil, time.Time{}, err
@@ -499,26 +557,26 @@ func (f *Backend) Participants(ctx context.Context) ([]base.Presence, time.Time,
 	return pb.Participants(ctx)
 }
 
-// Store wraps a base.Store and injects the faults of Fault into its calls,
+// Store wraps a backend.Store and injects the faults of Fault into its calls,
 // as Backend does into a Backend's: put under a base.Elections, it shows
 // what a store and network do to the batches of every election of a
 // process. It has the batch capabilities (HeartbeatBatch, GetBatch, each
 // made of single calls when the wrapped store lacks it) and the presence
-// capability (failing with base.ErrUnsupported when the wrapped store
+// capability (failing with backend.ErrUnsupported when the wrapped store
 // lacks it). It is safe for concurrent use.
 type Store struct {
-	base.Store
+	backend.Store
 	in *injector
 }
 
 var (
-	_ base.BatchStore    = (*Store)(nil)
-	_ base.BatchReader   = (*Store)(nil)
-	_ base.PresenceStore = (*Store)(nil)
+	_ backend.BatchStore    = (*Store)(nil)
+	_ backend.BatchReader   = (*Store)(nil)
+	_ backend.PresenceStore = (*Store)(nil)
 )
 
 // WrapStore returns s wrapped in a Store that injects nothing until told to.
-func WrapStore(s base.Store) *Store {
+func WrapStore(s backend.Store) *Store {
 	return &Store{Store: s, in: newInjector()}
 }
 
@@ -543,7 +601,7 @@ func (f *Store) Heal() { f.in.heal() }
 
 // Writes returns every write so far (the first 100,000), single or in a
 // batch, in call order, whether or not a fault hit it.
-func (f *Store) Writes() []base.Write { return f.in.writeLog() }
+func (f *Store) Writes() []backend.Write { return f.in.writeLog() }
 
 // Start injects faults into Store.Start.
 func (f *Store) Start(ctx context.Context) error {
@@ -573,7 +631,7 @@ func (f *Store) Get(ctx context.Context, election string) (heartbeat.Record, err
 
 // Heartbeat injects faults into Store.Heartbeat, a single write.
 func (f *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
-	f.in.logWrite(base.Write{Expected: expected, Next: next})
+	f.in.logWrite(backend.Write{Expected: expected, Next: next})
 	return f.in.heartbeat(ctx, f.in.before(ctx, MethodHeartbeat, []string{next.Election}, false), expected, next, f.Store.Heartbeat)
 }
 
@@ -581,7 +639,7 @@ func (f *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 // Election hits the whole batch (Err: nothing is written; After: all is
 // written and the reply lost), one with Election the write of that
 // election alone (see Fault.Election).
-func (f *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base.WriteResult, error) {
+func (f *Store) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]backend.WriteResult, error) {
 	names := make([]string, len(writes))
 	for i, w := range writes {
 		names[i] = w.Next.Election
@@ -595,7 +653,7 @@ func (f *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 		return nil, o.err
 	}
 	// The writes refused before the batch are left out of it.
-	send := make([]base.Write, 0, len(writes))
+	send := make([]backend.Write, 0, len(writes))
 	for _, w := range writes {
 		if ft, ok := o.writes[w.Next.Election]; !ok || ft.After {
 			send = append(send, w)
@@ -608,7 +666,7 @@ func (f *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 	if err != nil {
 		return nil, err
 	}
-	out := make([]base.WriteResult, len(writes))
+	out := make([]backend.WriteResult, len(writes))
 	j := 0
 	for i, w := range writes {
 		ft, hit := o.writes[w.Next.Election]
@@ -617,7 +675,7 @@ func (f *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 			j++
 		}
 		if hit {
-			out[i] = base.WriteResult{Err: injected(ft)}
+			out[i] = backend.WriteResult{Err: injected(ft)}
 		}
 	}
 	return out, nil
@@ -625,18 +683,18 @@ func (f *Store) HeartbeatBatch(ctx context.Context, writes []base.Write) ([]base
 
 // batch writes through the wrapped store's HeartbeatBatch, or one write
 // after the other when it has none.
-func (f *Store) batch(ctx context.Context, writes []base.Write) ([]base.WriteResult, error) {
+func (f *Store) batch(ctx context.Context, writes []backend.Write) ([]backend.WriteResult, error) {
 	if len(writes) == 0 {
 		return nil, nil
 	}
-	if bs, ok := f.Store.(base.BatchStore); ok {
+	if bs, ok := f.Store.(backend.BatchStore); ok {
 		res, err := bs.HeartbeatBatch(ctx, writes)
 		if err == nil && len(res) != len(writes) {
 			err = fmt.Errorf("faulty: the wrapped store returned %d results for %d writes", len(res), len(writes))
 		}
 		return res, err
 	}
-	out := make([]base.WriteResult, len(writes))
+	out := make([]backend.WriteResult, len(writes))
 	for i, w := range writes {
 		out[i].Record, out[i].Err = f.Store.Heartbeat(ctx, w.Expected, w.Next)
 	}
@@ -644,17 +702,17 @@ func (f *Store) batch(ctx context.Context, writes []base.Write) ([]base.WriteRes
 }
 
 // GetBatch injects faults into a batch of reads (as a whole).
-func (f *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadResult, error) {
+func (f *Store) GetBatch(ctx context.Context, elections []string) ([]backend.ReadResult, error) {
 	o := f.in.before(ctx, MethodGetBatch, elections, false)
 	if o.err != nil {
 		return nil, o.err
 	}
-	var res []base.ReadResult
+	var res []backend.ReadResult
 	var err error
-	if br, ok := f.Store.(base.BatchReader); ok {
+	if br, ok := f.Store.(backend.BatchReader); ok {
 		res, err = br.GetBatch(ctx, elections)
 	} else {
-		res = make([]base.ReadResult, len(elections))
+		res = make([]backend.ReadResult, len(elections))
 		for i, e := range elections {
 			res[i].Record, res[i].Err = f.Store.Get(ctx, e)
 		}
@@ -667,20 +725,20 @@ func (f *Store) GetBatch(ctx context.Context, elections []string) ([]base.ReadRe
 
 // Subscribe injects faults into Store.Subscribe and wraps the feed so that
 // BreakFeed and Partition can break it.
-func (f *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+func (f *Store) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
 	return f.in.subscribe(ctx, f.in.before(ctx, MethodSubscribe, nil, false), f.Store.Subscribe)
 }
 
-func (f *Store) presence() (base.PresenceStore, error) {
-	ps, ok := f.Store.(base.PresenceStore)
+func (f *Store) presence() (backend.PresenceStore, error) {
+	ps, ok := f.Store.(backend.PresenceStore)
 	if !ok {
-		return nil, fmt.Errorf("faulty: the wrapped store (%T) has no presence capability: %w", f.Store, base.ErrUnsupported)
+		return nil, fmt.Errorf("faulty: the wrapped store (%T) has no presence capability: %w", f.Store, backend.ErrUnsupported)
 	}
 	return ps, nil
 }
 
 // Present injects faults into the wrapped store's Present.
-func (f *Store) Present(ctx context.Context, election string, p base.Presence) error {
+func (f *Store) Present(ctx context.Context, election string, p backend.Presence) error {
 	ps, err := f.presence()
 	if err != nil {
 		return err
@@ -698,7 +756,7 @@ func (f *Store) Absent(ctx context.Context, election, node string) error {
 }
 
 // Participants injects faults into the wrapped store's Participants.
-func (f *Store) Participants(ctx context.Context, election string) ([]base.Presence, time.Time, error) {
+func (f *Store) Participants(ctx context.Context, election string) ([]backend.Presence, time.Time, error) {
 	ps, err := f.presence()
 	if err != nil {
 		return nil, time.Time{}, err

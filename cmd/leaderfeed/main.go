@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -266,7 +267,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 // openBackend connects to the store and makes the election's backend,
 // trying for as long as --connect-timeout allows (see retry). Its errors
 // carry their exit code.
-func openBackend(u *storeURL, c *common) (*store, base.Backend, error) {
+func openBackend(u *storeURL, c *common) (*store, backend.Election, error) {
 	ctx, cancel := contextWithTimeout(c.connectTimeout)
 	defer cancel()
 	var st *store
@@ -313,7 +314,7 @@ func retry(ctx context.Context, f func(context.Context) error) error {
 // permanent reports whether retrying cannot fix err: the store refuses or
 // lacks a capability, or the configuration is wrong.
 func permanent(err error) bool {
-	return errors.Is(err, base.ErrRefused) || errors.Is(err, base.ErrUnsupported) || errors.Is(err, base.ErrInvalidConfig)
+	return errors.Is(err, base.ErrRefused) || errors.Is(err, backend.ErrUnsupported) || errors.Is(err, base.ErrInvalidConfig)
 }
 
 // classify gives a store error its exit code (one per cause), and names
@@ -324,7 +325,7 @@ func classify(c *common, err error) error {
 		return err
 	}
 	switch {
-	case errors.Is(err, base.ErrRefused), errors.Is(err, base.ErrUnsupported):
+	case errors.Is(err, base.ErrRefused), errors.Is(err, backend.ErrUnsupported):
 		return &exitError{exitRefused, fmt.Errorf("store %s: %w", redact(c.store), err)}
 	case errors.Is(err, base.ErrInvalidConfig):
 		return &exitError{exitUsage, err}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/postgres"
 )
 
@@ -72,7 +73,7 @@ func statusCommand(args []string, stdout, stderr io.Writer) error {
 	out := statusJSON{Election: c.election}
 	rec, err := b.Get(ctx)
 	switch {
-	case errors.Is(err, base.ErrNotFound):
+	case errors.Is(err, backend.ErrNotFound):
 	case errors.Is(err, base.ErrRefused):
 		return classify(&c, err)
 	case err != nil:

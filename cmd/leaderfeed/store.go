@@ -17,6 +17,7 @@ import (
 	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	lfmongo "github.com/leaderfeed/leaderfeed/mongo"
 	"github.com/leaderfeed/leaderfeed/postgres"
 	"github.com/leaderfeed/leaderfeed/rethink"
@@ -114,7 +115,7 @@ func parseStore(raw string) (*storeURL, error) {
 // store is an open connection to a store: it makes a backend per election.
 type store struct {
 	kind    storeKind
-	backend func(election string) (base.Backend, error)
+	backend func(election string) (backend.Election, error)
 	now     func(ctx context.Context) (time.Time, error) // the store's own clock
 	close   func()
 }
@@ -130,7 +131,7 @@ func (u *storeURL) open(ctx context.Context, so storeOptions) (*store, error) {
 		}
 		return &store{
 			kind: u.kind,
-			backend: func(election string) (base.Backend, error) {
+			backend: func(election string) (backend.Election, error) {
 				return postgres.New(pool, election, postgres.Options{Schema: so.schema, Table: so.table, NoCreate: so.noCreate})
 			},
 			now: func(ctx context.Context) (t time.Time, err error) {
@@ -152,7 +153,7 @@ func (u *storeURL) open(ctx context.Context, so storeOptions) (*store, error) {
 		db := client.Database(dbName)
 		return &store{
 			kind: u.kind,
-			backend: func(election string) (base.Backend, error) {
+			backend: func(election string) (backend.Election, error) {
 				return lfmongo.New(db, election, lfmongo.Options{Collection: so.table, NoCreate: so.noCreate})
 			},
 			now: func(ctx context.Context) (time.Time, error) {
@@ -181,7 +182,7 @@ func (u *storeURL) open(ctx context.Context, so storeOptions) (*store, error) {
 		}
 		return &store{
 			kind: u.kind,
-			backend: func(election string) (base.Backend, error) {
+			backend: func(election string) (backend.Election, error) {
 				return rethink.New(sess, election, rethink.Options{Database: u.database, Table: so.table, NoCreate: so.noCreate})
 			},
 			now: func(ctx context.Context) (t time.Time, err error) {

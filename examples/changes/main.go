@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/memory"
 )
 
@@ -47,7 +48,7 @@ func run(w io.Writer) error {
 
 	// node-1 leads. Nobody reads its events, so it does not ask for them:
 	// a Feed queues events only once Events has been called.
-	b1, err := store.Backend("orders")
+	b1, err := store.Election("orders")
 	if err != nil {
 		return err
 	}
@@ -68,7 +69,7 @@ func run(w io.Writer) error {
 	}
 
 	// node-2 follows and consumes every event.
-	b2, err := store.Backend("orders")
+	b2, err := store.Election("orders")
 	if err != nil {
 		return err
 	}
@@ -110,7 +111,7 @@ func run(w io.Writer) error {
 					continue
 				}
 				switch {
-				case c.Op == base.Delete:
+				case c.Op == backend.Delete:
 					delete(view, key)
 					fmt.Fprintf(w, "node-2: %s %s\n", c.Op, key)
 				case c.Partial:
@@ -126,7 +127,7 @@ func run(w io.Writer) error {
 					view[key] = o
 					fmt.Fprintf(w, "node-2: %s %s: %s is %s\n", c.Op, key, o.Item, o.Status)
 				}
-				if key == "order-3" && c.Op == base.Insert {
+				if key == "order-3" && c.Op == backend.Insert {
 					close(wrote) // the last write of the application
 				}
 			}

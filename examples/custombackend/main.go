@@ -29,7 +29,7 @@ func run() error {
 	store := logstore.NewLog()
 
 	start := func(id string) (*base.Feed, <-chan base.Event, error) {
-		b, err := store.Backend("reports")
+		b, err := store.Election("reports")
 		if err != nil {
 			return nil, nil, err
 		}

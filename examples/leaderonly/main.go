@@ -132,7 +132,7 @@ func run(w io.Writer) error {
 
 	elected := make(chan *node, 4)
 	startNode := func(id string) (*node, error) {
-		b, err := store.Backend("billing")
+		b, err := store.Election("billing")
 		if err != nil {
 			return nil, err
 		}

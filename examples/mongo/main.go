@@ -22,7 +22,7 @@ import (
 	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/examples/internal/demo"
 	"github.com/leaderfeed/leaderfeed/mongo"
 )
@@ -49,7 +49,7 @@ func run(ctx context.Context, w io.Writer, url, db, election string) error {
 	}
 	defer client.Disconnect(context.Background()) //nolint:errcheck // nothing to do about it
 	database := client.Database(db)
-	return demo.Run(ctx, w, func() (base.Backend, error) {
+	return demo.Run(ctx, w, func() (backend.Election, error) {
 		return mongo.New(database, election, mongo.Options{})
 	})
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/256dpi/lungo"
 	"go.uber.org/goleak"
 
-	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
 	"github.com/leaderfeed/leaderfeed/examples/internal/demo"
 	"github.com/leaderfeed/leaderfeed/mongo"
@@ -40,7 +40,7 @@ func TestRun(t *testing.T) {
 	}
 	defer engine.Close()
 	db, election := client.Database("example"), basetest.Election()
-	err = demo.Run(ctx, &out, func() (base.Backend, error) {
+	err = demo.Run(ctx, &out, func() (backend.Election, error) {
 		return onlungo.New(db, election, mongo.Options{})
 	})
 	if err != nil {

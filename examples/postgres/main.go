@@ -21,7 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/examples/internal/demo"
 	"github.com/leaderfeed/leaderfeed/postgres"
 )
@@ -49,10 +49,10 @@ func run(ctx context.Context, w io.Writer, url, election string) error {
 	if err := pool.Ping(ctx); err != nil {
 		return fmt.Errorf("postgres: cannot reach the server: %w", err)
 	}
-	err = demo.Run(ctx, w, func() (base.Backend, error) {
+	err = demo.Run(ctx, w, func() (backend.Election, error) {
 		return postgres.New(pool, election, postgres.Options{})
 	})
-	if errors.Is(err, base.ErrUnsupported) {
+	if errors.Is(err, backend.ErrUnsupported) {
 		return fmt.Errorf("%w (leaderfeed needs PostgreSQL 12 or later)", err)
 	}
 	return err

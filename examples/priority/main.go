@@ -66,7 +66,7 @@ func run(out io.Writer) error {
 		}
 	}()
 	start := func(id string, priority int) (*node, error) {
-		b, err := store.Backend("scheduler")
+		b, err := store.Election("scheduler")
 		if err != nil {
 			return nil, err
 		}

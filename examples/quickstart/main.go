@@ -59,7 +59,7 @@ func run(out io.Writer) error {
 	var wg sync.WaitGroup
 	for i := 1; i <= 3; i++ {
 		id := fmt.Sprintf("node-%d", i)
-		b, err := store.Backend("scheduler")
+		b, err := store.Election("scheduler")
 		if err != nil {
 			return err
 		}

@@ -19,7 +19,7 @@ import (
 
 	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
 
-	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/examples/internal/demo"
 	"github.com/leaderfeed/leaderfeed/rethink"
 )
@@ -44,7 +44,7 @@ func run(ctx context.Context, w io.Writer, addr, election string) error {
 		return fmt.Errorf("rethink: %w", err)
 	}
 	defer session.Close() //nolint:errcheck // nothing to do about it
-	return demo.Run(ctx, w, func() (base.Backend, error) {
+	return demo.Run(ctx, w, func() (backend.Election, error) {
 		return rethink.New(session, election, rethink.Options{})
 	})
 }

@@ -31,6 +31,7 @@ import (
 	r "gopkg.in/rethinkdb/rethinkdb-go.v6"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/integration"
 	"github.com/leaderfeed/leaderfeed/mongo"
@@ -178,7 +179,7 @@ func job(out *printer, ctx context.Context, term uint64, every time.Duration) {
 
 // open connects to the server and returns the backend, and a function that
 // closes the client once the Feed (which closes the backend) has stopped.
-func open(ctx context.Context, backend, addr, db, election, id string) (base.Backend, func(), error) {
+func open(ctx context.Context, backend, addr, db, election, id string) (backend.Election, func(), error) {
 	switch backend {
 	case "postgres":
 		cfg, err := pgxpool.ParseConfig(addr)

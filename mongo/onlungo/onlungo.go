@@ -41,14 +41,15 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/mongo"
 	"github.com/leaderfeed/leaderfeed/mongo/internal/driver"
 )
 
 // NewStore returns the store of the collection Options.Collection of db, a
-// database of lungo's in-process engine (lungo.Open): a base.Store and
-// base.BatchStore for any number of elections. The caller owns the engine
+// database of lungo's in-process engine (lungo.Open): a backend.Store and
+// backend.BatchStore for any number of elections. The caller owns the engine
 // and closes it; the store never does. lungo's adapter of the real driver
 // (*lungo.MongoDatabase) is refused: use package mongo with a driver-v2
 // client for a real server.
@@ -73,7 +74,7 @@ func NewStore(db lungo.IDatabase, opts mongo.Options) (*mongo.Store, error) {
 
 // New returns the backend of the one election named election on lungo:
 // base.Open on a NewStore of its own, which closing the backend closes.
-func New(db lungo.IDatabase, election string, opts mongo.Options) (base.Backend, error) {
+func New(db lungo.IDatabase, election string, opts mongo.Options) (backend.Election, error) {
 	if err := heartbeat.ValidateName("election name", election); err != nil {
 		return nil, fmt.Errorf("mongo: %w: %w", base.ErrInvalidConfig, err)
 	}

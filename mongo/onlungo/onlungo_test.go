@@ -14,6 +14,7 @@ import (
 	v1options "go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/mongo"
 	"github.com/leaderfeed/leaderfeed/mongo/internal/driver"
 	"github.com/leaderfeed/leaderfeed/mongo/internal/suite"
@@ -102,7 +103,7 @@ func TestNew(t *testing.T) {
 	}
 	defer engine.Close()
 	b, err := New(client.Database("app"), "e", mongo.Options{})
-	if err != nil || b.Election() != "e" {
+	if err != nil || b.Name() != "e" {
 		t.Fatalf("New = %v, %v", b, err)
 	}
 	if err := b.Start(context.Background()); err != nil {
@@ -114,13 +115,13 @@ func TestNew(t *testing.T) {
 		t.Fatalf("NewStore = %v, %v", st, err)
 	}
 	_ = st.Close()
-	for name, f := range map[string]func() (base.Backend, error){
-		"nil database":    func() (base.Backend, error) { return New(nil, "e", mongo.Options{}) },
-		"the real driver": func() (base.Backend, error) { return New(&lungo.MongoDatabase{}, "e", mongo.Options{}) },
-		"bad collection name": func() (base.Backend, error) {
+	for name, f := range map[string]func() (backend.Election, error){
+		"nil database":    func() (backend.Election, error) { return New(nil, "e", mongo.Options{}) },
+		"the real driver": func() (backend.Election, error) { return New(&lungo.MongoDatabase{}, "e", mongo.Options{}) },
+		"bad collection name": func() (backend.Election, error) {
 			return New(client.Database("app"), "e", mongo.Options{Collection: "a$"})
 		},
-		"bad election name": func() (base.Backend, error) { return New(client.Database("app"), "", mongo.Options{}) },
+		"bad election name": func() (backend.Election, error) { return New(client.Database("app"), "", mongo.Options{}) },
 	} {
 		if b, err := f(); b != nil || !errors.Is(err, base.ErrInvalidConfig) {
 			t.Errorf("%s: %v, %v; want ErrInvalidConfig", name, b, err)

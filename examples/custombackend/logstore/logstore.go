@@ -22,10 +22,11 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
-// Table is the name a Log reports as base.Change.Table.
+// Table is the name a Log reports as backend.Change.Table.
 const Table = "log"
 
 // Keep is how many log entries a Log keeps at least. A subscriber that falls
@@ -48,7 +49,7 @@ type Log struct {
 // entry is one write in the log.
 type entry struct {
 	key      string
-	op       base.Op
+	op       backend.Op
 	old, new json.RawMessage // nil when there is none
 }
 
@@ -62,14 +63,14 @@ func NewLog() *Log {
 // order is the commit order.
 func (l *Log) write(key string, doc json.RawMessage) {
 	old, existed := l.docs[key]
-	e := entry{key: key, op: base.Update, old: old, new: doc}
+	e := entry{key: key, op: backend.Update, old: old, new: doc}
 	switch {
 	case doc == nil:
 		delete(l.docs, key)
-		e.op = base.Delete
+		e.op = backend.Delete
 	case !existed:
 		l.docs[key] = doc
-		e.op = base.Insert
+		e.op = backend.Insert
 	default:
 		l.docs[key] = doc
 	}
@@ -114,7 +115,7 @@ func (l *Log) now() time.Time {
 }
 
 // Put stores doc, marshalled to JSON, under key: the application's own
-// writes. Subscribers see it as a base.Change. Putting a document under an
+// writes. Subscribers see it as a backend.Change. Putting a document under an
 // election's key overwrites the election record, as a foreign client would.
 func (l *Log) Put(key string, doc any) error {
 	data, err := json.Marshal(doc)
@@ -178,7 +179,7 @@ func decode(election string, doc json.RawMessage) (heartbeat.Record, error) {
 			Timestamp: s.Time, Value: s.Value, LeaseMicros: &s.LeaseUS, Successor: &s.Successor})
 	}
 	if err != nil {
-		return heartbeat.Record{}, fmt.Errorf("logstore: election %q: %w: %w", election, base.ErrMalformedRecord, err)
+		return heartbeat.Record{}, fmt.Errorf("logstore: election %q: %w: %w", election, backend.ErrMalformedRecord, err)
 	}
 	return r, nil
 }
@@ -186,7 +187,7 @@ func decode(election string, doc json.RawMessage) (heartbeat.Record, error) {
 // Marks of the documents of leaderfeed in the table.
 const (
 	markRecord   = 1 // an election record, under the election's name
-	markPresence = 2 // a presence record, under base.PresenceKey
+	markPresence = 2 // a presence record, under backend.PresenceKey
 )
 
 // mark returns the leaderfeed mark of doc: 0 for the application's own
@@ -204,7 +205,7 @@ func mark(doc json.RawMessage) int {
 // isRecord reports whether doc is an election record (of any election).
 func isRecord(doc json.RawMessage) bool { return mark(doc) == markRecord }
 
-// Store is the base.Store of a Log: a connection to it, as a database
+// Store is the backend.Store of a Log: a connection to it, as a database
 // client would be. Each base.Elections needs a Store of its own; all of
 // them may share the Log.
 type Store struct {
@@ -213,17 +214,17 @@ type Store struct {
 	once   sync.Once
 }
 
-var _ base.Store = (*Store)(nil)
+var _ backend.Store = (*Store)(nil)
 
 // Store returns a new connection to l.
 func (l *Log) Store() *Store {
 	return &Store{log: l, closed: make(chan struct{})}
 }
 
-// Backend returns the backend of one election on a Store of its own
+// Election returns the backend.Election of one election on a Store of its own
 // (base.Open): for one base.Feed. The name must pass heartbeat.ValidateName;
 // errors match base.ErrInvalidConfig.
-func (l *Log) Backend(election string) (base.Backend, error) {
+func (l *Log) Election(election string) (backend.Election, error) {
 	b, err := base.Open(l.Store(), election)
 	if err != nil {
 		return nil, fmt.Errorf("logstore: %w", err)
@@ -260,7 +261,7 @@ func (s *Store) Get(ctx context.Context, election string) (heartbeat.Record, err
 	doc, ok := s.log.docs[election]
 	s.log.mu.Unlock()
 	if !ok {
-		return heartbeat.Record{}, fmt.Errorf("logstore: election %q: %w", election, base.ErrNotFound)
+		return heartbeat.Record{}, fmt.Errorf("logstore: election %q: %w", election, backend.ErrNotFound)
 	}
 	return decode(election, doc)
 }
@@ -287,9 +288,9 @@ func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 		}
 	}
 	// Compare the write's identity, not the revision alone (see
-	// base.Backend.Heartbeat).
+	// backend.Election.Heartbeat).
 	if (expected.Revision == 0 && ok) || (expected.Revision != 0 && !cur.SameWrite(expected)) {
-		return heartbeat.Record{}, base.NewConflict(cur)
+		return heartbeat.Record{}, backend.NewConflict(cur)
 	}
 	r := heartbeat.Record{
 		Election:  election,
@@ -308,20 +309,20 @@ func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 // Subscribe starts a reader of the log at its present end. It sends every
 // change, in log order: the records of every election and the
 // application's documents. It queues nothing: base.Elections does.
-func (s *Store) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+func (s *Store) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	out := make(chan base.Notification)
+	out := make(chan backend.Notification)
 	go s.follow(ctx, s.log.end(), out)
 	return out, nil
 }
 
 // follow reads the log from cursor on until ctx is done or s is closed, and
 // closes out when it ends.
-func (s *Store) follow(ctx context.Context, cursor uint64, out chan<- base.Notification) {
+func (s *Store) follow(ctx context.Context, cursor uint64, out chan<- backend.Notification) {
 	defer close(out)
-	send := func(n base.Notification) bool {
+	send := func(n backend.Notification) bool {
 		select {
 		case out <- n:
 			return true
@@ -336,7 +337,7 @@ func (s *Store) follow(ctx context.Context, cursor uint64, out chan<- base.Notif
 			return
 		}
 		select {
-		case out <- base.Notification{Type: base.Failed, Err: err}:
+		case out <- backend.Notification{Type: backend.Failed, Err: err}:
 		case <-ctx.Done():
 		}
 	}
@@ -373,22 +374,22 @@ func (s *Store) follow(ctx context.Context, cursor uint64, out chan<- base.Notif
 // the election mark is an election record (of the election its key names),
 // a presence record is not sent at all (false), any other document is the
 // application's.
-func notification(e entry) (base.Notification, bool) {
+func notification(e entry) (backend.Notification, bool) {
 	if mark(e.new) == markPresence || (e.new == nil && mark(e.old) == markPresence) {
-		return base.Notification{}, false // presence records are nobody's news
+		return backend.Notification{}, false // presence records are nobody's news
 	}
 	if isRecord(e.new) || (e.new == nil && isRecord(e.old)) {
-		if e.op == base.Delete {
-			return base.Notification{Type: base.RecordDeleted, Election: e.key, Record: heartbeat.Record{Election: e.key}}, true
+		if e.op == backend.Delete {
+			return backend.Notification{Type: backend.RecordDeleted, Election: e.key, Record: heartbeat.Record{Election: e.key}}, true
 		}
 		r, err := decode(e.key, e.new)
 		if err != nil {
-			return base.Notification{Type: base.Ignored, Election: e.key, Err: err}, true
+			return backend.Notification{Type: backend.Ignored, Election: e.key, Err: err}, true
 		}
-		return base.Notification{Type: base.RecordChanged, Record: r}, true
+		return backend.Notification{Type: backend.RecordChanged, Record: r}, true
 	}
 	key, _ := json.Marshal(e.key)
-	return base.Notification{Type: base.OtherChanged, Change: base.Change{
+	return backend.Notification{Type: backend.OtherChanged, Change: backend.Change{
 		Table: Table, Op: e.op, Key: key, Old: e.old, New: e.new,
 	}}, true
 }
@@ -401,7 +402,7 @@ func (s *Store) Close() error {
 }
 
 // presenceDoc is the JSON form of a presence record in the table, under
-// base.PresenceKey(election, node): a key no election has.
+// backend.PresenceKey(election, node): a key no election has.
 type presenceDoc struct {
 	Mark     int       `json:"leaderfeed"` // 2: a presence record
 	Node     string    `json:"node"`
@@ -411,12 +412,12 @@ type presenceDoc struct {
 	Time     time.Time `json:"ts"`
 }
 
-var _ base.PresenceStore = (*Store)(nil)
+var _ backend.PresenceStore = (*Store)(nil)
 
 // Present writes the presence record of p.Node in election, stamped with
 // the Log's clock. Its log entry is skipped by every feed: a refresh wakes
 // no follower.
-func (s *Store) Present(ctx context.Context, election string, p base.Presence) error {
+func (s *Store) Present(ctx context.Context, election string, p backend.Presence) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
@@ -430,7 +431,7 @@ func (s *Store) Present(ctx context.Context, election string, p base.Presence) e
 	if err != nil {
 		return fmt.Errorf("logstore: presence of %q: %w", p.Node, err)
 	}
-	l.write(base.PresenceKey(election, p.Node), data)
+	l.write(backend.PresenceKey(election, p.Node), data)
 	return nil
 }
 
@@ -442,7 +443,7 @@ func (s *Store) Absent(ctx context.Context, election, node string) error {
 	l := s.log
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if key := base.PresenceKey(election, node); l.docs[key] != nil {
+	if key := backend.PresenceKey(election, node); l.docs[key] != nil {
 		l.write(key, nil)
 	}
 	return nil
@@ -450,21 +451,21 @@ func (s *Store) Absent(ctx context.Context, election, node string) error {
 
 // Participants returns the presence records of election and the Log's
 // clock, read under one lock.
-func (s *Store) Participants(ctx context.Context, election string) ([]base.Presence, time.Time, error) {
+func (s *Store) Participants(ctx context.Context, election string) ([]backend.Presence, time.Time, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, time.Time{}, err
 	}
 	l := s.log
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	prefix := base.PresenceKey(election, "")
-	var out []base.Presence
+	prefix := backend.PresenceKey(election, "")
+	var out []backend.Presence
 	for key, doc := range l.docs {
 		var d presenceDoc
 		if !strings.HasPrefix(key, prefix) || json.Unmarshal(doc, &d) != nil || d.Mark != markPresence {
 			continue
 		}
-		p := base.Presence{Node: d.Node, Value: d.Value, Priority: d.Priority, CanLead: d.CanLead, Timestamp: d.Time}
+		p := backend.Presence{Node: d.Node, Value: d.Value, Priority: d.Priority, CanLead: d.CanLead, Timestamp: d.Time}
 		if p.Validate() == nil {
 			out = append(out, p)
 		}

@@ -7,7 +7,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
 	"github.com/leaderfeed/leaderfeed/examples/custombackend/logstore"
 )
@@ -21,10 +21,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestConformance(t *testing.T) {
 	log := logstore.NewLog()
 	basetest.Run(t, basetest.Harness{
-		Open: func(_ *testing.T, election string) (base.Backend, error) {
-			return log.Backend(election)
+		Open: func(_ *testing.T, election string) (backend.Election, error) {
+			return log.Election(election)
 		},
-		OpenStore: func(*testing.T) (base.Store, error) { return log.Store(), nil },
+		OpenStore: func(*testing.T) (backend.Store, error) { return log.Store(), nil },
 		PutOther: func(_ context.Context, _, key string, doc map[string]any) error {
 			return log.Put(key, doc)
 		},
@@ -35,12 +35,12 @@ func TestConformance(t *testing.T) {
 		WriteMalformed: func(_ context.Context, election string) error {
 			return log.Put(election, map[string]any{"leaderfeed": 1, "leader": 5}) // the mark, a wrong type
 		},
-		Invalid: map[string]func() (base.Backend, error){
-			"election name with a newline": func() (base.Backend, error) {
-				return log.Backend("a\nb")
+		Invalid: map[string]func() (backend.Election, error){
+			"election name with a newline": func() (backend.Election, error) {
+				return log.Election("a\nb")
 			},
-			"election name longer than heartbeat.MaxNameLen": func() (base.Backend, error) {
-				return log.Backend(strings.Repeat("x", 128))
+			"election name longer than heartbeat.MaxNameLen": func() (backend.Election, error) {
+				return log.Election(strings.Repeat("x", 128))
 			},
 		},
 	})

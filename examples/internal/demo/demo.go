@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 )
 
 // Run runs two nodes of one election, each on a backend from open: node-1
 // is elected, node-2 follows it, node-1 resigns and node-2 takes over at
 // once; then both stop. It writes what happens to w. ctx bounds the whole
 // demo.
-func Run(ctx context.Context, w io.Writer, open func() (base.Backend, error)) error {
+func Run(ctx context.Context, w io.Writer, open func() (backend.Election, error)) error {
 	type node struct {
 		id     string
 		feed   *base.Feed

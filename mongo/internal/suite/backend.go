@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/mongo"
 )
@@ -43,9 +44,9 @@ func mustBeat(t *testing.T, b *node, expected, next heartbeat.Record) heartbeat.
 func mustConflict(t *testing.T, b *node, expected, next heartbeat.Record) heartbeat.Record {
 	t.Helper()
 	_, err := b.Heartbeat(testCtx(t), expected, next)
-	var ce *base.ConflictError
-	if !errors.As(err, &ce) || !errors.Is(err, base.ErrConflict) {
-		t.Fatalf("Heartbeat(%v, %v) = %v, want a *base.ConflictError", expected, next, err)
+	var ce *backend.ConflictError
+	if !errors.As(err, &ce) || !errors.Is(err, backend.ErrConflict) {
+		t.Fatalf("Heartbeat(%v, %v) = %v, want a *backend.ConflictError", expected, next, err)
 	}
 	return ce.Current
 }
@@ -56,7 +57,7 @@ func testHeartbeatCompareAndSet(t *testing.T, newServer NewServer) {
 	b := s.started(t, el)
 	ctx := testCtx(t)
 
-	if _, err := b.Get(ctx); !errors.Is(err, base.ErrNotFound) {
+	if _, err := b.Get(ctx); !errors.Is(err, backend.ErrNotFound) {
 		t.Fatalf("Get on an empty election = %v, want ErrNotFound", err)
 	}
 	if cur := mustConflict(t, b, heartbeat.Record{Revision: 3, Leader: "a", Term: 1}, rec("a", 1, "")); cur.Revision != 0 || cur.Election != el {
@@ -144,7 +145,7 @@ func testConcurrentClaimsOneWinner(t *testing.T, newServer NewServer) {
 			wg.Go(func() {
 				<-start
 				got, err := b.Heartbeat(context.Background(), expected, rec(fmt.Sprintf("node-%d", i), uint64(round+1), ""))
-				var ce *base.ConflictError
+				var ce *backend.ConflictError
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -200,7 +201,7 @@ func testCreate(t *testing.T, newServer NewServer) {
 }
 
 // Start refuses a standalone mongod (no change streams) with
-// base.ErrUnsupported and says how to make a one-node replica set; a
+// backend.ErrUnsupported and says how to make a one-node replica set; a
 // replica set member and a mongos pass.
 func testStartStandalone(t *testing.T, newServer NewServer) {
 	s := newServer(t)
@@ -209,15 +210,15 @@ func testStartStandalone(t *testing.T, newServer NewServer) {
 	if err := b.Start(ctx); err != nil {
 		t.Fatalf("Start on %s: %v", s.Kind, err)
 	}
-	if b.Election() == "" || b.Collection() != s.Coll {
-		t.Fatalf("Election/Collection = %q/%q", b.Election(), b.Collection())
+	if b.Name() == "" || b.Collection() != s.Coll {
+		t.Fatalf("Election/Collection = %q/%q", b.Name(), b.Collection())
 	}
 	f := s.faults(b.Store)
 	f.mu.Lock()
 	f.hello, _ = bson.Marshal(bson.D{{Key: "isWritablePrimary", Value: true}, {Key: "maxWireVersion", Value: 21}})
 	f.mu.Unlock()
 	err := b.Start(ctx)
-	if !errors.Is(err, base.ErrUnsupported) || !strings.HasPrefix(err.Error(), "mongo: ") ||
+	if !errors.Is(err, backend.ErrUnsupported) || !strings.HasPrefix(err.Error(), "mongo: ") ||
 		!strings.Contains(err.Error(), "--replSet") || !strings.Contains(err.Error(), "rs.initiate()") {
 		t.Fatalf("Start on a standalone server = %v, want a mongo: error matching ErrUnsupported that says how to make a replica set", err)
 	}
@@ -247,7 +248,7 @@ func testCanceledContext(t *testing.T, newServer NewServer) {
 	}
 	scancel()
 	for n := range ch {
-		if n.Type == base.Failed {
+		if n.Type == backend.Failed {
 			t.Fatalf("Failed after cancel: %v", n.Err)
 		}
 	}
@@ -308,16 +309,16 @@ func testMalformedRecord(t *testing.T, newServer NewServer) {
 		if err := s.Put(ctx, el, doc); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.Get(ctx); !errors.Is(err, base.ErrMalformedRecord) {
+		if _, err := b.Get(ctx); !errors.Is(err, backend.ErrMalformedRecord) {
 			t.Fatalf("doc %d %v: Get = %v, want ErrMalformedRecord", i, doc, err)
 		}
 		n := next(t, ch)
-		if n.Type != base.Ignored || !errors.Is(n.Err, base.ErrMalformedRecord) || n.Election != el {
+		if n.Type != backend.Ignored || !errors.Is(n.Err, backend.ErrMalformedRecord) || n.Election != el {
 			t.Fatalf("doc %d: notification %v %v of %q, want Ignored with ErrMalformedRecord of %q", i, n.Type, n.Err, n.Election, el)
 		}
 		// No compare-and-set overwrites it.
 		_, err := b.Heartbeat(ctx, none, rec("a", 1, ""))
-		if errors.Is(err, base.ErrConflict) || !errors.Is(err, base.ErrMalformedRecord) {
+		if errors.Is(err, backend.ErrConflict) || !errors.Is(err, backend.ErrMalformedRecord) {
 			t.Fatalf("doc %d: claim over a malformed record = %v", i, err)
 		}
 	}
@@ -326,18 +327,18 @@ func testMalformedRecord(t *testing.T, newServer NewServer) {
 	if err := s.Put(ctx, "other", bson.M{"x": 1}); err != nil {
 		t.Fatal(err)
 	}
-	if n := next(t, ch); n.Type != base.OtherChanged || string(n.Change.Key) != `"other"` {
+	if n := next(t, ch); n.Type != backend.OtherChanged || string(n.Change.Key) != `"other"` {
 		t.Fatalf("after malformed records: %+v", n)
 	}
 	// Deleting the foreign document frees the election.
 	if err := s.Delete(ctx, el); err != nil {
 		t.Fatal(err)
 	}
-	if n := next(t, ch); n.Type != base.RecordDeleted || n.Election != el {
+	if n := next(t, ch); n.Type != backend.RecordDeleted || n.Election != el {
 		t.Fatalf("after deleting: %+v", n)
 	}
 	r := mustBeat(t, b, none, rec("a", 1, ""))
-	if n := next(t, ch); n.Type != base.RecordChanged || !n.Record.Equal(r) {
+	if n := next(t, ch); n.Type != backend.RecordChanged || !n.Record.Equal(r) {
 		t.Fatalf("after claiming: %+v", n)
 	}
 }
@@ -394,7 +395,7 @@ func testLease(t *testing.T, newServer NewServer) {
 		if err := s.Put(ctx, el, doc); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.Get(ctx); !errors.Is(err, base.ErrMalformedRecord) {
+		if _, err := b.Get(ctx); !errors.Is(err, backend.ErrMalformedRecord) {
 			t.Errorf("lease %s: Get = %v, want ErrMalformedRecord", name, err)
 		}
 	}

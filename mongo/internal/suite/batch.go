@@ -9,6 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/mongo"
 )
@@ -52,7 +53,7 @@ func testHeartbeatBatch(t *testing.T, newServer NewServer) {
 	}
 	ch := subscribe(t, st)
 
-	writes := []base.Write{
+	writes := []backend.Write{
 		{Next: heartbeat.Record{Election: el("create"), Leader: "c", Term: 1, Value: []byte("addr"), Lease: time.Second}},
 		{Expected: renewed, Next: heartbeat.Record{Election: el("renew"), Leader: "a", Term: 1, Value: []byte("v"), Lease: 1500 * time.Microsecond}},
 		{Expected: vacant, Next: heartbeat.Record{Election: el("vacant"), Leader: "b", Term: 2}},
@@ -85,7 +86,7 @@ func testHeartbeatBatch(t *testing.T, newServer NewServer) {
 	}
 	conflict := func(i int, current heartbeat.Record) {
 		t.Helper()
-		var ce *base.ConflictError
+		var ce *backend.ConflictError
 		if r := res[i]; !errors.As(r.Err, &ce) || !ce.Current.Equal(current) || !strings.HasPrefix(r.Err.Error(), "mongo: ") {
 			t.Errorf("write %d (%s): %+v, %v; want a conflict carrying %+v", i, writes[i].Next.Election, r.Record, r.Err, current)
 		}
@@ -99,10 +100,10 @@ func testHeartbeatBatch(t *testing.T, newServer NewServer) {
 	conflict(3, stale2)
 	conflict(4, taken)
 	for _, i := range []int{5, 6} {
-		if r := res[i]; !errors.Is(r.Err, base.ErrMalformedRecord) || errors.Is(r.Err, base.ErrConflict) {
+		if r := res[i]; !errors.Is(r.Err, backend.ErrMalformedRecord) || errors.Is(r.Err, backend.ErrConflict) {
 			t.Errorf("write %d over a malformed document: %+v, %v; want ErrMalformedRecord", i, r.Record, r.Err)
 		}
-		if _, err := st.Get(ctx, writes[i].Next.Election); !errors.Is(err, base.ErrMalformedRecord) {
+		if _, err := st.Get(ctx, writes[i].Next.Election); !errors.Is(err, backend.ErrMalformedRecord) {
 			t.Errorf("Get(%s) after the batch: %v, want the malformed document unchanged", writes[i].Next.Election, err)
 		}
 	}
@@ -117,7 +118,7 @@ func testHeartbeatBatch(t *testing.T, newServer NewServer) {
 	}
 	for len(want) > 0 {
 		n := next(t, ch)
-		if n.Type != base.RecordChanged {
+		if n.Type != backend.RecordChanged {
 			t.Fatalf("after the batch: %v %v of %q, want the applied records", n.Type, n.Err, n.Election)
 		}
 		if w, ok := want[n.Record.Election]; !ok || !n.Record.Equal(w) {
@@ -139,7 +140,7 @@ func testHeartbeatBatch(t *testing.T, newServer NewServer) {
 	}
 }
 
-// A batch names each election once (base.BatchStore): the first write or
+// A batch names each election once (backend.BatchStore): the first write or
 // read of an election goes, every later one of it fails alone with
 // base.ErrInvalidConfig and heartbeat.ErrInvalidRecord, before anything
 // is sent, as on PostgreSQL and RethinkDB.
@@ -154,7 +155,7 @@ func testBatchDuplicateElection(t *testing.T, newServer NewServer) {
 		t.Fatal(err)
 	}
 	e, other := electionName(t)+"-e", electionName(t)+"-other"
-	writes := []base.Write{
+	writes := []backend.Write{
 		{Next: heartbeat.Record{Election: e, Leader: "a", Term: 1}},
 		{Next: heartbeat.Record{Election: e, Leader: "b", Term: 1}},
 		{Next: heartbeat.Record{Election: other, Leader: "c", Term: 1}},
@@ -171,7 +172,7 @@ func testBatchDuplicateElection(t *testing.T, newServer NewServer) {
 	}
 	for _, i := range []int{1, 3} {
 		r := res[i]
-		if !errors.Is(r.Err, base.ErrInvalidConfig) || !errors.Is(r.Err, heartbeat.ErrInvalidRecord) || errors.Is(r.Err, base.ErrConflict) ||
+		if !errors.Is(r.Err, base.ErrInvalidConfig) || !errors.Is(r.Err, heartbeat.ErrInvalidRecord) || errors.Is(r.Err, backend.ErrConflict) ||
 			!strings.Contains(r.Err.Error(), "is named by entries 0 and") {
 			t.Errorf("write %d, a repeat of election %s: %+v, %v; want ErrInvalidConfig naming both entries", i, e, r.Record, r.Err)
 		}

@@ -7,7 +7,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
 	"github.com/leaderfeed/leaderfeed/mongo"
 )
@@ -16,10 +16,10 @@ import (
 // s's collection, user documents written beside the election documents.
 func harness(s *Server) basetest.Harness {
 	return basetest.Harness{
-		Open: func(t *testing.T, election string) (base.Backend, error) {
+		Open: func(t *testing.T, election string) (backend.Election, error) {
 			return s.newBackend(election, mongo.Options{})
 		},
-		OpenStore: func(t *testing.T) (base.Store, error) {
+		OpenStore: func(t *testing.T) (backend.Store, error) {
 			st, err := s.newStore(mongo.Options{})
 			if err != nil {
 				return nil, err
@@ -39,20 +39,20 @@ func harness(s *Server) basetest.Harness {
 			// the store knows the _id as an election's).
 			return s.Put(ctx, election, bson.M{"leaderfeed": 1, "leader": 5})
 		},
-		Invalid: map[string]func() (base.Backend, error){
+		Invalid: map[string]func() (backend.Election, error){
 			"collection name with '$'":     invalid(s, "e", mongo.Options{Collection: "a$b"}),
 			"collection name with NUL":     invalid(s, "e", mongo.Options{Collection: "a\x00b"}),
 			"collection name system.*":     invalid(s, "e", mongo.Options{Collection: "system.profile"}),
 			"collection name too long":     invalid(s, "e", mongo.Options{Collection: strings.Repeat("c", 300)}),
 			"election name with a control": invalid(s, "e\x7f", mongo.Options{}),
-			"nil database":                 func() (base.Backend, error) { return mongo.New(nil, "e", mongo.Options{}) },
-			"nil collection":               func() (base.Backend, error) { return mongo.NewCollection(nil, "e", mongo.Options{}) },
+			"nil database":                 func() (backend.Election, error) { return mongo.New(nil, "e", mongo.Options{}) },
+			"nil collection":               func() (backend.Election, error) { return mongo.NewCollection(nil, "e", mongo.Options{}) },
 		},
 	}
 }
 
-func invalid(s *Server, election string, opts mongo.Options) func() (base.Backend, error) {
-	return func() (base.Backend, error) { return s.newBackend(election, opts) }
+func invalid(s *Server, election string, opts mongo.Options) func() (backend.Election, error) {
+	return func() (backend.Election, error) { return s.newBackend(election, opts) }
 }
 
 // testConformance runs the whole conformance suite: on lungo in every run,

@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
 	"github.com/leaderfeed/leaderfeed/mongo"
 )
@@ -20,7 +21,7 @@ import (
 // gated holds the next Subscribe until the test opens the gate, so that
 // writes land while no stream is open.
 type gated struct {
-	base.Backend
+	backend.Election
 	st   *mongo.Store
 	mu   sync.Mutex
 	gate chan struct{} // nil: no gate
@@ -32,7 +33,7 @@ func (g *gated) close(gate chan struct{}) {
 	g.mu.Unlock()
 }
 
-func (g *gated) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+func (g *gated) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
 	g.mu.Lock()
 	gate := g.gate
 	g.mu.Unlock()
@@ -43,11 +44,11 @@ func (g *gated) Subscribe(ctx context.Context) (<-chan base.Notification, error)
 			return nil, ctx.Err()
 		}
 	}
-	return g.Backend.Subscribe(ctx)
+	return g.Election.Subscribe(ctx)
 }
 
 // startFeed starts a Feed on b and returns its events; Stop runs at cleanup.
-func startFeed(t *testing.T, b base.Backend, node string, observe bool) (*base.Feed, <-chan base.Event) {
+func startFeed(t *testing.T, b backend.Election, node string, observe bool) (*base.Feed, <-chan base.Event) {
 	t.Helper()
 	f, err := base.New(b, node, base.Options{Timing: basetest.ScaledTiming(basetest.FastTiming), ObserveOnly: observe})
 	if err != nil {
@@ -109,7 +110,7 @@ func testFeedStreamResumedWithoutLoss(t *testing.T, newServer NewServer) {
 	el := electionName(t)
 	writer := s.started(t, el)
 	gb, gst := s.feedBackend(t, el, mongo.Options{})
-	g := &gated{Backend: gb, st: gst}
+	g := &gated{Election: gb, st: gst}
 	_, events := startFeed(t, g, "observer", true)
 	waitEvent(t, events, "subscribe started", isType(base.EventSubscribeStarted))
 
@@ -180,7 +181,7 @@ func testFeedMalformedRecordIgnored(t *testing.T, newServer NewServer) {
 					return e.Type == base.EventIgnored || e.Type == base.EventSubscribeStarted
 				})
 				if e.Type == base.EventIgnored {
-					if !errors.Is(e.Err, base.ErrMalformedRecord) {
+					if !errors.Is(e.Err, backend.ErrMalformedRecord) {
 						t.Fatalf("Ignored with %v, want ErrMalformedRecord", e.Err)
 					}
 					ignored = true

@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/mongo"
 	"github.com/leaderfeed/leaderfeed/mongo/internal/driver"
@@ -92,7 +93,7 @@ type node struct {
 	election string
 }
 
-func (n *node) Election() string { return n.election }
+func (n *node) Name() string { return n.election }
 
 func (n *node) Get(ctx context.Context) (heartbeat.Record, error) {
 	return n.Store.Get(ctx, n.election)
@@ -107,17 +108,17 @@ func (n *node) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (
 
 // Subscribe returns the Store's changefeed without the notifications of
 // other elections. The channel closes when the Store's does.
-func (n *node) Subscribe(ctx context.Context) (<-chan base.Notification, error) {
+func (n *node) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
 	in, err := n.Store.Subscribe(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make(chan base.Notification)
+	out := make(chan backend.Notification)
 	go func() {
 		defer close(out)
 		for m := range in {
-			if m.Type == base.RecordChanged && m.Record.Election != n.election ||
-				(m.Type == base.RecordDeleted || m.Type == base.Ignored) && m.Election != n.election {
+			if m.Type == backend.RecordChanged && m.Record.Election != n.election ||
+				(m.Type == backend.RecordDeleted || m.Type == backend.Ignored) && m.Election != n.election {
 				continue
 			}
 			select {
@@ -151,9 +152,9 @@ func (s *Server) backend(t *testing.T, election string, opts mongo.Options) *nod
 	return &node{Store: s.store(t, opts), election: election}
 }
 
-// feedBackend returns the base.Backend of election on a Store of its own
+// feedBackend returns the backend.Election of election on a Store of its own
 // (base.Open), and the Store, for the fault injection.
-func (s *Server) feedBackend(t *testing.T, election string, opts mongo.Options) (base.Backend, *mongo.Store) {
+func (s *Server) feedBackend(t *testing.T, election string, opts mongo.Options) (backend.Election, *mongo.Store) {
 	t.Helper()
 	st := s.store(t, opts)
 	b, err := base.Open(st, election)
@@ -164,8 +165,8 @@ func (s *Server) feedBackend(t *testing.T, election string, opts mongo.Options) 
 	return b, st
 }
 
-// newBackend opens the base.Backend of election on a Store of its own.
-func (s *Server) newBackend(election string, opts mongo.Options) (base.Backend, error) {
+// newBackend opens the backend.Election of election on a Store of its own.
+func (s *Server) newBackend(election string, opts mongo.Options) (backend.Election, error) {
 	st, err := s.newStore(opts)
 	if err != nil {
 		return nil, err

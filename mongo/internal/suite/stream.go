@@ -15,7 +15,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/leaderfeed/leaderfeed/base"
+	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/mongo"
 	"github.com/leaderfeed/leaderfeed/mongo/internal/driver"
@@ -26,8 +26,8 @@ import (
 func (s *Server) killStreams(st *mongo.Store) { s.faults(st).kill(errKilled) }
 
 func subscribe(t *testing.T, b interface {
-	Subscribe(context.Context) (<-chan base.Notification, error)
-}) <-chan base.Notification {
+	Subscribe(context.Context) (<-chan backend.Notification, error)
+}) <-chan backend.Notification {
 	t.Helper()
 	ch, err := b.Subscribe(testCtx(t))
 	if err != nil {
@@ -37,7 +37,7 @@ func subscribe(t *testing.T, b interface {
 }
 
 // next returns the next notification, failing the test after 10 s.
-func next(t *testing.T, ch <-chan base.Notification) base.Notification {
+func next(t *testing.T, ch <-chan backend.Notification) backend.Notification {
 	t.Helper()
 	select {
 	case n, ok := <-ch:
@@ -52,18 +52,18 @@ func next(t *testing.T, ch <-chan base.Notification) base.Notification {
 }
 
 // wantRecord fails the test unless the next notification is want.
-func wantRecord(t *testing.T, ch <-chan base.Notification, want heartbeat.Record) {
+func wantRecord(t *testing.T, ch <-chan backend.Notification, want heartbeat.Record) {
 	t.Helper()
 	n := next(t, ch)
-	if n.Type != base.RecordChanged || !n.Record.Equal(want) {
+	if n.Type != backend.RecordChanged || !n.Record.Equal(want) {
 		t.Fatalf("got %v %v (err %v), want record-changed %v", n.Type, n.Record, n.Err, want)
 	}
 }
 
-func wantChange(t *testing.T, ch <-chan base.Notification, op base.Op, key string) base.Change {
+func wantChange(t *testing.T, ch <-chan backend.Notification, op backend.Op, key string) backend.Change {
 	t.Helper()
 	n := next(t, ch)
-	if n.Type != base.OtherChanged || n.Change.Op != op || string(n.Change.Key) != key {
+	if n.Type != backend.OtherChanged || n.Change.Op != op || string(n.Change.Key) != key {
 		t.Fatalf("got %v %+v (record %v, err %v), want %v of key %s", n.Type, n.Change, n.Record, n.Err, op, key)
 	}
 	return n.Change
@@ -91,7 +91,7 @@ func testSubscribeInOrder(t *testing.T, newServer NewServer) {
 		var last uint64
 		for last < 10 {
 			n := next(t, ch)
-			if n.Type != base.RecordChanged || n.Record.Revision <= last {
+			if n.Type != backend.RecordChanged || n.Record.Revision <= last {
 				t.Fatalf("got %v %v after revision %d", n.Type, n.Record, last)
 			}
 			last = n.Record.Revision
@@ -102,7 +102,7 @@ func testSubscribeInOrder(t *testing.T, newServer NewServer) {
 	if err := s.Put(ctx, "k1", bson.M{"n": 1, "s": "x"}); err != nil {
 		t.Fatal(err)
 	}
-	c := wantChange(t, ch, base.Insert, `"k1"`)
+	c := wantChange(t, ch, backend.Insert, `"k1"`)
 	var doc map[string]any
 	if err := json.Unmarshal(c.New, &doc); err != nil || doc["n"] != 1.0 || doc["s"] != "x" || doc["_id"] != "k1" {
 		t.Fatalf("inserted document as JSON: %s (%v)", c.New, err)
@@ -113,19 +113,19 @@ func testSubscribeInOrder(t *testing.T, newServer NewServer) {
 	if err := s.Put(ctx, "k1", bson.M{"n": 2}); err != nil {
 		t.Fatal(err)
 	}
-	if c := wantChange(t, ch, base.Update, `"k1"`); !strings.Contains(string(c.New), `"n":2`) {
+	if c := wantChange(t, ch, backend.Update, `"k1"`); !strings.Contains(string(c.New), `"n":2`) {
 		t.Fatalf("replaced document: %s", c.New)
 	}
 	if err := s.Update(ctx, "k1", bson.M{"$set": bson.M{"n": 3}}); err != nil {
 		t.Fatal(err)
 	}
-	if c := wantChange(t, ch, base.Update, `"k1"`); !strings.Contains(string(c.New), `"n":3`) {
+	if c := wantChange(t, ch, backend.Update, `"k1"`); !strings.Contains(string(c.New), `"n":3`) {
 		t.Fatalf("updated document: %s", c.New)
 	}
 	if err := s.Delete(ctx, "k1"); err != nil {
 		t.Fatal(err)
 	}
-	if c := wantChange(t, ch, base.Delete, `"k1"`); c.New != nil {
+	if c := wantChange(t, ch, backend.Delete, `"k1"`); c.New != nil {
 		t.Fatalf("deleted document: %s", c.New)
 	}
 	// Keys that are not strings, as relaxed extended JSON.
@@ -133,17 +133,17 @@ func testSubscribeInOrder(t *testing.T, newServer NewServer) {
 	if err := s.Insert(ctx, bson.M{"_id": oid}); err != nil {
 		t.Fatal(err)
 	}
-	wantChange(t, ch, base.Insert, fmt.Sprintf(`{"$oid":"%s"}`, oid.Hex()))
+	wantChange(t, ch, backend.Insert, fmt.Sprintf(`{"$oid":"%s"}`, oid.Hex()))
 	if err := s.Insert(ctx, bson.M{"_id": 42}); err != nil {
 		t.Fatal(err)
 	}
-	wantChange(t, ch, base.Insert, `42`)
+	wantChange(t, ch, backend.Insert, `42`)
 
 	// Deleting the record.
 	if err := s.Delete(ctx, el); err != nil {
 		t.Fatal(err)
 	}
-	if n := next(t, ch); n.Type != base.RecordDeleted {
+	if n := next(t, ch); n.Type != backend.RecordDeleted {
 		t.Fatalf("after deleting the record: %v", n.Type)
 	}
 	r := mustBeat(t, b, none, rec("b", 2, ""))
@@ -163,7 +163,7 @@ func testResumeAfterStreamClosed(t *testing.T, newServer NewServer) {
 
 	s.killStreams(b.Store)
 	n := next(t, ch)
-	if n.Type != base.Failed || n.Err == nil || !strings.HasPrefix(n.Err.Error(), "mongo: ") {
+	if n.Type != backend.Failed || n.Err == nil || !strings.HasPrefix(n.Err.Error(), "mongo: ") {
 		t.Fatalf("after the stream closed: %v %v, want Failed", n.Type, n.Err)
 	}
 	if _, ok := <-ch; ok {
@@ -188,7 +188,7 @@ func testResumeAfterStreamClosed(t *testing.T, newServer NewServer) {
 		for n := next(t, ch); n.Record.Revision != want[2].Revision; n = next(t, ch) {
 		}
 	}
-	wantChange(t, ch, base.Insert, `"gap"`)
+	wantChange(t, ch, backend.Insert, `"gap"`)
 }
 
 // Without a valid token the new stream starts now, and Subscribe delivers
@@ -265,11 +265,11 @@ func testResumeWithoutToken(t *testing.T, newServer NewServer) {
 	s.killStreams(b.Store)
 	for range ch {
 	}
-	if err := s.Delete(testCtx(t), b.Election()); err != nil {
+	if err := s.Delete(testCtx(t), b.Name()); err != nil {
 		t.Fatal(err)
 	}
 	ch = subscribe(t, b)
-	if n := next(t, ch); n.Type != base.RecordDeleted {
+	if n := next(t, ch); n.Type != backend.RecordDeleted {
 		t.Fatalf("re-read of a missing record: %v", n.Type)
 	}
 }
@@ -288,7 +288,7 @@ func testEventTooLarge(t *testing.T, newServer NewServer) {
 	wantRecord(t, ch, r)
 	s.faults(b.Store).kill(fmt.Errorf("%w: injected by the test", driver.ErrEventTooLarge))
 	n := next(t, ch)
-	if n.Type != base.Failed || !errors.Is(n.Err, driver.ErrEventTooLarge) {
+	if n.Type != backend.Failed || !errors.Is(n.Err, driver.ErrEventTooLarge) {
 		t.Fatalf("after a too large event: %v %v, want Failed", n.Type, n.Err)
 	}
 	for range ch {
@@ -313,7 +313,7 @@ func testHugeDocumentDelivered(t *testing.T, newServer NewServer) {
 	if err := s.Put(testCtx(t), "huge", bson.M{"blob": blob}); err != nil {
 		t.Fatal(err)
 	}
-	c := wantChange(t, ch, base.Insert, `"huge"`)
+	c := wantChange(t, ch, backend.Insert, `"huge"`)
 	var doc struct{ Blob string }
 	if err := json.Unmarshal(c.New, &doc); err != nil || doc.Blob != blob || c.Partial {
 		t.Fatalf("huge document: %d bytes of JSON, partial %v, err %v", len(c.New), c.Partial, err)
@@ -330,14 +330,14 @@ func testDropCollection(t *testing.T, newServer NewServer) {
 	if err := s.Drop(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	if n := next(t, ch); n.Type != base.RecordDeleted {
+	if n := next(t, ch); n.Type != backend.RecordDeleted {
 		t.Fatalf("after drop: %v", n.Type)
 	}
-	if n := next(t, ch); n.Type != base.Failed || !errors.Is(n.Err, driver.ErrInvalidated) {
+	if n := next(t, ch); n.Type != backend.Failed || !errors.Is(n.Err, driver.ErrInvalidated) {
 		t.Fatalf("after drop: %v %v, want Failed (invalidated)", n.Type, n.Err)
 	}
 	ch = subscribe(t, b)
-	if n := next(t, ch); n.Type != base.RecordDeleted {
+	if n := next(t, ch); n.Type != backend.RecordDeleted {
 		t.Fatalf("reopened after drop: %v", n.Type)
 	}
 	r = mustBeat(t, b, none, rec("a", 2, ""))
@@ -386,11 +386,11 @@ func testOneStreamManyElections(t *testing.T, newServer NewServer) {
 	got := map[string][]uint64{}
 	for {
 		n := next(t, ch)
-		if n.Type == base.RecordChanged {
+		if n.Type == backend.RecordChanged {
 			got[n.Record.Election] = append(got[n.Record.Election], n.Record.Revision)
 			continue
 		}
-		if n.Type != base.OtherChanged || string(n.Change.Key) != `"user"` {
+		if n.Type != backend.OtherChanged || string(n.Change.Key) != `"user"` {
 			t.Fatalf("got %v %+v, want the records, then the user document", n.Type, n)
 		}
 		break
@@ -404,7 +404,7 @@ func testOneStreamManyElections(t *testing.T, newServer NewServer) {
 			t.Errorf("election %s: revisions %v, want [1 2 3]", el, got[el])
 		}
 	}
-	if n := next(t, ch); n.Type != base.RecordDeleted || n.Election != old {
+	if n := next(t, ch); n.Type != backend.RecordDeleted || n.Election != old {
 		t.Fatalf("after deleting the record of %s (revision %d) written before the stream opened: %v %q", old, rOld.Revision, n.Type, n.Election)
 	}
 }

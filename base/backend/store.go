@@ -1,15 +1,16 @@
-package base
+package backend
 
 import (
 	"context"
+	"time"
 
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
 // Store is what a backend implements: one table (or collection) of
 // election records, any number of elections in it keyed by name, and the
-// table's changefeed. It keeps the verbs of a Backend, with the election as
-// a key: Elections turns one Store into a Backend per election, shares the
+// table's changefeed. It keeps the verbs of an Election, with the election as
+// a key: base.Elections turns one Store into an Election per election, shares the
 // Store's one changefeed among them, and batches their writes when the
 // Store can (BatchStore).
 //
@@ -32,11 +33,11 @@ type Store interface {
 	Create(ctx context.Context) error
 
 	// Get returns the current record of election, with the same errors as
-	// Backend.Get (ErrNotFound, ErrMalformedRecord).
+	// Election.Get (ErrNotFound, ErrMalformedRecord).
 	Get(ctx context.Context, election string) (heartbeat.Record, error)
 
 	// Heartbeat is the compare-and-set write of the record next.Election,
-	// exactly as Backend.Heartbeat: it compares the stored record's
+	// exactly as Election.Heartbeat: it compares the stored record's
 	// identity (revision, leader, term) with expected's.
 	Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error)
 
@@ -89,4 +90,53 @@ type BatchStore interface {
 	// each result says which. An error (with nil results) means the
 	// outcome of every write is unknown, as for a Heartbeat that failed.
 	HeartbeatBatch(ctx context.Context, writes []Write) ([]WriteResult, error)
+}
+
+// ReadResult is the outcome of one election of a GetBatch: the record, or
+// the error a single Get of that election would have returned (an error
+// matching ErrNotFound when the election has no record, ErrMalformedRecord
+// when its record cannot be decoded).
+type ReadResult struct {
+	Record heartbeat.Record
+	Err    error
+}
+
+// BatchReader is a Store that can read many elections' records at once,
+// in one round trip (PostgreSQL: one SELECT ... WHERE election = ANY(...)).
+// It is an optional capability, discovered by type assertion as
+// BatchStore is: Elections uses it when many elections read at once, as
+// they do when the shared changefeed failed and every election's Feed
+// reopens it and reads its record.
+type BatchReader interface {
+	Store
+	// GetBatch returns one result per election, in order; the elections
+	// are distinct. Each result is what Get would return for it: an
+	// election without a record gets an error matching ErrNotFound, and
+	// a malformed record fails only its own election. An error (with nil
+	// results) means no record could be read.
+	GetBatch(ctx context.Context, elections []string) ([]ReadResult, error)
+}
+
+// Aligner is an Election that places renewals on a grid, so that the
+// renewals of many elections fall on a few instants and share batches (the
+// Elections of package base give such Elections). A Feed asks it when to
+// send the renewal due at due: the answer, if not after due and less than
+// interval before it, is when the Feed renews. Renewing early is safe: a
+// lease runs from its renewal's send time. Wrappers forward it.
+type Aligner interface {
+	Election
+	AlignRenewal(due time.Time, interval time.Duration) time.Time
+}
+
+// Submitter is an Election that takes a claim or renewal without blocking
+// and hands its result to done later, on a goroutine of its own (a
+// batching Elections of package base), so that a Feed needs no goroutine
+// per write. ctx is the Feed's (it ends when the Feed stops), deadline
+// bounds the call; done gets the result once, by deadline at the latest,
+// with the semantics of Heartbeat, and must not block. SubmitHeartbeat
+// reports false when it does not take the write; the Feed then calls
+// Heartbeat. Wrappers forward it or report false.
+type Submitter interface {
+	Election
+	SubmitHeartbeat(ctx context.Context, deadline time.Time, expected, next heartbeat.Record, done func(heartbeat.Record, error)) bool
 }

@@ -1,4 +1,4 @@
-package base
+package backend
 
 import (
 	"context"
@@ -9,15 +9,22 @@ import (
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
-// Sentinel errors of the backend contract and of Feed. Match them with
-// errors.Is; backends wrap them with context of their own.
+// Errors of the contract. Match them with errors.Is; backends wrap them
+// with context of their own. Package base exports ErrClosed,
+// ErrInvalidConfig and ErrRefused as the same values.
 var (
 	// ErrConflict: a compare-and-set found another record than expected.
 	// Backends return it as a *ConflictError carrying the current record.
 	ErrConflict = errors.New("leaderfeed: revision conflict")
 	// ErrNotFound: the election record does not exist (yet).
 	ErrNotFound = errors.New("leaderfeed: election record not found")
-	// ErrClosed: the backend or feed was closed or stopped.
+	// ErrMalformedRecord: a record in the store with the election's key could
+	// not be decoded or breaks the record rules. It is ignored and reported.
+	ErrMalformedRecord = errors.New("leaderfeed: malformed election record")
+	// ErrUnsupported: the server lacks a capability the backend needs (for
+	// example MongoDB without a replica set, which has no change streams).
+	ErrUnsupported = errors.New("leaderfeed: server lacks a required capability")
+	// ErrClosed: the store, election or feed was closed or stopped.
 	ErrClosed = errors.New("leaderfeed: closed")
 	// ErrInvalidConfig: a constructor was given options, names or timings it
 	// cannot use, or Start or Create found the store unlike the options
@@ -25,32 +32,15 @@ var (
 	// errors match ErrRefused too). heartbeat.ErrInvalidTiming and
 	// heartbeat.ErrInvalidRecord errors returned by this module also match it.
 	ErrInvalidConfig = errors.New("leaderfeed: invalid configuration")
-	// ErrUnsupported: the server lacks a capability the backend needs (for
-	// example MongoDB without a replica set, which has no change streams).
-	ErrUnsupported = errors.New("leaderfeed: server lacks a required capability")
-	// ErrMalformedRecord: a record in the store with the election's key could
-	// not be decoded or breaks the record rules. It is ignored and reported.
-	ErrMalformedRecord = errors.New("leaderfeed: malformed election record")
-	// ErrNotLeader: Resign or Proclaim was called on a node that is not the
-	// leader.
-	ErrNotLeader = errors.New("leaderfeed: not the leader")
-	// ErrAlreadyStarted: Start was called twice.
-	ErrAlreadyStarted = errors.New("leaderfeed: already started")
-	// ErrNotStarted: a call needs a started feed.
-	ErrNotStarted = errors.New("leaderfeed: not started")
-	// ErrObserveOnly: the feed was created to observe and never leads.
-	ErrObserveOnly = errors.New("leaderfeed: observe-only feed")
 	// ErrRefused: the store refuses the operation; retrying cannot fix it.
 	// A missing privilege, failed authentication, a missing database or
 	// table, a table of an older or foreign shape. Backends wrap it with
 	// the cause and the fix (the GRANT, or how to make the schema); every
-	// other failure of a call counts as transient. A Feed fails Start with
-	// it, and while running logs it, reports it in Health and retries the
-	// refused kind of call only every RefusalRetry (see Feed).
+	// other failure of a call counts as transient.
 	ErrRefused = errors.New("leaderfeed: store refuses")
 )
 
-// ConflictError is the error a Backend's Heartbeat returns when the stored
+// ConflictError is the error a Store's or Election's Heartbeat returns when the stored
 // revision is not the expected one. It matches ErrConflict with errors.Is.
 type ConflictError struct {
 	// Current is the record in the store when the write was refused.
@@ -73,14 +63,14 @@ func (e *ConflictError) Error() string {
 // Is makes errors.Is(err, ErrConflict) true.
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
-// Backend is a Feed's view of one election: the record named by Election,
-// kept in a table (or collection) that may hold other records too, and the
-// changefeed of that record. Backends implement Store, not Backend:
-// Elections (and Open, for a lone election) gives each election a Backend
-// on a Store, sharing the Store's changefeed and batching its writes.
-// Wrappers such as base/faulty implement Backend around another.
+// Election is what a Feed runs on: one election's view of a Store, the
+// record named by Election() and the changefeed of that record. Backends
+// implement Store, not Election: base.Elections (and base.Open, for a lone
+// election) gives each election an Election on a Store, sharing the
+// Store's changefeed and batching its writes. Wrappers such as base/faulty
+// implement Election around another.
 //
-// A Feed owns its Backend: it calls Start, then Create, then the other
+// A Feed owns its Election: it calls Start, then Create, then the other
 // methods, and Close when it stops. Methods other than Start, Create and
 // Close may be called concurrently. Every method must honour ctx: when ctx
 // is done it returns promptly with an error that matches ctx.Err() under
@@ -89,9 +79,9 @@ func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 //
 // docs/EXTENDING.md explains the contract in full, and base/basetest checks
 // it.
-type Backend interface {
-	// Election returns the name of the election, the key of its record.
-	Election() string
+type Election interface {
+	// Name returns the name of the election, the key of its record.
+	Name() string
 
 	// Start connects and checks that the server can do what the backend
 	// needs, and fails with a clear error (matching ErrUnsupported) if not.
@@ -186,7 +176,7 @@ func (t NotificationType) String() string {
 	return fmt.Sprintf("NotificationType(%d)", int(t))
 }
 
-// Notification is one item of a Backend's changefeed.
+// Notification is one item of a Store's or an Election's changefeed.
 type Notification struct {
 	// Type says which of the other fields is set.
 	Type   NotificationType
@@ -195,24 +185,9 @@ type Notification struct {
 	Err    error            // Ignored, Failed
 	// Election is the election a RecordDeleted or Ignored notification of
 	// a Store's changefeed is about (RecordChanged has Record.Election).
-	// A Backend's changefeed, which carries one election, may leave it
+	// An Election's changefeed, which carries one election, may leave it
 	// empty.
 	Election string
-}
-
-// election returns the election n is about, "" for OtherChanged and
-// Failed.
-func (n Notification) election() string {
-	switch n.Type {
-	case RecordChanged:
-		return n.Record.Election
-	case RecordDeleted, Ignored:
-		if n.Election != "" {
-			return n.Election
-		}
-		return n.Record.Election
-	}
-	return ""
 }
 
 // Op is the kind of a change to a record.

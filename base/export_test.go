@@ -1,0 +1,7 @@
+package base
+
+// Internal values the external tests check against.
+var (
+	DefaultHealthBound = defaultHealthBound
+	RefusalRetry       = refusalRetry
+)

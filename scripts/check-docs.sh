@@ -57,8 +57,15 @@ if [ -s "$tmp/excerpts" ]; then
 		fi
 		block=$(cat "$tmp/$e")
 		if [[ ${rest[$path]} != *"$block"* ]]; then
-			echo "check-docs: $at: the excerpt is not in $path word for word (or comes out of its order); quote the file as it is:"
-			diff <(printf '%s\n' "$block") "$path" | head -20 || true
+			echo "check-docs: $at: the excerpt is not in $path word for word, or comes out of its order; quote the file as it is"
+			i=0
+			while IFS= read -r line; do
+				i=$((i + 1))
+				if ! grep -qxF -- "$line" "$path"; then
+					echo "  line $i of the excerpt is nowhere in the file: $line"
+					break
+				fi
+			done <"$tmp/$e"
 			exit 1
 		fi
 		rest[$path]=${rest[$path]#*"$block"}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -1157,6 +1158,26 @@ func (e *Elections) send(batch []*writeReq) {
 		rec, err := e.store.Heartbeat(ctx, r.w.Expected, r.w.Next)
 		stop()
 		r.answer(backend.WriteResult{Record: rec, Err: err})
+		return
+	}
+	// The record rules are checked here once for every store: a write that
+	// breaks them, or names an election a write before it names, fails
+	// alone and is not sent (stores check them all the same, with their
+	// own integer range).
+	seen := make(heartbeat.Batch, len(batch))
+	sent := batch[:0:0]
+	for i, r := range batch {
+		err := heartbeat.ValidateWrite(r.w.Expected, r.w.Next, math.MaxInt64)
+		if err == nil {
+			err = seen.Add(r.w.Next.Election, i)
+		}
+		if err != nil {
+			r.answer(backend.WriteResult{Err: fmt.Errorf("leaderfeed: election %q: %w: %w", r.w.Next.Election, ErrInvalidConfig, err)})
+			continue
+		}
+		sent = append(sent, r)
+	}
+	if batch = sent; len(batch) == 0 {
 		return
 	}
 	writes := make([]backend.Write, len(batch))

@@ -353,3 +353,62 @@ func TestElectionsBatchReads(t *testing.T) {
 		}
 	})
 }
+
+// checkingStore fails the test if a batch carries a write that breaks the
+// record rules: Elections checks them once, for every store.
+type checkingStore struct {
+	*callCounter
+	t *testing.T
+}
+
+func (c checkingStore) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]backend.WriteResult, error) {
+	for _, w := range writes {
+		if err := w.Next.Validate(); err != nil {
+			c.t.Errorf("the store was sent a write that breaks the record rules: %v", err)
+		}
+	}
+	return c.callCounter.HeartbeatBatch(ctx, writes)
+}
+
+func TestElectionsValidateBatchOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		cs := checkingStore{&callCounter{BatchStore: store.Conn()}, t}
+		els, err := base.NewElections(cs, base.ElectionsOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer els.Close()
+		const n = 8
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			b, err := els.Election(fmt.Sprintf("e%d", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := heartbeat.Record{Election: b.Name(), Leader: "node", Term: 1, Lease: time.Second}
+			claimed, err := b.Heartbeat(context.Background(), heartbeat.Record{}, next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i == 3 {
+				next.Value = make([]byte, heartbeat.MaxValueLen+1) // breaks the rules
+			}
+			// Renewals, unlike claims, wait to share a batch.
+			wg.Go(func() { _, errs[i] = b.Heartbeat(context.Background(), claimed, next) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			switch {
+			case i == 3 && !errors.Is(err, base.ErrInvalidConfig):
+				t.Errorf("the write breaking the rules: %v, want an error matching ErrInvalidConfig", err)
+			case i != 3 && err != nil:
+				t.Errorf("write %d failed beside one that breaks the rules: %v", i, err)
+			}
+		}
+		if cs.batches.Load() == 0 {
+			t.Fatalf("the %d writes were sent one by one (%d statements), not in a batch", n, cs.statements())
+		}
+	})
+}

@@ -85,8 +85,11 @@ type WriteResult struct {
 type BatchStore interface {
 	Store
 	// HeartbeatBatch performs the writes, each with exactly the semantics
-	// of Heartbeat, and returns one result per write, in order. The writes
-	// name distinct elections. It may apply some writes and refuse others;
+	// of Heartbeat, and returns one result per write, in order. base's
+	// Elections sends only writes that pass heartbeat.ValidateWrite and
+	// name distinct elections; a store checks them all the same (with its
+	// own integer range and heartbeat.Batch) and fails a write that breaks
+	// them alone. It may apply some writes and refuse others;
 	// each result says which. An error (with nil results) means the
 	// outcome of every write is unknown, as for a Heartbeat that failed.
 	HeartbeatBatch(ctx context.Context, writes []Write) ([]WriteResult, error)

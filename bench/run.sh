@@ -11,8 +11,10 @@
 # started. MongoDB and RethinkDB are benchmarked when LEADERFEED_MONGO_URL or
 # LEADERFEED_RETHINK_ADDR is set (see -h).
 #
-# Output: bench/out/results.md, latency.png and compare.png (change with
-# -out); results.md is printed at the end as well.
+# Output: docs/bench/results.md, latency.png and compare.png, where the
+# docs link them (docs/BENCHMARKS.md), so a run's figures can be committed
+# as they are; -out DIR writes them elsewhere (bench/out is ignored by
+# git). results.md is printed at the end as well.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
@@ -48,4 +50,5 @@ if [ -z "${LEADERFEED_POSTGRES_URL:-}" ]; then
 	fi
 fi
 
-go run . -out "$here/out" "$@"
+# The docs' folder unless the caller gives -out (the last -out wins).
+go run . -out "$here/../docs/bench" "$@"

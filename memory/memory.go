@@ -1,6 +1,7 @@
 // Package memory is an in-process leaderfeed backend: the reference
-// implementation of backend.Store (and backend.BatchStore, backend.BatchReader)
-// and the embedded default of the examples and unit tests.
+// implementation of backend.Store (and backend.BatchStore,
+// backend.BatchReader, backend.PresenceStore) and the embedded default of
+// the examples and unit tests.
 //
 // A Store holds any number of election records and other records, and feeds
 // every change to every subscriber in commit order. Many feeds in one

@@ -8,11 +8,81 @@
 # and one `go build` compiles them all. Each file starts with a //line
 # directive, so the compiler names the Markdown file and line; the messages
 # of a failing program follow a "# FILE:LINE" header naming its fence.
+#
+# It also checks that every relative link of the repository's Markdown
+# files resolves, to a file and to a heading (scripts/check-links.awk), and
+# that the excerpts of code files the docs quote (docs/EXTENDING.md's
+# walk-through) are in those files word for word (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+
+# shellcheck disable=SC2046 # file names without spaces, one word each
+if ! awk -f scripts/check-links.awk $(git ls-files -- '*.md'); then
+	echo "check-docs: a link in the docs leads nowhere (above)"
+	exit 1
+fi
+
+# Excerpts: a ```go block right after a line <!-- excerpt: PATH --> quotes
+# the file PATH of this checkout (relative to the root), word for word;
+# the excerpts of one file come in its order. The docs quote the code
+# rather than copy it, so the code is said once: the files quoted are
+# gofmt-clean and their packages, tests included, pass go vet.
+git ls-files -- README.md 'docs/*.md' | xargs awk -v out="$tmp" '
+FNR == 1 { want = ""; inblock = 0 }
+inblock && /^```[ \t]*$/ { inblock = 0; close(f); next }
+inblock { print > f; next }
+/^<!-- excerpt: [^ ]+ -->$/ { want = $3; next }
+want != "" && /^```go[ \t]*$/ {
+	n++; f = out "/e" n
+	printf "" > f
+	print "e" n " " want " " FILENAME ":" FNR > (out "/excerpts")
+	inblock = 1; want = ""; next
+}
+{ want = "" }
+'
+if [ -s "$tmp/excerpts" ]; then
+	declare -A rest=()
+	files=()
+	while read -r e path at; do
+		if [ ! -f "$path" ]; then
+			echo "check-docs: $at: the excerpt quotes $path, which does not exist"
+			exit 1
+		fi
+		if [ -z "${rest[$path]+set}" ]; then
+			rest[$path]=$(cat "$path")
+			files+=("$path")
+		fi
+		block=$(cat "$tmp/$e")
+		if [[ ${rest[$path]} != *"$block"* ]]; then
+			echo "check-docs: $at: the excerpt is not in $path word for word, or comes out of its order; quote the file as it is"
+			i=0
+			while IFS= read -r line; do
+				i=$((i + 1))
+				if ! grep -qxF -- "$line" "$path"; then
+					echo "  line $i of the excerpt is nowhere in the file: $line"
+					break
+				fi
+			done <"$tmp/$e"
+			exit 1
+		fi
+		rest[$path]=${rest[$path]#*"$block"}
+	done <"$tmp/excerpts"
+	if unformatted=$(gofmt -l "${files[@]}") && [ -n "$unformatted" ]; then
+		echo "check-docs: files quoted by the docs are not gofmt-clean: $unformatted"
+		exit 1
+	fi
+	for d in $(dirname "${files[@]}" | sort -u); do
+		if ! (cd "$d" && go vet . >"$tmp/vet.log" 2>&1); then
+			echo "check-docs: $d, quoted by the docs, does not pass go vet:"
+			cat "$tmp/vet.log"
+			exit 1
+		fi
+	done
+	echo "check-docs: $(wc -l <"$tmp/excerpts") excerpts quote ${files[*]} word for word; gofmt and vet clean"
+fi
 M=example.com/leaderfeeddocs
 
 {

@@ -7,8 +7,11 @@
 //	leaderfeed watch  --store URL --election NAME
 //	leaderfeed schema --store postgres://... [--schema S] [--table T]
 //
-// Install: go install github.com/leaderfeed/leaderfeed/cmd/leaderfeed@latest
-// (a module of its own: library users do not pull its dependencies).
+// Install from a checkout: cd cmd/leaderfeed && go install . (a module of
+// its own, so library users do not pull its dependencies, and `go install
+// ./cmd/leaderfeed` at the root does not find it). The module is not
+// published yet; once it is: go install
+// github.com/leaderfeed/leaderfeed/cmd/leaderfeed@latest.
 //
 // # Store URLs
 //

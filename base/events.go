@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base/backend"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
 // EventType says what an Event reports.
@@ -119,6 +120,12 @@ type Event struct {
 	Leader string
 	// Value is the announced leader's published value (EventNewLeader).
 	Value []byte
+	// Record is the record the event reports, with its revision, store
+	// timestamp and lease: for EventNewLeader the first record of the
+	// announced leader, term and value (renewals are not events; Revision 0
+	// when the store holds none), for EventElected the record this node's
+	// claim wrote. Readers need not call Feed.Leader for it.
+	Record heartbeat.Record
 	// Reason: why leadership ended (EventUnelected).
 	Reason Reason
 	// Change: the change to another record (EventChange).

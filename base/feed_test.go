@@ -479,3 +479,32 @@ func TestSlowClaimDoesNotLead(t *testing.T) {
 		}
 	})
 }
+
+// Events carry the record they report: a follower learns the leader's
+// revision, store timestamp and lease from EventNewLeader, and a leader its
+// claim's record from EventElected, without calling Feed.Leader.
+func TestEventsCarryTheRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := cluster(t, memory.NewStore(), timing, 2)
+		l := c.WaitLeader(t, wait)
+		term, _ := l.Feed.Term()
+		el, _ := l.WaitEvent(t, 0, wait, "elected", func(e base.Event) bool { return e.Type == base.EventElected && e.Term == term })
+		r := el.Record
+		if r.Leader != l.ID || r.Term != term || r.Revision == 0 || r.Timestamp.IsZero() || r.Lease != timing.LeaseDuration || r.Election != c.Election {
+			t.Fatalf("EventElected carries %+v, want the claim's record: leader %s, term %d, a revision, a timestamp, lease %v", r, l.ID, term, timing.LeaseDuration)
+		}
+		var f *basetest.Node
+		for _, n := range c.Nodes {
+			if n != l {
+				f = n
+			}
+		}
+		e, _ := f.WaitEvent(t, 0, wait, "new-leader of the leader's term", func(e base.Event) bool {
+			return e.Type == base.EventNewLeader && e.Leader == l.ID && e.Term == term
+		})
+		r = e.Record
+		if r.Leader != e.Leader || r.Term != e.Term || string(r.Value) != string(e.Value) || r.Revision == 0 || r.Timestamp.IsZero() || r.Lease != timing.LeaseDuration {
+			t.Fatalf("EventNewLeader (%s term %d) carries %+v, want its record with revision, timestamp and lease", e.Leader, e.Term, r)
+		}
+	})
+}

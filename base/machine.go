@@ -662,7 +662,7 @@ func (m *machine) observe(r heartbeat.Record, authoritative bool) {
 			// Our own write (possibly one whose reply we lost): only this
 			// node writes its id with this term.
 			m.myRev = max(m.myRev, r.Revision)
-			m.announce(r.Leader, r.Term, r.Value, now)
+			m.announce(r, r.Term, now)
 			return
 		}
 		// Leadership ends before anything else is reported.
@@ -679,7 +679,7 @@ func (m *machine) observe(r heartbeat.Record, authoritative bool) {
 		m.armClaim(true)
 		return
 	}
-	m.announce(r.Leader, r.Term, r.Value, now)
+	m.announce(r, r.Term, now)
 	m.armClaim(true)
 }
 
@@ -697,16 +697,20 @@ func (m *machine) observeMissing() {
 	if m.role == roleLeader {
 		m.stepDown(ReasonDeposed, errors.New("leaderfeed: election record was deleted"))
 	}
-	m.announce("", m.maxTerm, nil, now)
+	m.announce(m.rec, m.maxTerm, now)
 	m.armClaim(true)
 }
 
-func (m *machine) announce(leader string, term uint64, value []byte, at time.Time) {
-	if m.announced.ok && m.announced.leader == leader && m.announced.term == term && bytes.Equal(m.announced.value, value) {
+// announce emits EventNewLeader for rec unless its leader, term and value
+// were announced last (a renewal is no news); term is the event's, which
+// for a missing record is the highest term seen.
+func (m *machine) announce(rec heartbeat.Record, term uint64, at time.Time) {
+	if m.announced.ok && m.announced.leader == rec.Leader && m.announced.term == term && bytes.Equal(m.announced.value, rec.Value) {
 		return
 	}
-	m.announced.leader, m.announced.term, m.announced.value, m.announced.ok = leader, term, bytes.Clone(value), true
-	m.emit(Event{Type: EventNewLeader, At: at, Leader: leader, Term: term, Value: bytes.Clone(value)})
+	rec = rec.Clone()
+	m.announced.leader, m.announced.term, m.announced.value, m.announced.ok = rec.Leader, term, bytes.Clone(rec.Value), true
+	m.emit(Event{Type: EventNewLeader, At: at, Leader: rec.Leader, Term: term, Value: rec.Value, Record: rec})
 }
 
 // ---- campaigning ----
@@ -902,7 +906,7 @@ func (m *machine) onClaim(r callResult) {
 	// own claim, seen on the feed first) is announced now; announce skips
 	// what was announced already.
 	if m.seen && !m.missing && m.role != roleCandidate {
-		m.announce(m.rec.Leader, m.rec.Term, m.rec.Value, m.now)
+		m.announce(m.rec, m.rec.Term, m.now)
 	}
 }
 
@@ -969,7 +973,7 @@ func (m *machine) becomeLeader(res heartbeat.Record, sentAt, now time.Time) {
 	m.snap.leader, m.snap.term, m.snap.leaderCtx = true, m.term, m.leaderCtx
 	m.snapLeaseTo = m.leaseEnd
 	m.publish()
-	m.emit(Event{Type: EventElected, At: now, Term: m.term, LeaderCtx: m.leaderCtx})
+	m.emit(Event{Type: EventElected, At: now, Term: m.term, Record: res.Clone(), LeaderCtx: m.leaderCtx})
 	m.observe(res, m.current(sentAt))
 	m.do(setTimer{t: timerRenew, at: sentAt.Add(m.t.HeartbeatInterval), align: true})
 }

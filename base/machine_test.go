@@ -115,7 +115,7 @@ func observed(when time.Time, snap snapshot, leaseEnd time.Time, r heartbeat.Rec
 }
 
 func newLeader(when time.Time, r heartbeat.Record) emit {
-	return emit{ev: Event{Type: EventNewLeader, At: when, Leader: r.Leader, Term: r.Term, Value: r.Value}}
+	return emit{ev: Event{Type: EventNewLeader, At: when, Leader: r.Leader, Term: r.Term, Value: r.Value, Record: r}}
 }
 
 func cat(parts ...any) []effect {
@@ -262,7 +262,7 @@ func TestMachineClaimWonWithinTheLease(t *testing.T) {
 		stopTimer{timerClaim},
 		armLease{ctx: lctx, end: end},
 		publish{snap: snap, leaseEnd: end},
-		emit{ev: Event{Type: EventElected, At: now, Term: 1, LeaderCtx: lctx}},
+		emit{ev: Event{Type: EventElected, At: now, Term: 1, Record: res, LeaderCtx: lctx}},
 		observed(now, snap, end, res),
 		newLeader(now, res),
 		setTimer{t: timerRenew, at: sent.Add(timing.HeartbeatInterval), align: true},

@@ -45,12 +45,15 @@ type Checker struct {
 func NewChecker() *Checker { return &Checker{open: make(map[string]int)} }
 
 // Observe takes in one event of node. Events other than EventElected and
-// EventUnelected are ignored.
+// EventUnelected are ignored; an EventElected must carry its claim's record.
 func (c *Checker) Observe(node string, e base.Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch e.Type {
 	case base.EventElected:
+		if r := e.Record; r.Vacant() || r.Term != e.Term || r.Revision == 0 {
+			c.problems = append(c.problems, fmt.Sprintf("%s elected for term %d carries a record of %q term %d revision %d, not its claim's", node, e.Term, r.Leader, r.Term, r.Revision))
+		}
 		if i, ok := c.open[node]; ok {
 			c.problems = append(c.problems, fmt.Sprintf("%s elected for term %d while its term %d was still open", node, e.Term, c.intervals[i].Term))
 		}

@@ -56,7 +56,7 @@ type cluster struct {
 	elections int
 	cfg       config
 	pgURL     *url.URL
-	proxies   []*silentProxy
+	proxies   []*silentProxy // one per slot; nil: the nodes connect to the server itself
 	procs     []*nodeProc
 	events    chan nodeEvent
 	starts    int
@@ -67,7 +67,11 @@ type cluster struct {
 	open    map[string]*belief // proc/idx → open belief
 }
 
-func newCluster(ctx context.Context, cfg config, kind, scenario string, elections int) (*cluster, error) {
+// newCluster starts three nodes. With proxied, each reaches the server
+// through a silentProxy of its own (the cut needs one); without, directly,
+// as the floor's connections do: a proxy adds a hop through this process
+// to every statement and notification of a handover.
+func newCluster(ctx context.Context, cfg config, kind, scenario string, elections int, proxied bool) (*cluster, error) {
 	u, err := url.Parse(cfg.pgURL)
 	if err != nil {
 		return nil, fmt.Errorf("-postgres: %w", err)
@@ -75,12 +79,14 @@ func newCluster(ctx context.Context, cfg config, kind, scenario string, election
 	c := &cluster{kind: kind, election: electionName(scenario + "-" + shortKind(kind)), elections: elections, cfg: cfg, pgURL: u,
 		events: make(chan nodeEvent, 65536), open: map[string]*belief{}}
 	for slot := range 3 {
-		px, err := newSilentProxy(u.Host, cfg.serverKeepalive)
-		if err != nil {
-			c.close()
-			return nil, err
+		if proxied {
+			px, err := newSilentProxy(u.Host, cfg.serverKeepalive)
+			if err != nil {
+				c.close()
+				return nil, err
+			}
+			c.proxies = append(c.proxies, px)
 		}
-		c.proxies = append(c.proxies, px)
 		c.procs = append(c.procs, nil)
 		if err := c.start(ctx, slot); err != nil {
 			c.close()
@@ -106,7 +112,9 @@ func shortKind(kind string) string {
 func (c *cluster) start(ctx context.Context, slot int) error {
 	c.starts++
 	u := *c.pgURL
-	u.Host = c.proxies[slot].addr()
+	if c.proxies != nil {
+		u.Host = c.proxies[slot].addr()
+	}
 	b := c.cfg.bound()
 	cmd := exec.Command(selfExe, "node", "-kind", c.kind, "-election", c.election, "-elections", strconv.Itoa(c.elections),
 		"-id", fmt.Sprintf("n%d", slot+1), "-bound", b.String(), "-heartbeat", c.cfg.timing.HeartbeatInterval.String(),

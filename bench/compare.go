@@ -182,7 +182,7 @@ func logCut(r *cmpResult) {
 // in which the leadership changed before the resign, or no other node led
 // within -slack bounds, is counted and retried.
 func cmpHandover(ctx context.Context, cfg config, r *cmpResult) error {
-	c, err := newCluster(ctx, cfg, r.kind, "cmphand", 1)
+	c, err := newCluster(ctx, cfg, r.kind, "cmphand", 1, false)
 	if err != nil {
 		return err
 	}
@@ -243,7 +243,7 @@ func cmpHandover(ctx context.Context, cfg config, r *cmpResult) error {
 // changed in the pause, or no other node led within the wait, is counted
 // and retried.
 func cmpCrash(ctx context.Context, cfg config, r *cmpResult) error {
-	c, err := newCluster(ctx, cfg, r.kind, "cmpcrash", 1)
+	c, err := newCluster(ctx, cfg, r.kind, "cmpcrash", 1, true)
 	if err != nil {
 		return err
 	}
@@ -298,7 +298,7 @@ func cmpCrash(ctx context.Context, cfg config, r *cmpResult) error {
 // leads and another node leads. Then the cut node is killed, its
 // connections reset, and a new process takes its place.
 func cmpCut(ctx context.Context, cfg config, r *cmpResult) error {
-	c, err := newCluster(ctx, cfg, r.kind, "cmpcut", 1)
+	c, err := newCluster(ctx, cfg, r.kind, "cmpcut", 1, true)
 	if err != nil {
 		return err
 	}
@@ -432,7 +432,7 @@ func (c *cluster) counts(ctx context.Context) ([]int64, error) {
 // -cost-window once every election has a leader (and a settling pause).
 func measureCost(ctx context.Context, cfg config, pool *pgxpool.Pool, kind string, n int, source string) (row costRow) {
 	row = costRow{kind: kind, elections: n}
-	c, err := newCluster(ctx, cfg, kind, "cost", n)
+	c, err := newCluster(ctx, cfg, kind, "cost", n, true)
 	if err != nil {
 		row.err = err
 		return row

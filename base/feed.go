@@ -105,10 +105,10 @@ type Feed struct {
 	reqs     chan request
 	stopCh   chan struct{} // closed by Stop
 	loopDone chan struct{} // closed when the engine's goroutine has ended
-	done     chan struct{} // closed when every goroutine has ended
+	done     chan struct{} // closed when every goroutine has ended (goroutines)
 	stopped  chan struct{} // closed when the first Stop has finished
-	wg       sync.WaitGroup
-	running  atomic.Bool // Run is running
+	running  atomic.Int64  // goroutines of the Feed running (goroutines)
+	inRun    atomic.Bool   // Run is running
 
 	mu       sync.Mutex
 	state    feedState
@@ -356,26 +356,37 @@ func (f *Feed) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
 	f.state = stateRunning
-	f.wg.Add(1)
+	f.goroutineStarts()
+	if pres != nil {
+		f.goroutineStarts()
+	}
 	go func() {
-		defer f.wg.Done()
+		defer f.goroutineEnds()
 		defer close(f.loopDone)
 		newLoop(f, runCtx).run()
 	}()
 	if pres != nil {
-		f.wg.Add(1)
 		go func() {
-			defer f.wg.Done()
+			defer f.goroutineEnds()
 			pres.run(runCtx)
 		}()
 	}
-	go func() { // closes done after every goroutine of the Feed has ended
-		<-f.loopDone
-		f.wg.Wait()
-		close(f.done)
-	}()
 	f.log.Info("leaderfeed: started", "observe_only", f.opts.ObserveOnly)
 	return nil
+}
+
+// goroutineStarts counts a goroutine of the Feed about to start;
+// goroutineEnds, deferred by it, closes done when it was the last. Every
+// goroutine is counted by Start before it starts the loop, or by a
+// goroutine still counted (the loop starts the store calls), so the count
+// reaches zero once, when the last has ended: no goroutine waits to close
+// done.
+func (f *Feed) goroutineStarts() { f.running.Add(1) }
+
+func (f *Feed) goroutineEnds() {
+	if f.running.Add(-1) == 0 {
+		close(f.done)
+	}
 }
 
 // closeUnstarted ends a Feed that never ran; f.mu is held.

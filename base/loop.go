@@ -305,9 +305,9 @@ func (l *loop) call(c startCall) {
 	default:
 		ctx, cancel = context.WithDeadline(l.ctx, c.deadline)
 	}
-	l.f.wg.Add(1)
+	l.f.goroutineStarts()
 	go func() {
-		defer l.f.wg.Done()
+		defer l.f.goroutineEnds()
 		defer cancel()
 		if r.kind == callRead {
 			r.res, r.err = l.f.b.Get(ctx)
@@ -347,9 +347,9 @@ func (l *loop) deliver(r callResult) {
 // back on l.subResults.
 func (l *loop) openFeed() {
 	ctx, cancel := context.WithCancel(l.ctx)
-	l.f.wg.Add(1)
+	l.f.goroutineStarts()
 	go func() {
-		defer l.f.wg.Done()
+		defer l.f.goroutineEnds()
 		ch, err := l.f.b.Subscribe(ctx)
 		if err != nil {
 			cancel()

@@ -344,7 +344,19 @@ func (b *electionBackend) Subscribe(ctx context.Context) (<-chan backend.Notific
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
-	return b.e.subscribe(ctx, b)
+	return b.e.subscribe(ctx, b, nil)
+}
+
+// subscribeTo is Subscribe for the Feed's loop (directFeed): each
+// notification is handed to to, in order, on the shared feed's goroutine
+// (to must not block), instead of queued for a channel; Failed is the
+// last. The subscription ends when ctx ends.
+func (b *electionBackend) subscribeTo(ctx context.Context, to func(backend.Notification)) error {
+	if err := b.check(ctx); err != nil {
+		return err
+	}
+	_, err := b.e.subscribe(ctx, b, to)
+	return err
 }
 
 // Close ends the election's subscriptions and frees its name; the Store
@@ -437,9 +449,9 @@ type sharedFeed struct {
 // the feed opens (or at once on an open feed), so that nothing the feed
 // delivers after it listens is lost: a store that replays what it missed
 // (a resumed MongoDB change stream) replays it to every subscriber.
-func (e *Elections) subscribe(ctx context.Context, b *electionBackend) (<-chan backend.Notification, error) {
+func (e *Elections) subscribe(ctx context.Context, b *electionBackend, to func(backend.Notification)) (<-chan backend.Notification, error) {
 	sctx, cancel := context.WithCancel(ctx)
-	s := newFeedSub(sctx, cancel, b)
+	s := newFeedSub(sctx, cancel, b, to)
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -618,7 +630,8 @@ type feedSub struct {
 	cancel context.CancelFunc
 	name   string
 	out    chan backend.Notification
-	onEnd  func() // leaves the feed; set before the first push
+	to     func(backend.Notification) // instead of out (subscribeTo): no queue, no pump
+	onEnd  func()                     // leaves the feed; set before the first push
 	// stopAfter stops the AfterFunc of ctx. Set after AfterFunc returns,
 	// which may already have run readerGone (ctx ended): then it is nil
 	// for finish, and there is nothing left to stop.
@@ -633,7 +646,10 @@ type feedSub struct {
 	ended   bool // out is closed or about to be: nothing more is sent
 }
 
-func newFeedSub(ctx context.Context, cancel context.CancelFunc, b *electionBackend) *feedSub {
+func newFeedSub(ctx context.Context, cancel context.CancelFunc, b *electionBackend, to func(backend.Notification)) *feedSub {
+	if to != nil {
+		return &feedSub{ctx: ctx, cancel: cancel, name: b.name, to: to}
+	}
 	return &feedSub{ctx: ctx, cancel: cancel, name: b.name, out: make(chan backend.Notification, 1)}
 }
 
@@ -642,6 +658,10 @@ func (s *feedSub) push(n backend.Notification) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failErr != nil || s.ended {
+		return
+	}
+	if s.to != nil {
+		s.to(n)
 		return
 	}
 	if !s.pumping && len(s.queue) == 0 {
@@ -694,6 +714,13 @@ func (s *feedSub) fail(err error) {
 	if s.failErr == nil {
 		s.failErr = err
 	}
+	if s.to != nil {
+		s.to(backend.Notification{Type: backend.Failed, Err: s.failErr})
+		s.endLocked()
+		s.mu.Unlock()
+		s.finish()
+		return
+	}
 	if s.pumping || len(s.queue) > 0 {
 		s.startPump()
 		s.mu.Unlock()
@@ -714,7 +741,9 @@ func (s *feedSub) fail(err error) {
 // endLocked closes out. Called with s.mu held, by the one who ends it.
 func (s *feedSub) endLocked() {
 	s.ended = true
-	close(s.out)
+	if s.out != nil {
+		close(s.out)
+	}
 }
 
 // finish leaves the feed, after out was closed.

@@ -3,6 +3,7 @@ package base
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,6 +124,13 @@ func (l *loop) take(in input) {
 	if l.exited {
 		return
 	}
+	if l.ctx.Err() != nil {
+		// Stop's context ended (cancelledMsg is on its way): the engine
+		// ends before it takes anything else, as it did when it selected
+		// on the context.
+		l.exit()
+		return
+	}
 	switch in := in.(type) {
 	case startInput:
 		l.noteStart()
@@ -213,17 +221,29 @@ func (l *loop) exit() {
 }
 
 // step hands one input to the machine, at the time read now (after the
-// input arrived), and executes its effects in order.
+// input arrived), and executes its effects in order. An effect that asks a
+// question (extendLease, a vacancy whose context ended) is the last of its
+// step, and its answer is the next input, before any other.
 func (l *loop) step(in input) {
-	for _, e := range l.m.step(time.Now(), in) {
-		l.exec(e)
+	for in != nil {
+		l.m.quiet = !l.f.log.Enabled(context.Background(), slog.LevelDebug)
+		effects := l.m.step(time.Now(), in)
+		in = nil
+		for _, e := range effects {
+			if answer := l.exec(e); answer != nil {
+				in = answer
+			}
+		}
+		l.m.recycle(effects)
 	}
 }
 
-func (l *loop) exec(e effect) {
+// exec executes one effect; it returns the answer of one that asks the
+// machine a question.
+func (l *loop) exec(e effect) input {
 	switch e := e.(type) {
 	case startCall:
-		l.call(e)
+		return l.call(e)
 	case emit:
 		if e.ev.At.IsZero() && !e.notAfter.IsZero() {
 			e.ev.At = l.cancelledAt
@@ -248,7 +268,7 @@ func (l *loop) exec(e effect) {
 			if l.leaseTimer != nil {
 				l.leaseTimer.Stop()
 			}
-			return
+			return nil
 		}
 		l.due[e.t] = time.Time{}
 		l.armTimer()
@@ -258,7 +278,7 @@ func (l *loop) exec(e effect) {
 	case armLease:
 		l.armLease(e.ctx, e.end)
 	case extendLease:
-		l.step(leaseExtendedInput{r: e.r, ok: e.ctx.extend(e.end)})
+		return leaseExtendedInput{r: e.r, ok: e.ctx.extend(e.end)}
 	case publish:
 		l.f.mu.Lock()
 		l.f.snap = e.snap
@@ -289,6 +309,7 @@ func (l *loop) exec(e effect) {
 	default:
 		panic(fmt.Sprintf("leaderfeed: unknown effect %T", e))
 	}
+	return nil
 }
 
 // armTimer arms the timer for the earliest due time, or stops it.
@@ -413,16 +434,15 @@ func (l *loop) armLease(ctx *leaseContext, end time.Time) {
 // in the mailbox (dropped if the loop has ended). A claim or renewal that
 // the backend takes without blocking (backend.Submitter: a batching
 // Elections) needs no goroutine. A vacancy whose context has ended is not
-// sent: the machine is told at once.
-func (l *loop) call(c startCall) {
+// sent: the answer tells the machine at once.
+func (l *loop) call(c startCall) input {
 	r := callResult{kind: c.kind, expected: c.expected, next: c.next, sentAt: c.sentAt, parent: c.parent}
 	var ctx context.Context
 	var cancel context.CancelFunc
 	switch c.kind {
 	case callVacancy:
 		if err := c.parent.Err(); err != nil {
-			l.step(vacancyAbortedInput{err: err})
-			return
+			return vacancyAbortedInput{err: err}
 		}
 		vctx, vcancel := context.WithCancel(c.parent)
 		stop := context.AfterFunc(l.ctx, vcancel)
@@ -432,7 +452,7 @@ func (l *loop) call(c startCall) {
 			r.res, r.err = res, err
 			l.put(r)
 		}) {
-			return
+			return nil
 		}
 		ctx, cancel = context.WithDeadline(l.ctx, c.deadline)
 	default:
@@ -449,6 +469,7 @@ func (l *loop) call(c startCall) {
 		}
 		l.put(r)
 	}()
+	return nil
 }
 
 // directFeed is the changefeed of an Elections' election: it hands each

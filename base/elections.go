@@ -85,6 +85,7 @@ type Elections struct {
 
 	mu     sync.Mutex
 	closed bool
+	isShut atomic.Bool // closed, read without mu (every write checks it)
 	open   map[string]*electionBackend
 	feed   *sharedFeed // open or opening; nil when none
 }
@@ -209,6 +210,7 @@ func (e *Elections) Close() error {
 		return nil
 	}
 	e.closed = true
+	e.isShut.Store(true)
 	sf := e.feed
 	e.feed = nil
 	e.mu.Unlock()
@@ -220,11 +222,7 @@ func (e *Elections) Close() error {
 	return e.store.Close()
 }
 
-func (e *Elections) isClosed() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.closed
-}
+func (e *Elections) isClosed() bool { return e.isShut.Load() }
 
 // ---- one election's backend.Election ----
 
@@ -350,13 +348,13 @@ func (b *electionBackend) Subscribe(ctx context.Context) (<-chan backend.Notific
 // subscribeTo is Subscribe for the Feed's loop (directFeed): each
 // notification is handed to to, in order, on the shared feed's goroutine
 // (to must not block), instead of queued for a channel; Failed is the
-// last. The subscription ends when ctx ends.
-func (b *electionBackend) subscribeTo(ctx context.Context, to func(backend.Notification)) error {
+// last. ctx bounds the call only: the subscription ends when cancel is
+// called, which the caller must do (it needs no context of its own).
+func (b *electionBackend) subscribeTo(ctx context.Context, to func(backend.Notification)) (cancel func(), err error) {
 	if err := b.check(ctx); err != nil {
-		return err
+		return nil, err
 	}
-	_, err := b.e.subscribe(ctx, b, to)
-	return err
+	return b.e.subscribeDirect(ctx, b, to)
 }
 
 // Close ends the election's subscriptions and frees its name; the Store
@@ -451,12 +449,32 @@ type sharedFeed struct {
 // (a resumed MongoDB change stream) replays it to every subscriber.
 func (e *Elections) subscribe(ctx context.Context, b *electionBackend, to func(backend.Notification)) (<-chan backend.Notification, error) {
 	sctx, cancel := context.WithCancel(ctx)
-	s := newFeedSub(sctx, cancel, b, to)
+	s := newFeedSub(sctx, cancel, b)
+	if err := e.register(ctx, b, s); err != nil {
+		return nil, err
+	}
+	return s.out, nil
+}
+
+// subscribeDirect is subscribe for subscribeTo: the subscription ends when
+// the returned function is called.
+func (e *Elections) subscribeDirect(ctx context.Context, b *electionBackend, to func(backend.Notification)) (func(), error) {
+	s := &feedSub{name: b.name, to: to}
+	if err := e.register(ctx, b, s); err != nil {
+		return nil, err
+	}
+	return s.readerGone, nil
+}
+
+// register adds s to the shared feed, opening it if none is open, and
+// waits until the feed is open (or ctx ends: s is ended then).
+func (e *Elections) register(ctx context.Context, b *electionBackend, s *feedSub) error {
+	cancel := s.end
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
 		cancel()
-		return nil, fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed)
+		return fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed)
 	}
 	sf := e.feed
 	if sf == nil {
@@ -484,8 +502,10 @@ func (e *Elections) subscribe(ctx context.Context, b *electionBackend, to func(b
 		delete(b.subs, s)
 		b.mu.Unlock()
 	}
-	stop := context.AfterFunc(sctx, s.readerGone)
-	s.stopAfter.Store(&stop)
+	if s.ctx != nil {
+		stop := context.AfterFunc(s.ctx, s.readerGone)
+		s.stopAfter.Store(&stop)
+	}
 	if sf.byName[b.name] == nil {
 		sf.byName[b.name] = make(map[*feedSub]struct{})
 	}
@@ -510,14 +530,14 @@ func (e *Elections) subscribe(ctx context.Context, b *electionBackend, to func(b
 	select {
 	case <-sf.ready:
 	case <-ctx.Done():
-		s.cancel()
-		return nil, ctx.Err()
+		cancel()
+		return ctx.Err()
 	}
 	if sf.err != nil {
-		s.cancel()
-		return nil, sf.err
+		cancel()
+		return sf.err
 	}
-	return s.out, nil
+	return nil
 }
 
 func (sf *sharedFeed) open(ctx context.Context) {
@@ -646,10 +666,7 @@ type feedSub struct {
 	ended   bool // out is closed or about to be: nothing more is sent
 }
 
-func newFeedSub(ctx context.Context, cancel context.CancelFunc, b *electionBackend, to func(backend.Notification)) *feedSub {
-	if to != nil {
-		return &feedSub{ctx: ctx, cancel: cancel, name: b.name, to: to}
-	}
+func newFeedSub(ctx context.Context, cancel context.CancelFunc, b *electionBackend) *feedSub {
 	return &feedSub{ctx: ctx, cancel: cancel, name: b.name, out: make(chan backend.Notification, 1)}
 }
 
@@ -751,8 +768,20 @@ func (s *feedSub) finish() {
 	if stop := s.stopAfter.Load(); stop != nil {
 		(*stop)()
 	}
-	s.cancel()
+	if s.cancel != nil {
+		s.cancel()
+	}
 	s.onEnd()
+}
+
+// end ends the subscription for its reader: by its context, or at once
+// for one of subscribeTo, which has none.
+func (s *feedSub) end() {
+	if s.cancel != nil {
+		s.cancel()
+		return
+	}
+	s.readerGone()
 }
 
 // readerGone runs when the reader's ctx ends: out is closed (by the pump,

@@ -60,7 +60,7 @@ func TestLeaseTimerAfterAnExtension(t *testing.T) {
 			if _, ok := in.(leaseMsg); ok {
 				leaseLost <- struct{}{}
 			}
-		}, nil)}
+		}, nil, nil)}
 		end := time.Now().Add(100 * time.Millisecond)
 		c := newLeaseContext(end)
 		l.armLease(c, end)

@@ -99,13 +99,7 @@ func newLoop(f *Feed, ctx context.Context) *loop {
 		m:   newMachine(f.id, f.b.Name(), f.timing, f.opts),
 		ctx: ctx,
 	}
-	l.box = mailbox.New(l.take, func(run func()) {
-		f.goroutineStarts()
-		go func() {
-			defer f.goroutineEnds()
-			run()
-		}()
-	})
+	l.box = mailbox.New(l.take, f.goroutineStarts, f.goroutineEnds)
 	return l
 }
 
@@ -131,7 +125,9 @@ func (l *loop) take(in input) {
 		l.exit()
 		return
 	}
-	switch in := in.(type) {
+	// The cases hand the input on as an interface, so that this frame,
+	// which every step stands on, holds no copy of a large input.
+	switch in.(type) {
 	case startInput:
 		l.noteStart()
 		l.step(in)
@@ -147,31 +143,9 @@ func (l *loop) take(in input) {
 		l.notes.Add(-1)
 		l.notification(in)
 	case subResult:
-		l.noteSubscribed(in)
-		l.noteRefusal(refusedFeed, in.err, in.err == nil)
-		l.pending = in
-		l.step(subscribedInput{err: in.err, ok: in.err == nil && (in.ch != nil || in.direct)})
-		l.pending = subResult{}
-		if l.used == in.gen && in.gen != 0 {
-			early := l.early
-			l.early = nil
-			for _, n := range early {
-				if l.used != n.gen || l.exited || l.m.done() {
-					break
-				}
-				l.notification(n)
-			}
-		} else {
-			l.early = nil
-		}
+		l.subscribed(in)
 	case callResult:
-		in.closed = l.ctx.Err() != nil
-		if in.parent != nil {
-			in.parentDone = in.parent.Err() != nil
-		}
-		l.noteRefusal(opOf(in.kind), in.err, in.answered())
-		l.step(in)
-		l.noteResult(in)
+		l.result(in)
 	case tickMsg:
 		l.tick()
 	case leaseMsg:
@@ -186,9 +160,45 @@ func (l *loop) take(in input) {
 	}
 }
 
-// notification steps a notification of the feed, if it is of the feed in
-// use; one of the feed being opened waits until it is used.
-func (l *loop) notification(in notifyMsg) {
+// subscribed steps the result of opening the feed (a subResult), then the
+// notifications of that feed that came before it.
+func (l *loop) subscribed(msg input) {
+	in := msg.(subResult)
+	l.noteSubscribed(in)
+	l.noteRefusal(refusedFeed, in.err, in.err == nil)
+	l.pending = in
+	l.step(subscribedInput{err: in.err, ok: in.err == nil && (in.ch != nil || in.direct)})
+	l.pending = subResult{}
+	early := l.early
+	l.early = nil
+	if l.used != in.gen || in.gen == 0 {
+		return
+	}
+	for _, n := range early {
+		if l.used != n.gen || l.exited || l.m.done() {
+			break
+		}
+		l.notification(n)
+	}
+}
+
+// result steps the result of a store call (a callResult).
+func (l *loop) result(msg input) {
+	in := msg.(callResult)
+	in.closed = l.ctx.Err() != nil
+	if in.parent != nil {
+		in.parentDone = in.parent.Err() != nil
+	}
+	l.noteRefusal(opOf(in.kind), in.err, in.answered())
+	msg = in
+	l.step(msg)
+	l.noteResult(&in)
+}
+
+// notification steps a notification of the feed (a notifyMsg), if it is
+// of the feed in use; one of the feed being opened waits until it is used.
+func (l *loop) notification(msg input) {
+	in := msg.(notifyMsg)
 	if in.gen != l.used {
 		if in.gen == l.gen && l.used == 0 && l.subCancel == nil {
 			l.early = append(l.early, in)
@@ -209,7 +219,11 @@ func (l *loop) notification(in notifyMsg) {
 func (l *loop) exit() {
 	l.step(exitInput{})
 	l.exited = true
-	l.box.Close()
+	for _, in := range l.box.Close() {
+		if r, ok := in.(subResult); ok {
+			r.cancel() // a feed opened for the engine that never took it
+		}
+	}
 	if l.timer != nil {
 		l.timer.Stop()
 	}
@@ -241,56 +255,49 @@ func (l *loop) step(in input) {
 // exec executes one effect; it returns the answer of one that asks the
 // machine a question.
 func (l *loop) exec(e effect) input {
-	switch e := e.(type) {
+	// Large effects are handed on as the interface, so that this frame,
+	// which every step stands on, holds no copy of them.
+	//lint:ignore S1034 binding e would copy every effect type into this frame
+	switch e.(type) {
 	case startCall:
 		return l.call(e)
 	case emit:
-		if e.ev.At.IsZero() && !e.notAfter.IsZero() {
-			e.ev.At = l.cancelledAt
-			if e.ev.At.After(e.notAfter) {
-				e.ev.At = e.notAfter
-			}
-		}
-		l.emit(e.ev)
+		l.emitEffect(e)
 	case setTimer:
-		if e.t == timerLease {
+		t := e.(setTimer)
+		if t.t == timerLease {
 			panic("leaderfeed: the lease timer is armed by armLease")
 		}
-		at := e.at
-		if e.align {
+		at := t.at
+		if t.align {
 			at = l.renewAt(at)
 		}
-		at = l.refusalDelay(e.t, at)
-		l.due[e.t] = at
+		l.due[t.t] = l.refusalDelay(t.t, at)
 		l.armTimer()
 	case stopTimer:
-		if e.t == timerLease {
-			if l.leaseTimer != nil {
-				l.leaseTimer.Stop()
-			}
-			return nil
+		if t := e.(stopTimer).t; t != timerLease {
+			l.due[t] = time.Time{}
+			l.armTimer()
+		} else if l.leaseTimer != nil {
+			l.leaseTimer.Stop()
 		}
-		l.due[e.t] = time.Time{}
-		l.armTimer()
 	case cancelLeader:
-		e.ctx.cancel(e.cause)
+		c := e.(cancelLeader)
+		c.ctx.cancel(c.cause)
 		l.cancelledAt = time.Now()
 	case armLease:
-		l.armLease(e.ctx, e.end)
+		a := e.(armLease)
+		l.armLease(a.ctx, a.end)
 	case extendLease:
-		return leaseExtendedInput{r: e.r, ok: e.ctx.extend(e.end)}
+		return l.extendLease(e)
 	case publish:
-		l.f.mu.Lock()
-		l.f.snap = e.snap
-		l.f.leaseEnd = e.leaseEnd
-		if !e.recordAt.IsZero() {
-			l.f.health.LastRecord = e.recordAt
-		}
-		l.f.mu.Unlock()
+		l.publish(e)
 	case reply:
-		e.to <- e.err
+		r := e.(reply)
+		r.to <- r.err
 	case logDebug:
-		l.f.log.Debug(e.msg, e.args...)
+		d := e.(logDebug)
+		l.f.log.Debug(d.msg, d.args...)
 	case openFeed:
 		l.openFeed()
 	case useFeed:
@@ -312,6 +319,43 @@ func (l *loop) exec(e effect) input {
 	return nil
 }
 
+// emitEffect executes an emit: a zero At is stamped with the instant of
+// the last cancelLeader, never later than notAfter (see emit).
+//
+//go:noinline // keeps exec's frame small
+func (l *loop) emitEffect(eff effect) {
+	e := eff.(emit)
+	if e.ev.At.IsZero() && !e.notAfter.IsZero() {
+		e.ev.At = l.cancelledAt
+		if e.ev.At.After(e.notAfter) {
+			e.ev.At = e.notAfter
+		}
+	}
+	l.emit(e.ev)
+}
+
+// extendLease executes an extendLease and returns its answer.
+//
+//go:noinline // keeps exec's frame small
+func (l *loop) extendLease(eff effect) input {
+	e := eff.(extendLease)
+	return leaseExtendedInput{r: e.r, ok: e.ctx.extend(e.end)}
+}
+
+// publish hands the getters the machine's snapshot.
+//
+//go:noinline // keeps exec's frame small
+func (l *loop) publish(eff effect) {
+	e := eff.(publish)
+	l.f.mu.Lock()
+	l.f.snap = e.snap
+	l.f.leaseEnd = e.leaseEnd
+	if !e.recordAt.IsZero() {
+		l.f.health.LastRecord = e.recordAt
+	}
+	l.f.mu.Unlock()
+}
+
 // armTimer arms the timer for the earliest due time, or stops it.
 func (l *loop) armTimer() {
 	var at time.Time
@@ -331,7 +375,7 @@ func (l *loop) armTimer() {
 		return
 	}
 	if l.timer == nil {
-		l.timer = time.AfterFunc(max(0, time.Until(at)), func() { l.put(tickMsg{}) })
+		l.timer = time.AfterFunc(max(0, time.Until(at)), func() { l.box.PutHere(tickMsg{}) })
 		return
 	}
 	l.timer.Reset(max(0, time.Until(at)))
@@ -426,7 +470,7 @@ func (l *loop) armLease(ctx *leaseContext, end time.Time) {
 		if ctx.Err() == nil {
 			return
 		}
-		l.put(leaseMsg{})
+		l.box.PutHere(leaseMsg{})
 	})
 }
 
@@ -435,7 +479,8 @@ func (l *loop) armLease(ctx *leaseContext, end time.Time) {
 // the backend takes without blocking (backend.Submitter: a batching
 // Elections) needs no goroutine. A vacancy whose context has ended is not
 // sent: the answer tells the machine at once.
-func (l *loop) call(c startCall) input {
+func (l *loop) call(eff effect) input {
+	c := eff.(startCall)
 	r := callResult{kind: c.kind, expected: c.expected, next: c.next, sentAt: c.sentAt, parent: c.parent}
 	var ctx context.Context
 	var cancel context.CancelFunc
@@ -467,7 +512,8 @@ func (l *loop) call(c startCall) input {
 		} else {
 			r.res, r.err = l.f.b.Heartbeat(ctx, r.expected, r.next)
 		}
-		l.put(r)
+		cancel()
+		l.box.PutHere(r)
 	}()
 	return nil
 }
@@ -476,7 +522,7 @@ func (l *loop) call(c startCall) input {
 // notification to a function on the shared feed's goroutine, so that the
 // loop needs no goroutine to read a channel.
 type directFeed interface {
-	subscribeTo(ctx context.Context, to func(backend.Notification)) error
+	subscribeTo(ctx context.Context, to func(backend.Notification)) (cancel func(), err error)
 }
 
 // openFeed opens the changefeed in a goroutine of its own; the result comes
@@ -485,22 +531,28 @@ func (l *loop) openFeed() {
 	l.gen++
 	gen := l.gen
 	l.early = nil
-	ctx, cancel := context.WithCancel(l.ctx)
 	l.f.goroutineStarts()
 	go func() {
 		defer l.f.goroutineEnds()
-		r := subResult{gen: gen, ctx: ctx, cancel: cancel}
+		r := subResult{gen: gen}
 		if d, ok := l.f.b.(directFeed); ok {
+			// No context of its own: the loop ends it (closeFeed,
+			// discardFeed, or exit when the result was not taken).
 			r.direct = true
-			r.err = d.subscribeTo(ctx, func(n backend.Notification) { l.note(gen, n, true) })
+			r.cancel, r.err = d.subscribeTo(l.ctx, func(n backend.Notification) { l.note(gen, n, true) })
 		} else {
+			ctx, cancel := context.WithCancel(l.ctx)
+			r.ctx, r.cancel = ctx, cancel
 			r.ch, r.err = l.f.b.Subscribe(ctx)
 		}
-		if r.err != nil {
-			cancel()
+		if r.err != nil && r.cancel != nil {
+			r.cancel()
 		}
-		if !l.put(r) {
-			cancel()
+		if r.err != nil {
+			r.cancel = func() {}
+		}
+		if !l.box.PutHere(r) {
+			r.cancel()
 		}
 	}()
 }

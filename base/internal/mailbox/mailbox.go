@@ -11,10 +11,10 @@ import "sync"
 // empty, so an idle box holds no goroutine. A Box is bounded by its
 // senders: each kind of value either comes from a source that has at most
 // a few in flight, or is coalesced (Replace), or its sender checks Len
-// before putting. Close drops what is queued; later puts are refused.
+// before putting. Close hands back what is queued; later puts are refused.
 type Box[T any] struct {
-	take  func(T)
-	start func(run func())
+	take       func(T)
+	begin, end func()
 
 	mu      sync.Mutex
 	queue   []T
@@ -23,20 +23,46 @@ type Box[T any] struct {
 	closed  bool
 }
 
-// New returns an empty Box handing its values to take. start starts run on
-// a goroutine of its own (nil: a plain go statement); it is called with the
-// Box's lock held, so it must not call the Box.
-func New[T any](take func(T), start func(run func())) *Box[T] {
-	if start == nil {
-		start = func(run func()) { go run() }
+// New returns an empty Box handing its values to take. begin, if not nil,
+// is called when a goroutine starts taking (with the Box's lock held, so
+// that a closed Box starts none: it must not call the Box), and end when
+// it has stopped: an owner counts its goroutines with them.
+func New[T any](take func(T), begin, end func()) *Box[T] {
+	if begin == nil {
+		begin = func() {}
 	}
-	return &Box[T]{take: take, start: start}
+	if end == nil {
+		end = func() {}
+	}
+	return &Box[T]{take: take, begin: begin, end: end}
 }
 
 // Put queues v. It reports false, and drops v, if the Box is closed.
 func (b *Box[T]) Put(v T) bool {
 	_, ok := b.Replace(v, nil)
 	return ok
+}
+
+// PutHere is Put for a goroutine that has nothing else to do (a timer's
+// function, a call whose result v is): if no goroutine takes from the Box,
+// the caller takes, until the Box is empty, before PutHere returns.
+func (b *Box[T]) PutHere(v T) bool {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return false
+	}
+	b.queue = append(b.queue, v)
+	if b.running {
+		b.mu.Unlock()
+		return true
+	}
+	b.running = true
+	b.begin()
+	b.mu.Unlock()
+	b.run()
+	b.end()
+	return true
 }
 
 // Replace drops the queued values for which stale reports true, then queues
@@ -64,7 +90,11 @@ func (b *Box[T]) Replace(v T, stale func(T) bool) (dropped int, ok bool) {
 	b.queue = append(b.queue, v)
 	if !b.running {
 		b.running = true
-		b.start(b.run)
+		b.begin()
+		go func() {
+			b.run()
+			b.end()
+		}()
 	}
 	return dropped, true
 }
@@ -76,14 +106,16 @@ func (b *Box[T]) Len() int {
 	return len(b.queue) - b.head
 }
 
-// Close drops the queued values and refuses later puts. It may be called
-// by take (the goroutine then ends after take returns). It is idempotent.
-func (b *Box[T]) Close() {
+// Close refuses later puts and returns the values still queued, which
+// take will not get. It may be called by take (the goroutine then ends
+// after take returns). It is idempotent.
+func (b *Box[T]) Close() []T {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.closed = true
-	clear(b.queue)
+	left := b.queue[b.head:]
 	b.queue, b.head = nil, 0
+	return left
 }
 
 // run hands the queue to take until it is empty.

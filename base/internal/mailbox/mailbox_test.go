@@ -10,7 +10,7 @@ func TestOrderAndIdle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var got []int
 		var wg sync.WaitGroup
-		b := New(func(v int) { got = append(got, v); wg.Done() }, nil)
+		b := New(func(v int) { got = append(got, v); wg.Done() }, nil, nil)
 		for i := range 100 {
 			wg.Add(1)
 			if !b.Put(i) {
@@ -36,7 +36,7 @@ func TestReplaceAndClose(t *testing.T) {
 				<-block
 			}
 			got = append(got, v)
-		}, nil)
+		}, nil, nil)
 		b.Put(0) // taken, blocks the taker
 		synctest.Wait()
 		b.Put(1)

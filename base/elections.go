@@ -85,6 +85,7 @@ type Elections struct {
 
 	mu     sync.Mutex
 	closed bool
+	isShut atomic.Bool // closed, read without mu (every write checks it)
 	open   map[string]*electionBackend
 	feed   *sharedFeed // open or opening; nil when none
 }
@@ -209,6 +210,7 @@ func (e *Elections) Close() error {
 		return nil
 	}
 	e.closed = true
+	e.isShut.Store(true)
 	sf := e.feed
 	e.feed = nil
 	e.mu.Unlock()
@@ -220,11 +222,7 @@ func (e *Elections) Close() error {
 	return e.store.Close()
 }
 
-func (e *Elections) isClosed() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.closed
-}
+func (e *Elections) isClosed() bool { return e.isShut.Load() }
 
 // ---- one election's backend.Election ----
 
@@ -344,7 +342,19 @@ func (b *electionBackend) Subscribe(ctx context.Context) (<-chan backend.Notific
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
-	return b.e.subscribe(ctx, b)
+	return b.e.subscribe(ctx, b, nil)
+}
+
+// subscribeTo is Subscribe for the Feed's loop (directFeed): each
+// notification is handed to to, in order, on the shared feed's goroutine
+// (to must not block), instead of queued for a channel; Failed is the
+// last. ctx bounds the call only: the subscription ends when cancel is
+// called, which the caller must do (it needs no context of its own).
+func (b *electionBackend) subscribeTo(ctx context.Context, to func(backend.Notification)) (cancel func(), err error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	return b.e.subscribeDirect(ctx, b, to)
 }
 
 // Close ends the election's subscriptions and frees its name; the Store
@@ -437,14 +447,34 @@ type sharedFeed struct {
 // the feed opens (or at once on an open feed), so that nothing the feed
 // delivers after it listens is lost: a store that replays what it missed
 // (a resumed MongoDB change stream) replays it to every subscriber.
-func (e *Elections) subscribe(ctx context.Context, b *electionBackend) (<-chan backend.Notification, error) {
+func (e *Elections) subscribe(ctx context.Context, b *electionBackend, to func(backend.Notification)) (<-chan backend.Notification, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	s := newFeedSub(sctx, cancel, b)
+	if err := e.register(ctx, b, s); err != nil {
+		return nil, err
+	}
+	return s.out, nil
+}
+
+// subscribeDirect is subscribe for subscribeTo: the subscription ends when
+// the returned function is called.
+func (e *Elections) subscribeDirect(ctx context.Context, b *electionBackend, to func(backend.Notification)) (func(), error) {
+	s := &feedSub{name: b.name, to: to}
+	if err := e.register(ctx, b, s); err != nil {
+		return nil, err
+	}
+	return s.readerGone, nil
+}
+
+// register adds s to the shared feed, opening it if none is open, and
+// waits until the feed is open (or ctx ends: s is ended then).
+func (e *Elections) register(ctx context.Context, b *electionBackend, s *feedSub) error {
+	cancel := s.end
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
 		cancel()
-		return nil, fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed)
+		return fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed)
 	}
 	sf := e.feed
 	if sf == nil {
@@ -472,8 +502,10 @@ func (e *Elections) subscribe(ctx context.Context, b *electionBackend) (<-chan b
 		delete(b.subs, s)
 		b.mu.Unlock()
 	}
-	stop := context.AfterFunc(sctx, s.readerGone)
-	s.stopAfter.Store(&stop)
+	if s.ctx != nil {
+		stop := context.AfterFunc(s.ctx, s.readerGone)
+		s.stopAfter.Store(&stop)
+	}
 	if sf.byName[b.name] == nil {
 		sf.byName[b.name] = make(map[*feedSub]struct{})
 	}
@@ -498,14 +530,14 @@ func (e *Elections) subscribe(ctx context.Context, b *electionBackend) (<-chan b
 	select {
 	case <-sf.ready:
 	case <-ctx.Done():
-		s.cancel()
-		return nil, ctx.Err()
+		cancel()
+		return ctx.Err()
 	}
 	if sf.err != nil {
-		s.cancel()
-		return nil, sf.err
+		cancel()
+		return sf.err
 	}
-	return s.out, nil
+	return nil
 }
 
 func (sf *sharedFeed) open(ctx context.Context) {
@@ -618,7 +650,8 @@ type feedSub struct {
 	cancel context.CancelFunc
 	name   string
 	out    chan backend.Notification
-	onEnd  func() // leaves the feed; set before the first push
+	to     func(backend.Notification) // instead of out (subscribeTo): no queue, no pump
+	onEnd  func()                     // leaves the feed; set before the first push
 	// stopAfter stops the AfterFunc of ctx. Set after AfterFunc returns,
 	// which may already have run readerGone (ctx ended): then it is nil
 	// for finish, and there is nothing left to stop.
@@ -642,6 +675,10 @@ func (s *feedSub) push(n backend.Notification) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failErr != nil || s.ended {
+		return
+	}
+	if s.to != nil {
+		s.to(n)
 		return
 	}
 	if !s.pumping && len(s.queue) == 0 {
@@ -694,6 +731,13 @@ func (s *feedSub) fail(err error) {
 	if s.failErr == nil {
 		s.failErr = err
 	}
+	if s.to != nil {
+		s.to(backend.Notification{Type: backend.Failed, Err: s.failErr})
+		s.endLocked()
+		s.mu.Unlock()
+		s.finish()
+		return
+	}
 	if s.pumping || len(s.queue) > 0 {
 		s.startPump()
 		s.mu.Unlock()
@@ -714,7 +758,9 @@ func (s *feedSub) fail(err error) {
 // endLocked closes out. Called with s.mu held, by the one who ends it.
 func (s *feedSub) endLocked() {
 	s.ended = true
-	close(s.out)
+	if s.out != nil {
+		close(s.out)
+	}
 }
 
 // finish leaves the feed, after out was closed.
@@ -722,8 +768,20 @@ func (s *feedSub) finish() {
 	if stop := s.stopAfter.Load(); stop != nil {
 		(*stop)()
 	}
-	s.cancel()
+	if s.cancel != nil {
+		s.cancel()
+	}
 	s.onEnd()
+}
+
+// end ends the subscription for its reader: by its context, or at once
+// for one of subscribeTo, which has none.
+func (s *feedSub) end() {
+	if s.cancel != nil {
+		s.cancel()
+		return
+	}
+	s.readerGone()
 }
 
 // readerGone runs when the reader's ctx ends: out is closed (by the pump,

@@ -102,13 +102,13 @@ type Feed struct {
 	log    *slog.Logger
 	events *hub
 
-	reqs     chan request
+	loop     *loop         // set by Start
 	stopCh   chan struct{} // closed by Stop
-	loopDone chan struct{} // closed when the engine's goroutine has ended
-	done     chan struct{} // closed when every goroutine has ended
+	loopDone chan struct{} // closed when the engine has ended
+	done     chan struct{} // closed when every goroutine has ended (goroutines)
 	stopped  chan struct{} // closed when the first Stop has finished
-	wg       sync.WaitGroup
-	running  atomic.Bool // Run is running
+	running  atomic.Int64  // goroutines of the Feed running (goroutines)
+	inRun    atomic.Bool   // Run is running
 
 	mu       sync.Mutex
 	state    feedState
@@ -197,7 +197,6 @@ func New(b backend.Election, nodeID string, opts Options) (*Feed, error) {
 		timing:   t,
 		opts:     opts,
 		log:      log,
-		reqs:     make(chan request),
 		stopCh:   make(chan struct{}),
 		loopDone: make(chan struct{}),
 		done:     make(chan struct{}),
@@ -356,26 +355,33 @@ func (f *Feed) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
 	f.state = stateRunning
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		defer close(f.loopDone)
-		newLoop(f, runCtx).run()
-	}()
+	f.loop = newLoop(f, runCtx)
+	f.loop.start()
 	if pres != nil {
-		f.wg.Add(1)
+		f.goroutineStarts()
 		go func() {
-			defer f.wg.Done()
+			defer f.goroutineEnds()
 			pres.run(runCtx)
 		}()
 	}
-	go func() { // closes done after every goroutine of the Feed has ended
-		<-f.loopDone
-		f.wg.Wait()
-		close(f.done)
-	}()
 	f.log.Info("leaderfeed: started", "observe_only", f.opts.ObserveOnly)
 	return nil
+}
+
+// goroutineStarts counts a goroutine of the Feed about to start;
+// goroutineEnds, deferred by it, closes done when it was the last. The
+// engine counts as one from Start until it has ended (loop.exit), so every
+// goroutine is counted while another count is held (Start counts the
+// engine before anything runs; the engine starts the store calls and its
+// mailbox's goroutine, which a closed mailbox never starts): the count
+// reaches zero once, when the last has ended, and no goroutine waits to
+// close done.
+func (f *Feed) goroutineStarts() { f.running.Add(1) }
+
+func (f *Feed) goroutineEnds() {
+	if f.running.Add(-1) == 0 {
+		close(f.done)
+	}
 }
 
 // closeUnstarted ends a Feed that never ran; f.mu is held.
@@ -428,12 +434,14 @@ func (f *Feed) Stop(ctx context.Context) error {
 	f.mu.Unlock()
 
 	close(f.stopCh)
+	f.loop.put(stopMsg{})
 	var err error
 	select {
 	case <-f.loopDone:
 	case <-ctx.Done():
 		err = ctx.Err()
 		f.cancel()
+		f.loop.put(cancelledMsg{})
 		<-f.loopDone // the engine does no I/O: it ends at once
 	}
 	f.cancel() // ends the store calls still running
@@ -488,7 +496,7 @@ func (f *Feed) request(ctx context.Context, r request) error {
 		return ErrObserveOnly
 	}
 	f.mu.Lock()
-	state := f.state
+	state, l := f.state, f.loop
 	f.mu.Unlock()
 	switch state {
 	case stateStopped:
@@ -496,13 +504,12 @@ func (f *Feed) request(ctx context.Context, r request) error {
 	case stateNew, stateStarting:
 		return ErrNotStarted
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	r.reply = make(chan error, 1)
-	select {
-	case f.reqs <- r:
-	case <-f.loopDone:
+	if !l.put(requestInput{r: r}) {
 		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 	select {
 	case err := <-r.reply:

@@ -156,13 +156,16 @@ func (l *loop) noteSubscribed(r subResult) {
 // told why not in the contract's terms (a conflict, no record, a
 // malformed record). A refusal (ErrRefused) is an answer too, but not one
 // that the call worked: it counts as contact, not as success.
-func (r callResult) answered() bool {
+func (r *callResult) answered() bool {
+	if r.err == nil {
+		return true
+	}
 	var conflict *backend.ConflictError
-	return r.err == nil || errors.As(r.err, &conflict) || errors.Is(r.err, backend.ErrNotFound) || errors.Is(r.err, backend.ErrMalformedRecord)
+	return errors.As(r.err, &conflict) || errors.Is(r.err, backend.ErrNotFound) || errors.Is(r.err, backend.ErrMalformedRecord)
 }
 
 // noteResult runs after the loop took in the result of a store call.
-func (l *loop) noteResult(r callResult) {
+func (l *loop) noteResult(r *callResult) {
 	now := time.Now()
 	answered := r.answered()
 	failed := !answered && l.ctx.Err() == nil

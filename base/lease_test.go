@@ -5,6 +5,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/leaderfeed/leaderfeed/base/internal/mailbox"
 )
 
 // The leader context must be found cancelled once the lease has ended even
@@ -53,7 +55,12 @@ func TestLeaseContextExtendAfterTheEnd(t *testing.T) {
 // leave the extended lease alone.
 func TestLeaseTimerAfterAnExtension(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := &loop{leaseLost: make(chan struct{}, 1)}
+		leaseLost := make(chan struct{}, 1)
+		l := &loop{box: mailbox.New(func(in input) {
+			if _, ok := in.(leaseMsg); ok {
+				leaseLost <- struct{}{}
+			}
+		}, nil, nil)}
 		end := time.Now().Add(100 * time.Millisecond)
 		c := newLeaseContext(end)
 		l.armLease(c, end)
@@ -66,7 +73,7 @@ func TestLeaseTimerAfterAnExtension(t *testing.T) {
 			t.Fatalf("the old timer ended the extended lease: %v (cause %v)", err, context.Cause(c))
 		}
 		select {
-		case <-l.leaseLost:
+		case <-leaseLost:
 			t.Fatal("the old timer reported the extended lease lost")
 		default:
 		}
@@ -77,7 +84,7 @@ func TestLeaseTimerAfterAnExtension(t *testing.T) {
 			t.Fatalf("after the new end: cause %v, want ErrLeaseExpired", context.Cause(c))
 		}
 		select {
-		case <-l.leaseLost:
+		case <-leaseLost:
 		default:
 			t.Fatal("the re-armed timer did not report the lease lost")
 		}

@@ -3,121 +3,213 @@ package base
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base/backend"
+	"github.com/leaderfeed/leaderfeed/base/internal/mailbox"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
-// loop is the driver of a Feed's machine: the one goroutine that owns the
-// election state. It takes the inputs (results of store calls, timers,
-// notifications of the feed, requests, Stop), hands each to machine.step
-// with the time it read after the input arrived, and executes the effects
-// the machine returns, in order. It never calls the store itself: every
-// store call (claim, renewal, vacancy, read, Subscribe) runs on a goroutine
-// of its own and its result comes back as an input, so Resign, Proclaim,
-// Stop and the getters are answered whatever the store does. Why there is
-// never more than one leader is told next to the machine's claim logic
-// (see claimDue in machine.go).
+// loop is the driver of a Feed's machine: it owns the election state. Its
+// inputs (results of store calls, timers, notifications of the feed,
+// requests, Stop) arrive in one mailbox, in the order they came; its
+// goroutine runs only while the mailbox holds inputs, and hands each to
+// machine.step with the time it read after taking the input, then executes
+// the effects the machine returns, in order. So an idle election holds no
+// goroutine, and one goroutine at most ever steps the machine. The loop
+// never calls the store itself: every store call (claim, renewal, vacancy,
+// read, Subscribe) runs on a goroutine of its own, or is handed to a
+// batching Elections without one, and its result comes back as an input,
+// so Resign, Proclaim, Stop and the getters are answered whatever the
+// store does. Why there is never more than one leader is told next to the
+// machine's claim logic (see claimDue in machine.go).
 type loop struct {
-	f       *Feed
-	m       *machine
-	ctx     context.Context // cancelled when the Feed stops for good
-	exited  chan struct{}   // closed when run returns
-	results chan callResult // results of store calls
+	f      *Feed
+	m      *machine
+	ctx    context.Context // cancelled when the Feed stops for good
+	box    *mailbox.Box[input]
+	exited bool // exit ran: later inputs are dropped (taker only)
 
-	timers      map[timerID]*time.Timer // claim, renew, reopen, poll
-	leaseTimer  *time.Timer             // cancels the leader context at the lease's end
-	leaseCtx    *leaseContext           // the leader context leaseTimer cancels
-	leaseLost   chan struct{}
-	cancelledAt time.Time // when the last cancelLeader was executed
+	// One timer serves claim, renew, reopen and poll: it is armed at the
+	// earliest of due and puts a tick in the mailbox; the tick steps each
+	// timer whose due time has passed. A tick of a timer since moved or
+	// stopped finds nothing due, so no firing is ever stale.
+	due         [timerLease]time.Time // by timerID; zero: stopped
+	timer       *time.Timer
+	timerAt     time.Time     // what timer is armed for; zero: stopped
+	leaseTimer  *time.Timer   // cancels the leader context at the lease's end
+	leaseCtx    *leaseContext // the leader context leaseTimer cancels
+	cancelledAt time.Time     // when the last cancelLeader was executed
 
-	// The changefeed.
-	sub        <-chan backend.Notification
-	subCancel  context.CancelFunc
-	subResults chan subResult
-	pending    subResult // the Subscribe result being stepped
+	// The changefeed. Each open has a generation; notifications of any
+	// other than the one in use are dropped (those of the one opening wait
+	// in early until it is used).
+	subCancel context.CancelFunc
+	gen       uint64 // of the last open
+	used      uint64 // of the feed in use; 0: none
+	early     []notifyMsg
+	pending   subResult    // the Subscribe result being stepped
+	notes     atomic.Int64 // notifications in the mailbox
+	overflow  atomic.Uint64
 
 	refusals refusals // see refused.go
 }
 
 type subResult struct {
 	ch     <-chan backend.Notification
+	direct bool // notifications come through note, not ch
+	gen    uint64
+	ctx    context.Context // the subscription's
 	cancel context.CancelFunc
 	err    error
 }
 
-func newLoop(f *Feed, ctx context.Context) *loop {
-	stopped := func() *time.Timer {
-		t := time.NewTimer(time.Hour)
-		t.Stop()
-		return t
+// Inputs of the loop that it takes in before the machine sees them.
+type (
+	// tickMsg: the timer fired.
+	tickMsg struct{}
+	// leaseMsg: the lease timer cancelled a leader context.
+	leaseMsg struct{}
+	// stopMsg: Stop was called.
+	stopMsg struct{}
+	// cancelledMsg: the loop's context ended (Stop's context ended).
+	cancelledMsg struct{}
+	// notifyMsg is a notification of the feed of generation gen; ok false:
+	// that feed's channel was closed.
+	notifyMsg struct {
+		gen uint64
+		n   backend.Notification
+		ok  bool
 	}
-	return &loop{
-		f:          f,
-		m:          newMachine(f.id, f.b.Name(), f.timing, f.opts),
-		ctx:        ctx,
-		exited:     make(chan struct{}),
-		results:    make(chan callResult, resultsBuffer),
-		leaseLost:  make(chan struct{}, 1),
-		timers:     map[timerID]*time.Timer{timerClaim: stopped(), timerRenew: stopped(), timerReopen: stopped(), timerPoll: stopped()},
-		subResults: make(chan subResult, 1),
+)
+
+func (tickMsg) isInput()      {}
+func (leaseMsg) isInput()     {}
+func (stopMsg) isInput()      {}
+func (cancelledMsg) isInput() {}
+func (notifyMsg) isInput()    {}
+func (subResult) isInput()    {}
+
+func newLoop(f *Feed, ctx context.Context) *loop {
+	l := &loop{
+		f:   f,
+		m:   newMachine(f.id, f.b.Name(), f.timing, f.opts),
+		ctx: ctx,
+	}
+	l.box = mailbox.New(l.take, f.goroutineStarts, f.goroutineEnds)
+	return l
+}
+
+// put hands an input to the loop; false: the loop has ended.
+func (l *loop) put(in input) bool { return l.box.Put(in) }
+
+// start starts the engine. The Feed counts the engine as one of its
+// goroutines from start to the end of exit, so that done waits for it.
+func (l *loop) start() {
+	l.f.goroutineStarts()
+	l.put(startInput{})
+}
+
+// take steps the machine on one input; it runs on the mailbox's goroutine.
+func (l *loop) take(in input) {
+	if l.exited {
+		return
+	}
+	if l.ctx.Err() != nil {
+		// Stop's context ended (cancelledMsg is on its way): the engine
+		// ends before it takes anything else, as it did when it selected
+		// on the context.
+		l.exit()
+		return
+	}
+	// The cases hand the input on as an interface, so that this frame,
+	// which every step stands on, holds no copy of a large input.
+	switch in.(type) {
+	case startInput:
+		l.noteStart()
+		l.step(in)
+	case stopMsg:
+		l.f.mu.Lock()
+		ctx := l.f.stopCtx
+		l.f.mu.Unlock()
+		l.step(stopInput{ctx: ctx})
+	case cancelledMsg:
+		l.exit()
+		return
+	case notifyMsg:
+		l.notes.Add(-1)
+		l.notification(in)
+	case subResult:
+		l.subscribed(in)
+	case callResult:
+		l.result(in)
+	case tickMsg:
+		l.tick()
+	case leaseMsg:
+		l.step(leaseLostInput{expired: l.leaseCtx != nil && l.leaseCtx.Err() != nil})
+	case requestInput:
+		l.step(in)
+	default:
+		panic(fmt.Sprintf("leaderfeed: unknown input %T", in))
+	}
+	if !l.exited && l.m.done() {
+		l.exit()
 	}
 }
 
-func (l *loop) run() {
-	defer l.exit()
-	l.noteStart()
-	l.step(startInput{})
-	stopCh := l.f.stopCh
-	for {
-		if l.m.done() {
-			return
-		}
-		select {
-		case <-stopCh:
-			stopCh = nil
-			l.f.mu.Lock()
-			ctx := l.f.stopCtx
-			l.f.mu.Unlock()
-			l.step(stopInput{ctx: ctx})
-		case <-l.ctx.Done():
-			return
-		case n, ok := <-l.sub:
-			l.noteNotification(n, ok)
-			if ok && n.Type == backend.Failed {
-				l.noteRefusal(refusedFeed, n.Err, false)
-			}
-			l.step(notificationInput{n: n, ok: ok})
-		case r := <-l.subResults:
-			l.noteSubscribed(r)
-			l.noteRefusal(refusedFeed, r.err, r.err == nil)
-			l.pending = r
-			l.step(subscribedInput{err: r.err, ok: r.err == nil && r.ch != nil})
-			l.pending = subResult{}
-		case r := <-l.results:
-			r.closed = l.ctx.Err() != nil
-			if r.parent != nil {
-				r.parentDone = r.parent.Err() != nil
-			}
-			l.noteRefusal(opOf(r.kind), r.err, r.answered())
-			l.step(r)
-			l.noteResult(r)
-		case <-l.timers[timerClaim].C:
-			l.step(timerInput{t: timerClaim})
-		case <-l.timers[timerRenew].C:
-			l.step(timerInput{t: timerRenew})
-		case <-l.leaseLost:
-			l.step(leaseLostInput{expired: l.leaseCtx != nil && l.leaseCtx.Err() != nil})
-		case <-l.timers[timerReopen].C:
-			l.step(timerInput{t: timerReopen})
-		case <-l.timers[timerPoll].C:
-			l.step(timerInput{t: timerPoll})
-		case r := <-l.f.reqs:
-			l.step(requestInput{r: r})
-		}
+// subscribed steps the result of opening the feed (a subResult), then the
+// notifications of that feed that came before it.
+func (l *loop) subscribed(msg input) {
+	in := msg.(subResult)
+	l.noteSubscribed(in)
+	l.noteRefusal(refusedFeed, in.err, in.err == nil)
+	l.pending = in
+	l.step(subscribedInput{err: in.err, ok: in.err == nil && (in.ch != nil || in.direct)})
+	l.pending = subResult{}
+	early := l.early
+	l.early = nil
+	if l.used != in.gen || in.gen == 0 {
+		return
 	}
+	for _, n := range early {
+		if l.used != n.gen || l.exited || l.m.done() {
+			break
+		}
+		l.notification(n)
+	}
+}
+
+// result steps the result of a store call (a callResult).
+func (l *loop) result(msg input) {
+	in := msg.(callResult)
+	in.closed = l.ctx.Err() != nil
+	if in.parent != nil {
+		in.parentDone = in.parent.Err() != nil
+	}
+	l.noteRefusal(opOf(in.kind), in.err, in.answered())
+	msg = in
+	l.step(msg)
+	l.noteResult(&in)
+}
+
+// notification steps a notification of the feed (a notifyMsg), if it is
+// of the feed in use; one of the feed being opened waits until it is used.
+func (l *loop) notification(msg input) {
+	in := msg.(notifyMsg)
+	if in.gen != l.used {
+		if in.gen == l.gen && l.used == 0 && l.subCancel == nil {
+			l.early = append(l.early, in)
+		}
+		return
+	}
+	l.noteNotification(in.n, in.ok)
+	if in.ok && in.n.Type == backend.Failed {
+		l.noteRefusal(refusedFeed, in.n.Err, false)
+	}
+	l.step(notificationInput{n: in.n, ok: in.ok})
 }
 
 // exit ends the engine: the machine cancels the leader context (Stop's
@@ -126,72 +218,93 @@ func (l *loop) run() {
 // and the subscriptions end once their readers took what is queued.
 func (l *loop) exit() {
 	l.step(exitInput{})
-	close(l.exited)
+	l.exited = true
+	for _, in := range l.box.Close() {
+		if r, ok := in.(subResult); ok {
+			r.cancel() // a feed opened for the engine that never took it
+		}
+	}
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.early = nil
 	l.f.cancel()
 	l.f.events.finish()
+	close(l.f.loopDone)
+	l.f.goroutineEnds()
 }
 
 // step hands one input to the machine, at the time read now (after the
-// input arrived), and executes its effects in order.
+// input arrived), and executes its effects in order. An effect that asks a
+// question (extendLease, a vacancy whose context ended) is the last of its
+// step, and its answer is the next input, before any other.
 func (l *loop) step(in input) {
-	for _, e := range l.m.step(time.Now(), in) {
-		l.exec(e)
+	for in != nil {
+		l.m.quiet = !l.f.log.Enabled(context.Background(), slog.LevelDebug)
+		effects := l.m.step(time.Now(), in)
+		in = nil
+		for _, e := range effects {
+			if answer := l.exec(e); answer != nil {
+				in = answer
+			}
+		}
+		l.m.recycle(effects)
 	}
 }
 
-func (l *loop) exec(e effect) {
-	switch e := e.(type) {
+// exec executes one effect; it returns the answer of one that asks the
+// machine a question.
+func (l *loop) exec(e effect) input {
+	// Large effects are handed on as the interface, so that this frame,
+	// which every step stands on, holds no copy of them.
+	//lint:ignore S1034 binding e would copy every effect type into this frame
+	switch e.(type) {
 	case startCall:
-		l.call(e)
+		return l.call(e)
 	case emit:
-		if e.ev.At.IsZero() && !e.notAfter.IsZero() {
-			e.ev.At = l.cancelledAt
-			if e.ev.At.After(e.notAfter) {
-				e.ev.At = e.notAfter
-			}
-		}
-		l.emit(e.ev)
+		l.emitEffect(e)
 	case setTimer:
-		if e.t == timerLease {
+		t := e.(setTimer)
+		if t.t == timerLease {
 			panic("leaderfeed: the lease timer is armed by armLease")
 		}
-		at := e.at
-		if e.align {
+		at := t.at
+		if t.align {
 			at = l.renewAt(at)
 		}
-		at = l.refusalDelay(e.t, at)
-		l.timers[e.t].Reset(max(0, time.Until(at)))
+		l.due[t.t] = l.refusalDelay(t.t, at)
+		l.armTimer()
 	case stopTimer:
-		if e.t == timerLease {
-			if l.leaseTimer != nil {
-				l.leaseTimer.Stop()
-			}
-			return
+		if t := e.(stopTimer).t; t != timerLease {
+			l.due[t] = time.Time{}
+			l.armTimer()
+		} else if l.leaseTimer != nil {
+			l.leaseTimer.Stop()
 		}
-		l.timers[e.t].Stop()
 	case cancelLeader:
-		e.ctx.cancel(e.cause)
+		c := e.(cancelLeader)
+		c.ctx.cancel(c.cause)
 		l.cancelledAt = time.Now()
 	case armLease:
-		l.armLease(e.ctx, e.end)
+		a := e.(armLease)
+		l.armLease(a.ctx, a.end)
 	case extendLease:
-		l.step(leaseExtendedInput{r: e.r, ok: e.ctx.extend(e.end)})
+		return l.extendLease(e)
 	case publish:
-		l.f.mu.Lock()
-		l.f.snap = e.snap
-		l.f.leaseEnd = e.leaseEnd
-		if !e.recordAt.IsZero() {
-			l.f.health.LastRecord = e.recordAt
-		}
-		l.f.mu.Unlock()
+		l.publish(e)
 	case reply:
-		e.to <- e.err
+		r := e.(reply)
+		r.to <- r.err
 	case logDebug:
-		l.f.log.Debug(e.msg, e.args...)
+		d := e.(logDebug)
+		l.f.log.Debug(d.msg, d.args...)
 	case openFeed:
 		l.openFeed()
 	case useFeed:
-		l.sub, l.subCancel = l.pending.ch, l.pending.cancel
+		l.used, l.subCancel = l.pending.gen, l.pending.cancel
+		if !l.pending.direct {
+			l.readFeed(l.pending.ctx, l.pending.gen, l.pending.ch)
+		}
 	case discardFeed:
 		l.pending.cancel()
 	case closeFeed:
@@ -199,9 +312,98 @@ func (l *loop) exec(e effect) {
 			l.subCancel()
 			l.subCancel = nil
 		}
-		l.sub = nil
+		l.used = 0
 	default:
 		panic(fmt.Sprintf("leaderfeed: unknown effect %T", e))
+	}
+	return nil
+}
+
+// emitEffect executes an emit: a zero At is stamped with the instant of
+// the last cancelLeader, never later than notAfter (see emit).
+//
+//go:noinline // keeps exec's frame small
+func (l *loop) emitEffect(eff effect) {
+	e := eff.(emit)
+	if e.ev.At.IsZero() && !e.notAfter.IsZero() {
+		e.ev.At = l.cancelledAt
+		if e.ev.At.After(e.notAfter) {
+			e.ev.At = e.notAfter
+		}
+	}
+	l.emit(e.ev)
+}
+
+// extendLease executes an extendLease and returns its answer.
+//
+//go:noinline // keeps exec's frame small
+func (l *loop) extendLease(eff effect) input {
+	e := eff.(extendLease)
+	return leaseExtendedInput{r: e.r, ok: e.ctx.extend(e.end)}
+}
+
+// publish hands the getters the machine's snapshot.
+//
+//go:noinline // keeps exec's frame small
+func (l *loop) publish(eff effect) {
+	e := eff.(publish)
+	l.f.mu.Lock()
+	l.f.snap = e.snap
+	l.f.leaseEnd = e.leaseEnd
+	if !e.recordAt.IsZero() {
+		l.f.health.LastRecord = e.recordAt
+	}
+	l.f.mu.Unlock()
+}
+
+// armTimer arms the timer for the earliest due time, or stops it.
+func (l *loop) armTimer() {
+	var at time.Time
+	for _, d := range l.due {
+		if !d.IsZero() && (at.IsZero() || d.Before(at)) {
+			at = d
+		}
+	}
+	if at.Equal(l.timerAt) && !at.IsZero() {
+		return
+	}
+	l.timerAt = at
+	if at.IsZero() {
+		if l.timer != nil {
+			l.timer.Stop()
+		}
+		return
+	}
+	if l.timer == nil {
+		l.timer = time.AfterFunc(max(0, time.Until(at)), func() { l.box.PutHere(tickMsg{}) })
+		return
+	}
+	l.timer.Reset(max(0, time.Until(at)))
+}
+
+// tick steps the timers whose due time has passed, earliest first, and
+// re-arms the timer for the rest.
+func (l *loop) tick() {
+	l.timerAt = time.Time{}
+	for !l.exited {
+		now := time.Now()
+		var next timerID
+		for t, d := range l.due {
+			if !d.IsZero() && !now.Before(d) && (next == 0 || d.Before(l.due[next])) {
+				next = timerID(t)
+			}
+		}
+		if next == 0 {
+			break
+		}
+		l.due[next] = time.Time{}
+		l.step(timerInput{t: next})
+		if l.m.done() {
+			return
+		}
+	}
+	if !l.exited {
+		l.armTimer()
 	}
 }
 
@@ -260,7 +462,6 @@ func (l *loop) armLease(ctx *leaseContext, end time.Time) {
 	if l.leaseTimer != nil {
 		l.leaseTimer.Stop()
 	}
-	lost := l.leaseLost
 	l.leaseCtx = ctx
 	l.leaseTimer = time.AfterFunc(time.Until(end), func() {
 		// Err cancels the context only if its end has passed: a renewal
@@ -269,27 +470,24 @@ func (l *loop) armLease(ctx *leaseContext, end time.Time) {
 		if ctx.Err() == nil {
 			return
 		}
-		select {
-		case lost <- struct{}{}:
-		default:
-		}
+		l.box.PutHere(leaseMsg{})
 	})
 }
 
 // call runs one store call on a goroutine of its own; its result comes back
-// on l.results (dropped if the loop has ended). A claim or renewal that the
-// backend takes without blocking (writeSubmitter: a batching Elections)
-// needs no goroutine. A vacancy whose context has ended is not sent: the
-// machine is told at once.
-func (l *loop) call(c startCall) {
+// in the mailbox (dropped if the loop has ended). A claim or renewal that
+// the backend takes without blocking (backend.Submitter: a batching
+// Elections) needs no goroutine. A vacancy whose context has ended is not
+// sent: the answer tells the machine at once.
+func (l *loop) call(eff effect) input {
+	c := eff.(startCall)
 	r := callResult{kind: c.kind, expected: c.expected, next: c.next, sentAt: c.sentAt, parent: c.parent}
 	var ctx context.Context
 	var cancel context.CancelFunc
 	switch c.kind {
 	case callVacancy:
 		if err := c.parent.Err(); err != nil {
-			l.step(vacancyAbortedInput{err: err})
-			return
+			return vacancyAbortedInput{err: err}
 		}
 		vctx, vcancel := context.WithCancel(c.parent)
 		stop := context.AfterFunc(l.ctx, vcancel)
@@ -297,69 +495,123 @@ func (l *loop) call(c startCall) {
 	case callClaim, callRenew:
 		if s, ok := l.f.b.(backend.Submitter); ok && s.SubmitHeartbeat(l.ctx, c.deadline, c.expected, c.next, func(res heartbeat.Record, err error) {
 			r.res, r.err = res, err
-			l.deliver(r)
+			l.put(r)
 		}) {
-			return
+			return nil
 		}
 		ctx, cancel = context.WithDeadline(l.ctx, c.deadline)
 	default:
 		ctx, cancel = context.WithDeadline(l.ctx, c.deadline)
 	}
-	l.f.wg.Add(1)
+	l.f.goroutineStarts()
 	go func() {
-		defer l.f.wg.Done()
+		defer l.f.goroutineEnds()
 		defer cancel()
 		if r.kind == callRead {
 			r.res, r.err = l.f.b.Get(ctx)
 		} else {
 			r.res, r.err = l.f.b.Heartbeat(ctx, r.expected, r.next)
 		}
-		select {
-		case l.results <- r:
-		case <-l.exited:
-		}
+		cancel()
+		l.box.PutHere(r)
 	}()
+	return nil
 }
 
-// resultsBuffer is the room of a loop's channel of results: a Feed has at
-// most one write and one read in flight, so a result handed over without a
-// goroutine (deliver) normally finds room.
-const resultsBuffer = 4
-
-// deliver hands the result of a submitted write to the loop without
-// blocking the caller: into the channel's room, or, when it has none, from
-// a goroutine that gives up when the loop has ended.
-func (l *loop) deliver(r callResult) {
-	select {
-	case l.results <- r:
-		return
-	default:
-	}
-	go func() {
-		select {
-		case l.results <- r:
-		case <-l.exited:
-		}
-	}()
+// directFeed is the changefeed of an Elections' election: it hands each
+// notification to a function on the shared feed's goroutine, so that the
+// loop needs no goroutine to read a channel.
+type directFeed interface {
+	subscribeTo(ctx context.Context, to func(backend.Notification)) (cancel func(), err error)
 }
 
 // openFeed opens the changefeed in a goroutine of its own; the result comes
-// back on l.subResults.
+// back in the mailbox.
 func (l *loop) openFeed() {
-	ctx, cancel := context.WithCancel(l.ctx)
-	l.f.wg.Add(1)
+	l.gen++
+	gen := l.gen
+	l.early = nil
+	l.f.goroutineStarts()
 	go func() {
-		defer l.f.wg.Done()
-		ch, err := l.f.b.Subscribe(ctx)
-		if err != nil {
-			cancel()
+		defer l.f.goroutineEnds()
+		r := subResult{gen: gen}
+		if d, ok := l.f.b.(directFeed); ok {
+			// No context of its own: the loop ends it (closeFeed,
+			// discardFeed, or exit when the result was not taken).
+			r.direct = true
+			r.cancel, r.err = d.subscribeTo(l.ctx, func(n backend.Notification) { l.note(gen, n, true) })
+		} else {
+			ctx, cancel := context.WithCancel(l.ctx)
+			r.ctx, r.cancel = ctx, cancel
+			r.ch, r.err = l.f.b.Subscribe(ctx)
 		}
-		select {
-		case l.subResults <- subResult{ch: ch, cancel: cancel, err: err}:
-		case <-l.exited:
-			cancel()
+		if r.err != nil && r.cancel != nil {
+			r.cancel()
+		}
+		if r.err != nil {
+			r.cancel = func() {}
+		}
+		if !l.box.PutHere(r) {
+			r.cancel()
 		}
 	}()
+}
+
+// readFeed hands the notifications of a channel feed to the loop, on a
+// goroutine of its own, until the channel closes or the feed is closed.
+func (l *loop) readFeed(ctx context.Context, gen uint64, ch <-chan backend.Notification) {
+	l.f.goroutineStarts()
+	go func() {
+		defer l.f.goroutineEnds()
+		for {
+			select {
+			case n, ok := <-ch:
+				if !l.note(gen, n, ok) || !ok {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+}
+
+// note hands a notification of the feed of generation gen to the loop
+// without blocking; ok false: the feed's channel closed. It reports false
+// when the feed must not send more: maxFeedQueue notifications wait in the
+// mailbox, so the feed failed (the machine reopens it and reads the
+// record). Notifications of the record are coalesced (the newest replaces
+// those waiting), so only changes of other records can pile up.
+func (l *loop) note(gen uint64, n backend.Notification, ok bool) bool {
+	if l.overflow.Load() == gen {
+		return false
+	}
+	in := notifyMsg{gen: gen, n: n, ok: ok}
+	var stale func(input) bool
+	switch {
+	case l.notes.Load() >= maxFeedQueue:
+		// Drop what this feed queued: Failed is what the machine sees.
+		l.overflow.Store(gen)
+		in.n = backend.Notification{Type: backend.Failed, Err: fmt.Errorf("leaderfeed: changefeed of election %q fell %d notifications behind", l.f.b.Name(), maxFeedQueue)}
+		in.ok = true
+		stale = func(q input) bool { m, is := q.(notifyMsg); return is && m.gen == gen }
+	case ok && isRecordNote(n.Type):
+		stale = func(q input) bool {
+			m, is := q.(notifyMsg)
+			return is && m.gen == gen && m.ok && isRecordNote(m.n.Type)
+		}
+	}
+	dropped, put := l.box.Replace(in, stale)
+	if put {
+		l.notes.Add(int64(1 - dropped))
+	}
+	return in.n.Type != backend.Failed || n.Type == backend.Failed
+}
+
+// isRecordNote reports whether a notification of type t reports the state
+// of the election record: the newest of them supersedes the others.
+func isRecordNote(t backend.NotificationType) bool {
+	return t == backend.RecordChanged || t == backend.RecordDeleted || t == backend.Ignored
 }
 
 func (r Reason) cause() error {

@@ -324,8 +324,10 @@ type machine struct {
 	snap        snapshot
 	snapLeaseTo time.Time
 
-	now time.Time // of the step under way
-	out []effect  // effects of the step under way
+	now   time.Time // of the step under way
+	out   []effect  // effects of the step under way
+	spare []effect  // a slice for out the driver is done with (recycle)
+	quiet bool      // set by the driver: Debug is not logged, so no logDebug
 }
 
 // proclaim is a Proclaim call waiting for a renewal. Its value becomes
@@ -360,7 +362,7 @@ func newMachine(id, election string, t heartbeat.Timing, opts Options) *machine 
 // updates the state and returns the effects, in the order the driver must
 // execute them.
 func (m *machine) step(now time.Time, in input) []effect {
-	m.now, m.out = now, nil
+	m.now, m.out, m.spare = now, m.spare, nil
 	switch in := in.(type) {
 	case startInput:
 		m.openFeed()
@@ -403,6 +405,13 @@ func (m *machine) done() bool {
 }
 
 func (m *machine) do(e effect) { m.out = append(m.out, e) }
+
+// recycle takes back the effects of a step once the driver has executed
+// them all, for the next step's.
+func (m *machine) recycle(effects []effect) {
+	clear(effects)
+	m.spare = effects[:0]
+}
 
 func (m *machine) setTimer(t timerID, at time.Time) { m.do(setTimer{t: t, at: at}) }
 
@@ -656,7 +665,9 @@ func (m *machine) observe(r heartbeat.Record, authoritative bool) {
 	m.maxTerm = max(m.maxTerm, r.Term)
 	m.snap.record, m.snap.seen = m.rec.Clone(), true
 	m.do(publish{snap: m.snap, leaseEnd: m.snapLeaseTo, recordAt: now})
-	m.do(logDebug{msg: "leaderfeed: record", args: []any{"leader", r.Leader, "term", r.Term, "revision", r.Revision}})
+	if !m.quiet {
+		m.do(logDebug{msg: "leaderfeed: record", args: []any{"leader", r.Leader, "term", r.Term, "revision", r.Revision}})
+	}
 	if m.role == roleLeader {
 		if r.Leader == m.id && r.Term == m.term {
 			// Our own write (possibly one whose reply we lost): only this
@@ -948,7 +959,9 @@ func (m *machine) handleClaim(r callResult) {
 		}
 		m.becomeLeader(r.res, r.sentAt, now)
 	case errors.As(r.err, &conflict):
-		m.do(logDebug{msg: "leaderfeed: claim lost", args: []any{"term", r.next.Term, "current_revision", conflict.Current.Revision}})
+		if !m.quiet {
+			m.do(logDebug{msg: "leaderfeed: claim lost", args: []any{"term", r.next.Term, "current_revision", conflict.Current.Revision}})
+		}
 		m.observe(conflict.Current, m.current(r.sentAt))
 	case r.closed:
 	default:
@@ -1073,7 +1086,9 @@ func (m *machine) onLeaseExtended(r callResult, extended bool) {
 	m.do(armLease{ctx: m.leaderCtx, end: newEnd})
 	m.snapLeaseTo = newEnd
 	m.publish()
-	m.do(logDebug{msg: "leaderfeed: renewed", args: []any{"term", m.term, "revision", r.res.Revision}})
+	if !m.quiet {
+		m.do(logDebug{msg: "leaderfeed: renewed", args: []any{"term", m.term, "revision", r.res.Revision}})
+	}
 	// The Proclaims this renewal carried are done, and their value is in
 	// force; those made while it was in flight wait for the next one
 	// (renewNow).

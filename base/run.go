@@ -69,10 +69,10 @@ func (f *Feed) Run(ctx context.Context, fn func(ctx context.Context, term uint64
 	if f.opts.ObserveOnly {
 		return ErrObserveOnly
 	}
-	if !f.running.CompareAndSwap(false, true) {
+	if !f.inRun.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: Run is running on this feed already", ErrAlreadyStarted)
 	}
-	defer f.running.Store(false)
+	defer f.inRun.Store(false)
 
 	subCtx, endSub := context.WithCancel(context.Background())
 	defer endSub()

@@ -226,6 +226,7 @@ func BenchmarkManyElections(b *testing.B) {
 var (
 	manyElections = flag.Int("elections", 10000, "elections of BenchmarkManyElections")
 	steadyProfile = flag.String("steadyprofile", "", "BenchmarkManyElections: write a CPU profile of the measured intervals (steady state only) to this file")
+	steadyHeap    = flag.String("steadyheap", "", "BenchmarkManyElections: write a heap profile of the steady state (every election leads) to this file")
 )
 
 // renewals records the latencies of renewals (Trace.RenewDone) and counts
@@ -290,6 +291,19 @@ func benchManyElections(b *testing.B, tm heartbeat.Timing, n int, batch bool) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	if *steadyHeap != "" {
+		out, err := os.Create(*steadyHeap)
+		if err != nil {
+			b.Fatal(err)
+		}
+		err = pprof.Lookup("heap").WriteTo(out, 0)
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 	if *steadyProfile != "" {
 		out, err := os.Create(*steadyProfile)
 		if err != nil {

@@ -430,10 +430,11 @@ func (s *subscription) close(err error) {
 
 func (s *subscription) run(ctx context.Context) {
 	defer close(s.out)
+	var spare []backend.Notification // the queue last handed over, for reuse
 	for {
 		s.mu.Lock()
 		q, err := s.queue, s.err
-		s.queue = nil
+		s.queue = spare
 		s.mu.Unlock()
 		if err != nil {
 			q = append(q[:0:0], backend.Notification{Type: backend.Failed, Err: err})
@@ -448,6 +449,8 @@ func (s *subscription) run(ctx context.Context) {
 		if err != nil {
 			return
 		}
+		clear(q)
+		spare = q[:0]
 		select {
 		case <-s.wake:
 		case <-ctx.Done():

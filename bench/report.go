@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -155,8 +156,8 @@ func (r *report) markdown() string {
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	t := r.cfg.timing
 	p("# leaderfeed vs etcd, an advisory lock and a polling lease: benchmark results\n\n")
-	p("Made by `bash bench/run.sh%s` (which runs `go run . -out out%s` in bench/), %s, in %v.\n\n",
-		argString(r.args), argString(r.args), r.started.UTC().Format("2006-01-02 15:04 MST"), r.finished.Sub(r.started).Round(time.Second))
+	p("Made by `bash bench/run.sh%s` (which runs `go run . -out %s%s` in bench/), %s, in %v.\n\n",
+		argString(r.args), outArg(r.cfg.out), argString(r.args), r.started.UTC().Format("2006-01-02 15:04 MST"), r.finished.Sub(r.started).Round(time.Second))
 	p("- Machine: %s, %d CPUs (GOMAXPROCS %d), %s/%s, %s. Load average (1, 5, 15 min) %s at the start, %s at the end. The machine is shared with other builds and tests: compare the ratios within a run rather than absolute times across runs.\n",
 		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version(), r.load0, r.load1)
 	if c := leaderfeedCommit(); c != "" {
@@ -262,6 +263,17 @@ func (r *report) markdown() string {
 		p("%s", r.compareMarkdown())
 	}
 	return b.String()
+}
+
+// outArg is the -out folder as the report names it: relative to bench/
+// (the working directory) when it lies there or below its parent.
+func outArg(out string) string {
+	if wd, err := os.Getwd(); err == nil && filepath.IsAbs(out) {
+		if rel, err := filepath.Rel(wd, out); err == nil {
+			return rel
+		}
+	}
+	return out
 }
 
 func argString(args []string) string {

@@ -84,8 +84,7 @@ type Elections struct {
 	started, created onceCall
 
 	mu     sync.Mutex
-	closed bool
-	isShut atomic.Bool // closed, read without mu (every write checks it)
+	closed atomic.Bool // set under mu (so opening a feed and Close exclude each other); read without it by every write
 	open   map[string]*electionBackend
 	feed   *sharedFeed // open or opening; nil when none
 }
@@ -166,7 +165,7 @@ func (e *Elections) newBackend(election string, observer bool) (backend.Election
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.closed {
+	if e.closed.Load() {
 		return nil, fmt.Errorf("leaderfeed: election %q: %w", election, ErrClosed)
 	}
 	b := &electionBackend{e: e, name: election, slot: renewalSlot(election), observer: observer, subs: make(map[*feedSub]struct{})}
@@ -205,12 +204,11 @@ func (e *Elections) Feed(election, nodeID string, opts Options) (*Feed, error) {
 // nothing until stopped. Close is idempotent.
 func (e *Elections) Close() error {
 	e.mu.Lock()
-	if e.closed {
+	if e.closed.Load() {
 		e.mu.Unlock()
 		return nil
 	}
-	e.closed = true
-	e.isShut.Store(true)
+	e.closed.Store(true)
 	sf := e.feed
 	e.feed = nil
 	e.mu.Unlock()
@@ -222,7 +220,7 @@ func (e *Elections) Close() error {
 	return e.store.Close()
 }
 
-func (e *Elections) isClosed() bool { return e.isShut.Load() }
+func (e *Elections) isClosed() bool { return e.closed.Load() }
 
 // ---- one election's backend.Election ----
 
@@ -471,7 +469,7 @@ func (e *Elections) subscribeDirect(ctx context.Context, b *electionBackend, to 
 func (e *Elections) register(ctx context.Context, b *electionBackend, s *feedSub) error {
 	cancel := s.end
 	e.mu.Lock()
-	if e.closed {
+	if e.closed.Load() {
 		e.mu.Unlock()
 		cancel()
 		return fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed)

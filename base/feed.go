@@ -336,7 +336,7 @@ func (f *Feed) Start(ctx context.Context) error {
 			err = fmt.Errorf("leaderfeed: Participate: the backend (%T) has no presence capability: %w", f.b, backend.ErrUnsupported)
 		} else {
 			pres = f.newPresence(pb)
-			err = pres.write(ctx)
+			err = pres.write(ctx, f.opts.PresenceInterval)
 		}
 	}
 	f.mu.Lock()
@@ -356,14 +356,8 @@ func (f *Feed) Start(ctx context.Context) error {
 	f.cancel = cancel
 	f.state = stateRunning
 	f.loop = newLoop(f, runCtx)
+	f.loop.pres = pres
 	f.loop.start()
-	if pres != nil {
-		f.goroutineStarts()
-		go func() {
-			defer f.goroutineEnds()
-			pres.run(runCtx)
-		}()
-	}
 	f.log.Info("leaderfeed: started", "observe_only", f.opts.ObserveOnly)
 	return nil
 }

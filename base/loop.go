@@ -56,6 +56,8 @@ type loop struct {
 	overflow  atomic.Uint64
 
 	refusals refusals // see refused.go
+
+	pres *presence // the presence calls; nil: not participating
 }
 
 type subResult struct {
@@ -150,7 +152,7 @@ func (l *loop) take(in input) {
 		l.tick()
 	case leaseMsg:
 		l.step(leaseLostInput{expired: l.leaseCtx != nil && l.leaseCtx.Err() != nil})
-	case requestInput:
+	case requestInput, presenceResult:
 		l.step(in)
 	default:
 		panic(fmt.Sprintf("leaderfeed: unknown input %T", in))
@@ -298,6 +300,13 @@ func (l *loop) exec(e effect) input {
 	case logDebug:
 		d := e.(logDebug)
 		l.f.log.Debug(d.msg, d.args...)
+	case logInfo:
+		d := e.(logInfo)
+		l.f.log.Info(d.msg, d.args...)
+	case presenceCall:
+		l.presenceCall(e)
+	case leavePresence:
+		l.leavePresence(e)
 	case openFeed:
 		l.openFeed()
 	case useFeed:
@@ -486,10 +495,20 @@ func (l *loop) call(eff effect) input {
 	var cancel context.CancelFunc
 	switch c.kind {
 	case callVacancy:
-		if err := c.parent.Err(); err != nil {
+		parent := c.parent
+		if parent == nil {
+			parent = l.ctx
+		}
+		if err := parent.Err(); err != nil {
 			return vacancyAbortedInput{err: err}
 		}
-		vctx, vcancel := context.WithCancel(c.parent)
+		var vctx context.Context
+		var vcancel context.CancelFunc
+		if c.deadline.IsZero() {
+			vctx, vcancel = context.WithCancel(parent)
+		} else {
+			vctx, vcancel = context.WithDeadline(parent, c.deadline)
+		}
 		stop := context.AfterFunc(l.ctx, vcancel)
 		ctx, cancel = vctx, func() { stop(); vcancel() }
 	case callClaim, callRenew:

@@ -132,23 +132,25 @@ type effect interface{ isEffect() }
 type timerID int
 
 const (
-	timerClaim  timerID = iota + 1 // a follower's election timeout: timerInput
-	timerRenew                     // the leader's next renewal: timerInput
-	timerReopen                    // reopen the failed changefeed: timerInput
-	timerPoll                      // read the record while the feed is down: timerInput
-	timerLease                     // the lease's end: see armLease; stopTimer only
+	timerClaim    timerID = iota + 1 // a follower's election timeout: timerInput
+	timerRenew                       // the leader's next renewal: timerInput
+	timerReopen                      // reopen the failed changefeed: timerInput
+	timerPoll                        // read the record while the feed is down: timerInput
+	timerPresence                    // refresh the presence record: timerInput
+	timerLease                       // the lease's end: see armLease; stopTimer only
 )
 
 func (t timerID) String() string {
-	return [...]string{"?", "claim", "renew", "reopen", "poll", "lease"}[t]
+	return [...]string{"?", "claim", "renew", "reopen", "poll", "presence", "lease"}[t]
 }
 
 // startCall starts one store call off the engine's goroutine; its result
 // comes back as a callResult carrying kind, expected, next and sentAt. A
 // read is Backend.Get, the others Backend.Heartbeat(expected, next). The
 // call's context ends at deadline (when set), and with the engine's; a
-// vacancy's is derived from parent (Resign's or Stop's context) instead,
-// and is not started if parent has ended (vacancyAbortedInput).
+// vacancy's is derived from parent (Resign's or Stop's context; nil: the
+// engine's) as well, and is not started if parent has ended
+// (vacancyAbortedInput).
 type startCall struct {
 	kind     callKind
 	expected heartbeat.Record
@@ -218,11 +220,17 @@ type reply struct {
 	err error
 }
 
-// logDebug logs a fixed message at Debug.
-type logDebug struct {
-	msg  string
-	args []any
-}
+// logDebug logs a fixed message at Debug, logInfo at Info.
+type (
+	logDebug struct {
+		msg  string
+		args []any
+	}
+	logInfo struct {
+		msg  string
+		args []any
+	}
+)
 
 // openFeed opens the changefeed off the engine's goroutine; the result
 // comes back as a subscribedInput. useFeed takes the channel it gave as the
@@ -245,6 +253,7 @@ func (extendLease) isEffect()  {}
 func (publish) isEffect()      {}
 func (reply) isEffect()        {}
 func (logDebug) isEffect()     {}
+func (logInfo) isEffect()      {}
 func (openFeed) isEffect()     {}
 func (useFeed) isEffect()      {}
 func (discardFeed) isEffect()  {}
@@ -314,6 +323,8 @@ type machine struct {
 	renewNow   bool          // renew as soon as the write in flight returns
 	stopCtx    context.Context
 
+	pres *priorityCheck // presence and the Priority check; nil: not participating
+
 	// The changefeed.
 	feedUp    bool      // the feed is open
 	opening   bool      // Subscribe is in flight
@@ -342,7 +353,8 @@ type proclaim struct {
 // vacancyWrite is a vacancy to write after stepping down, for Resign or a
 // transfer (reply set) or Stop.
 type vacancyWrite struct {
-	ctx       context.Context
+	ctx       context.Context // nil: the engine's, each attempt bounded by timeout
+	timeout   time.Duration
 	reply     chan<- error
 	term      uint64
 	successor string // a transfer: the node the vacancy is reserved for
@@ -355,7 +367,7 @@ func newMachine(id, election string, t heartbeat.Timing, opts Options) *machine 
 	if opts.ObserveOnly {
 		r = roleObserver
 	}
-	return &machine{id: id, election: election, t: t, rand: opts.Rand, role: r, value: opts.Value}
+	return &machine{id: id, election: election, t: t, rand: opts.Rand, role: r, value: opts.Value, pres: newPriorityCheck(opts)}
 }
 
 // step is the transition of the machine on input in at instant now: it
@@ -368,6 +380,9 @@ func (m *machine) step(now time.Time, in input) []effect {
 		m.openFeed()
 		m.startRead()
 		m.setTimer(timerPoll, now.Add(m.t.HeartbeatInterval)) // until the feed is up
+		if m.pres != nil {
+			m.setTimer(timerPresence, now.Add(m.pres.interval))
+		}
 	case stopInput:
 		m.onStop(in.ctx)
 	case exitInput:
@@ -384,6 +399,8 @@ func (m *machine) step(now time.Time, in input) []effect {
 		m.onRequest(in.r)
 	case callResult:
 		m.onResult(in)
+	case presenceResult:
+		m.onPresence(in)
 	case leaseExtendedInput:
 		m.onLeaseExtended(in.r, in.ok)
 		m.afterWrite()
@@ -421,6 +438,13 @@ func (m *machine) emit(e Event) { m.do(emit{ev: e}) }
 
 func (m *machine) publish() { m.do(publish{snap: m.snap, leaseEnd: m.snapLeaseTo}) }
 
+// debug logs msg at Debug, unless the driver said Debug is not logged.
+func (m *machine) debug(msg string, args ...any) {
+	if !m.quiet {
+		m.do(logDebug{msg: msg, args: args})
+	}
+}
+
 func (m *machine) call(kind callKind, expected, next heartbeat.Record, deadline time.Time, parent context.Context) {
 	m.do(startCall{kind: kind, expected: expected, next: next, sentAt: m.now, deadline: deadline, parent: parent})
 }
@@ -438,6 +462,9 @@ func (m *machine) exit() {
 	for _, t := range []timerID{timerClaim, timerRenew, timerReopen, timerPoll} {
 		m.stopTimer(t)
 	}
+	if m.pres != nil {
+		m.stopTimer(timerPresence)
+	}
 	m.do(closeFeed{})
 }
 
@@ -449,6 +476,8 @@ func (m *machine) onTimer(t timerID) {
 		m.startRenew()
 	case timerReopen:
 		m.openFeed()
+	case timerPresence:
+		m.onPresenceTimer()
 	case timerPoll:
 		if !m.feedUp || (m.readFailed && (m.role == roleFollower || m.role == roleObserver)) {
 			m.startRead()
@@ -1162,15 +1191,22 @@ func (m *machine) startVacancy() {
 	}
 	m.writing, v.inFlight = true, true
 	v.attempts++
-	m.call(callVacancy, heartbeat.Record{Revision: m.myRev, Leader: m.id, Term: v.term}, heartbeat.Record{Election: m.election, Term: v.term, Successor: v.successor}, time.Time{}, v.ctx)
+	var deadline time.Time
+	if v.timeout > 0 {
+		deadline = m.now.Add(v.timeout)
+	}
+	m.call(callVacancy, heartbeat.Record{Revision: m.myRev, Leader: m.id, Term: v.term}, heartbeat.Record{Election: m.election, Term: v.term, Successor: v.successor}, deadline, v.ctx)
 }
 
 func (m *machine) endVacancy(err error) {
 	v := m.vacancy
 	m.vacancy = nil
-	if v.reply != nil {
+	switch {
+	case v.reply != nil:
 		m.do(reply{to: v.reply, err: err})
-	} else if err != nil {
+	case err != nil && v.successor != "":
+		m.do(logInfo{msg: "leaderfeed: priority handover failed", args: []any{"to", v.successor, "err", err}})
+	case err != nil:
 		m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: stop: %w", err)})
 	}
 	m.armClaim(false)
@@ -1227,9 +1263,6 @@ func (m *machine) onRequest(r request) {
 		m.vacancyTerm = m.term
 		m.startVacancy()
 	case reqTransfer:
-		// Step down first (EventUnelected before anything else), then
-		// write the vacancy reserved for the target: only the target may
-		// claim it at once (see claimableAtOnce).
 		switch {
 		case m.role != roleLeader:
 			m.do(reply{to: r.reply, err: ErrNotLeader})
@@ -1238,11 +1271,7 @@ func (m *machine) onRequest(r request) {
 			m.do(reply{to: r.reply, err: ErrTransferToSelf})
 			return
 		}
-		m.stepDown(ReasonTransferred, nil)
-		m.handedOver = true
-		m.vacancy = &vacancyWrite{ctx: r.ctx, reply: r.reply, term: m.term, successor: r.target}
-		m.vacancyTerm = m.term
-		m.startVacancy()
+		m.transfer(r.target, &vacancyWrite{ctx: r.ctx, reply: r.reply})
 	case reqProclaim:
 		if m.role != roleLeader {
 			m.do(reply{to: r.reply, err: ErrNotLeader})
@@ -1255,6 +1284,18 @@ func (m *machine) onRequest(r request) {
 	default:
 		m.do(reply{to: r.reply, err: fmt.Errorf("leaderfeed: unknown request %d", r.kind)})
 	}
+}
+
+// transfer steps down (EventUnelected before anything else), then writes
+// the vacancy v reserved for target: only the target may claim it at once
+// (see claimableAtOnce). The node leads.
+func (m *machine) transfer(target string, v *vacancyWrite) {
+	m.stepDown(ReasonTransferred, nil)
+	m.handedOver = true
+	v.term, v.successor = m.term, target
+	m.vacancy = v
+	m.vacancyTerm = m.term
+	m.startVacancy()
 }
 
 // onStop: step down (EventUnelected first), then write the vacancy; the
@@ -1270,6 +1311,10 @@ func (m *machine) onStop(ctx context.Context) {
 	m.stopTimer(timerClaim)
 	m.stopTimer(timerPoll)
 	m.stopTimer(timerReopen)
+	if m.pres != nil {
+		m.stopTimer(timerPresence)
+		m.do(leavePresence{ctx: ctx})
+	}
 	if wasLeader {
 		m.handedOver = true
 		m.vacancy = &vacancyWrite{ctx: m.stopCtx, term: m.term}

@@ -933,3 +933,106 @@ func TestMachineEarlierClaimInTheConflict(t *testing.T) {
 		t.Fatalf("third claim %+v, want term 3 on the first claim's record", c3)
 	}
 }
+
+// The Priority check runs in the machine: the presence timer asks for a
+// refresh (and, while leading, a read of the participants), one at a time;
+// a higher-priority participant seen live at every check for
+// PriorityHysteresis of the term is handed the election, with a vacancy
+// bounded by a presence interval; a failed read restarts the count.
+func TestMachinePriorityCheckTransfers(t *testing.T) {
+	m, _ := leader(t) // term 1, lease until 260ms
+	m.pres = newPriorityCheck(Options{Participate: true, PresenceInterval: 50 * time.Millisecond,
+		PresenceTTL: 150 * time.Millisecond, PriorityHysteresis: 100 * time.Millisecond})
+	expect(t, m.step(at(50*time.Millisecond), timerInput{timerPresence}),
+		setTimer{t: timerPresence, at: at(100 * time.Millisecond)},
+		presenceCall{term: 1, check: true},
+	)
+	expect(t, m.step(at(55*time.Millisecond), timerInput{timerPresence}),
+		setTimer{t: timerPresence, at: at(105 * time.Millisecond)}) // one call at a time
+
+	store := at(time.Hour) // the store's clock is its own
+	live := func(node string, prio int, canLead bool) backend.Presence {
+		return backend.Presence{Node: node, Priority: prio, CanLead: canLead, Timestamp: store.Add(-10 * time.Millisecond)}
+	}
+	ps := []backend.Presence{
+		live("a", 0, true), live("c", 0, true), live("d", 9, false), live("b", 5, true),
+		{Node: "e", Priority: 9, CanLead: true, Timestamp: store.Add(-time.Second)}, // expired
+	}
+	result := func(when time.Duration, readErr error) []effect {
+		m.pres.busy = true
+		return m.step(at(when), presenceResult{term: 1, check: true, ps: ps, storeNow: store, readErr: readErr})
+	}
+	expect(t, result(60*time.Millisecond, nil))  // b first seen
+	expect(t, result(110*time.Millisecond, nil)) // 50ms < hysteresis
+	readErr := errors.New("read failed")
+	expect(t, result(120*time.Millisecond, readErr),
+		logDebug{msg: "leaderfeed: participants not read", args: []any{"err", readErr}})
+	expect(t, result(130*time.Millisecond, nil)) // b seen again from 130ms
+	expect(t, result(200*time.Millisecond, nil)) // 70ms
+	if m.role != roleLeader {
+		t.Fatalf("handed over before the hysteresis: role %v", m.role)
+	}
+	expect(t, m.step(at(225*time.Millisecond), presenceResult{term: 7, check: true, ps: ps, storeNow: store})) // another term's
+
+	effs := result(230*time.Millisecond, nil)
+	if m.role != roleFollower || m.vacancy == nil || m.vacancy.successor != "b" {
+		t.Fatalf("after the hysteresis: role %v, vacancy %+v; effects %v", m.role, m.vacancy, effs)
+	}
+	var vacancy *startCall
+	var unelected *Event
+	for _, e := range effs {
+		switch e := e.(type) {
+		case startCall:
+			vacancy = &e
+		case emit:
+			unelected = &e.ev
+		}
+	}
+	if _, ok := effs[0].(logInfo); !ok {
+		t.Errorf("first effect %v, want the handover logged", effs[0])
+	}
+	if unelected == nil || unelected.Type != EventUnelected || unelected.Reason != ReasonTransferred {
+		t.Errorf("event %+v, want EventUnelected (transferred)", unelected)
+	}
+	if vacancy == nil || vacancy.kind != callVacancy || vacancy.next.Successor != "b" || vacancy.parent != nil ||
+		!vacancy.deadline.Equal(at(280*time.Millisecond)) {
+		t.Fatalf("vacancy %+v, want one reserved for b, on the engine's context, due 280ms", vacancy)
+	}
+
+	// The vacancy fails five times: logged, not an EventError of Stop.
+	err := errors.New("unreachable")
+	for i := range 5 {
+		effs = m.step(at(time.Duration(240+i)*time.Millisecond), callResult{kind: callVacancy, expected: vacancy.expected, next: vacancy.next, sentAt: vacancy.sentAt, err: err})
+	}
+	if m.vacancy != nil {
+		t.Fatalf("vacancy still pending after 5 attempts: %+v", m.vacancy)
+	}
+	want := logInfo{msg: "leaderfeed: priority handover failed", args: []any{"to", "b", "err", fmt.Errorf("leaderfeed: vacant record not written (the others take over after their election timeout): %w", err)}}
+	if len(effs) == 0 || !reflect.DeepEqual(effs[0], want) {
+		t.Fatalf("after the last attempt: %v, want first %v", effs, want)
+	}
+
+	// A follower's results reset the count.
+	m.pres.since["b"] = at(0)
+	expect(t, result(300*time.Millisecond, nil))
+	if len(m.pres.since) != 0 {
+		t.Fatalf("a follower keeps %v", m.pres.since)
+	}
+}
+
+// Stop deletes the presence record, bounded by Stop's context, and stops
+// the presence timer.
+func TestMachineStopLeavesPresence(t *testing.T) {
+	m := newTestMachine(t, Options{Participate: true, PresenceInterval: 50 * time.Millisecond, PresenceTTL: 150 * time.Millisecond})
+	effs := m.step(t0, startInput{})
+	if got := effs[len(effs)-1]; !reflect.DeepEqual(got, setTimer{t: timerPresence, at: at(50 * time.Millisecond)}) {
+		t.Fatalf("start: last effect %v, want the presence timer", got)
+	}
+	ctx := context.Background()
+	effs = m.step(at(10*time.Millisecond), stopInput{ctx: ctx})
+	want := []effect{stopTimer{timerPresence}, leavePresence{ctx: ctx}}
+	if len(effs) < 2 || !reflect.DeepEqual(effs[len(effs)-2:], want) {
+		t.Fatalf("stop: %v, want it to end with %v", effs, want)
+	}
+	expect(t, m.step(at(50*time.Millisecond), timerInput{timerPresence})) // stopping: nothing
+}

@@ -174,118 +174,135 @@ func (f *Feed) transfer(ctx context.Context, nodeID string) error {
 	return err
 }
 
-// presence is the goroutine of a participating Feed: it refreshes the
-// node's presence record every PresenceInterval and, while the node leads,
-// hands leadership over to a live participant of strictly higher Priority
-// that has been present for PriorityHysteresis (see Options.Priority).
-// When the Feed stops it deletes the presence record (bounded by Stop's
-// context).
+// presence is what the loop of a participating Feed needs for its
+// presence calls: the backend and the record it writes.
 type presence struct {
-	f  *Feed
 	pb backend.PresenceElection
 	p  backend.Presence
-
-	// The Priority check of the leader: since when each candidate of
-	// higher priority has been seen live, in the current term.
-	term  uint64
-	since map[string]time.Time
 }
 
 func (f *Feed) newPresence(pb backend.PresenceElection) *presence {
-	return &presence{f: f, pb: pb, since: make(map[string]time.Time),
-		p: backend.Presence{Node: f.id, Value: f.opts.Value, Priority: f.opts.Priority, CanLead: !f.opts.ObserveOnly}}
+	return &presence{pb: pb, p: backend.Presence{Node: f.id, Value: f.opts.Value, Priority: f.opts.Priority, CanLead: !f.opts.ObserveOnly}}
 }
 
-// write refreshes the presence record once, bounded by the interval.
-func (p *presence) write(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, p.f.opts.PresenceInterval)
+// write writes the presence record once, bounded by timeout.
+func (p *presence) write(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return p.pb.Present(ctx, p.p)
 }
 
-func (p *presence) run(ctx context.Context) {
-	f := p.f
-	t := time.NewTimer(f.opts.PresenceInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-		case <-f.stopCh:
-			p.leave()
-			return
-		case <-ctx.Done():
-			select {
-			case <-f.stopCh: // Stop cancelled the engine already
-				p.leave()
-			default:
-			}
-			return
-		}
-		t.Reset(f.opts.PresenceInterval)
-		if err := p.write(ctx); err != nil && ctx.Err() == nil {
-			f.log.Debug("leaderfeed: presence refresh failed", "err", err)
-		}
-		p.checkPriority(ctx)
-	}
+// ---- the machine's side ----
+
+// Presence is an input and effect of the machine like any store call: the
+// presence timer (timerPresence) fires every PresenceInterval; the machine
+// asks for a refresh of the presence record (presenceCall), and while it
+// leads for a read of the participants along with it; the result comes back
+// as a presenceResult, on which the machine runs the Priority check. Stop
+// deletes the presence record (leavePresence).
+
+// presenceCall refreshes the node's presence record off the engine's
+// goroutine and, if check, reads the participants; the result comes back as
+// a presenceResult carrying term and check.
+type presenceCall struct {
+	term  uint64
+	check bool
 }
 
-// leave deletes the presence record when the Feed stops. It is bounded by
-// Stop's context and a presence interval, not by the engine's context,
-// which Stop cancels as soon as the election is handed over.
-func (p *presence) leave() {
-	f := p.f
-	f.mu.Lock()
-	sctx := f.stopCtx
-	f.mu.Unlock()
-	if sctx == nil {
-		sctx = context.Background()
-	}
-	ctx, cancel := context.WithTimeout(sctx, f.opts.PresenceInterval)
-	defer cancel()
-	if err := p.pb.Absent(ctx, f.id); err != nil {
-		f.log.Info("leaderfeed: presence not removed (it expires)", "err", err)
-	}
+// leavePresence deletes the node's presence record, bounded by ctx and a
+// presence interval. Feed.done waits for it.
+type leavePresence struct{ ctx context.Context }
+
+func (presenceCall) isEffect()  {}
+func (leavePresence) isEffect() {}
+
+// presenceResult is the outcome of a presenceCall: the refresh's error,
+// and (if check) the participants read and the store's time, or the
+// read's error.
+type presenceResult struct {
+	term     uint64
+	check    bool
+	writeErr error
+	ps       []backend.Presence
+	storeNow time.Time
+	readErr  error
 }
 
-// checkPriority is the leader's Priority check: it transfers to the live
-// participant of the highest priority above its own (ties: the lowest node
-// id) once that one has been seen live at every check for at least
-// PriorityHysteresis of the current term. Equal priorities never
-// transfer, so two nodes of equal priority never hand leadership back and
-// forth; a higher-priority node never takes leadership itself, it is
-// handed over.
-func (p *presence) checkPriority(ctx context.Context) {
-	f := p.f
-	term, leading := f.Term()
-	if !leading {
-		p.term = 0
-		clear(p.since)
+func (presenceResult) isInput() {}
+
+// priorityCheck is the machine's state for presence: nil when the node
+// does not participate.
+type priorityCheck struct {
+	interval, ttl, hysteresis time.Duration
+	priority                  int
+	busy                      bool // a presenceCall is in flight
+
+	// Since when each candidate of higher priority has been seen live, in
+	// term (0: not leading).
+	term  uint64
+	since map[string]time.Time
+}
+
+func newPriorityCheck(opts Options) *priorityCheck {
+	if !opts.Participate {
+		return nil
+	}
+	return &priorityCheck{interval: opts.PresenceInterval, ttl: opts.PresenceTTL, hysteresis: opts.PriorityHysteresis,
+		priority: opts.Priority, since: make(map[string]time.Time)}
+}
+
+func (m *machine) onPresenceTimer() {
+	p := m.pres
+	if m.role == roleStopping {
 		return
 	}
-	if term != p.term {
-		p.term = term
+	m.setTimer(timerPresence, m.now.Add(p.interval))
+	if p.busy {
+		return
+	}
+	p.busy = true
+	m.do(presenceCall{term: m.term, check: m.role == roleLeader})
+}
+
+// onPresence is the leader's Priority check: it transfers to the live
+// participant of the highest priority above its own (ties: the lowest node
+// id) once that one has been seen live at every check for at least
+// PriorityHysteresis of the current term. Equal priorities never transfer,
+// so two nodes of equal priority never hand leadership back and forth; a
+// higher-priority node never takes leadership itself, it is handed over.
+func (m *machine) onPresence(r presenceResult) {
+	p := m.pres
+	p.busy = false
+	if r.writeErr != nil && m.role != roleStopping {
+		m.debug("leaderfeed: presence refresh failed", "err", r.writeErr)
+	}
+	if m.role != roleLeader || !r.check || r.term != m.term {
+		if m.role != roleLeader {
+			p.term = 0
+			clear(p.since)
+		}
+		return
+	}
+	if p.term != m.term {
+		p.term = m.term
 		clear(p.since)
 	}
-	ctx, cancel := context.WithTimeout(ctx, f.opts.PresenceInterval)
-	defer cancel()
-	ps, now, err := p.pb.Participants(ctx)
-	if err != nil {
-		f.log.Debug("leaderfeed: participants not read", "err", err)
+	if r.readErr != nil {
+		m.debug("leaderfeed: participants not read", "err", r.readErr)
 		clear(p.since) // present continuously means seen at every check
 		return
 	}
-	local := time.Now()
 	seen := make(map[string]bool)
 	var best *backend.Presence
-	for _, c := range livePresences(ps, now, f.opts.PresenceTTL) {
-		if c.Node == f.id || !c.CanLead || c.Priority <= f.opts.Priority {
+	for _, c := range livePresences(r.ps, r.storeNow, p.ttl) {
+		if c.Node == m.id || !c.CanLead || c.Priority <= p.priority {
 			continue
 		}
 		seen[c.Node] = true
 		if _, ok := p.since[c.Node]; !ok {
-			p.since[c.Node] = local
+			p.since[c.Node] = m.now
 		}
-		if best == nil && local.Sub(p.since[c.Node]) >= f.opts.PriorityHysteresis {
+		if best == nil && m.now.Sub(p.since[c.Node]) >= p.hysteresis {
 			best = &c
 		}
 	}
@@ -297,9 +314,43 @@ func (p *presence) checkPriority(ctx context.Context) {
 	if best == nil {
 		return
 	}
-	f.log.Info("leaderfeed: handing over to a participant of higher priority", "to", best.Node, "priority", best.Priority, "term", term)
-	if err := f.transfer(ctx, best.Node); err != nil {
-		f.log.Info("leaderfeed: priority handover failed", "to", best.Node, "err", err)
-	}
 	clear(p.since)
+	m.do(logInfo{msg: "leaderfeed: handing over to a participant of higher priority", args: []any{"to", best.Node, "priority", best.Priority, "term", m.term}})
+	m.transfer(best.Node, &vacancyWrite{timeout: p.interval})
+}
+
+// ---- the loop's side ----
+
+// presenceCall executes a presenceCall on a goroutine of its own, each
+// store call bounded by a presence interval.
+func (l *loop) presenceCall(eff effect) {
+	c := eff.(presenceCall)
+	l.f.goroutineStarts()
+	go func() {
+		defer l.f.goroutineEnds()
+		r := presenceResult{term: c.term, check: c.check}
+		r.writeErr = l.pres.write(l.ctx, l.f.opts.PresenceInterval)
+		if c.check {
+			ctx, cancel := context.WithTimeout(l.ctx, l.f.opts.PresenceInterval)
+			r.ps, r.storeNow, r.readErr = l.pres.pb.Participants(ctx)
+			cancel()
+		}
+		l.box.PutHere(r)
+	}()
+}
+
+// leavePresence deletes the presence record when the Feed stops, bounded
+// by Stop's context and a presence interval, not by the engine's context,
+// which Stop cancels as soon as the election is handed over.
+func (l *loop) leavePresence(eff effect) {
+	sctx := eff.(leavePresence).ctx
+	l.f.goroutineStarts()
+	go func() {
+		defer l.f.goroutineEnds()
+		ctx, cancel := context.WithTimeout(sctx, l.f.opts.PresenceInterval)
+		defer cancel()
+		if err := l.pres.pb.Absent(ctx, l.f.id); err != nil {
+			l.f.log.Info("leaderfeed: presence not removed (it expires)", "err", err)
+		}
+	}()
 }

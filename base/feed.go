@@ -118,7 +118,7 @@ type Feed struct {
 	snap     snapshot
 	leaseEnd time.Time
 	defSub   *Subscription // of Events
-	health   Health        // see health.go; written by the loop
+	health   Health        // the machine's, as published (publishHealth)
 }
 
 type feedState int

@@ -119,36 +119,40 @@ func (f *Feed) Healthy(bound time.Duration) error {
 // subscription of the Feed together (Subscription.Dropped counts one).
 func (f *Feed) DroppedChanges() uint64 { return f.events.dropped.Load() }
 
-// ---- hooks of the loop (health and Trace) ----
+// ---- the machine's side (health and Trace) ----
 
-// noteStart: the engine starts after Start's checks talked to the store;
-// the changefeed is not open yet.
-func (l *loop) noteStart() {
-	now := time.Now()
-	l.f.mu.Lock()
-	l.f.health = Health{Started: now, LastContact: now, FeedDownSince: now}
-	l.f.mu.Unlock()
+// publishHealth hands the getters the machine's Health. The machine adds
+// it to a step that changed its Health, last but for a question.
+type publishHealth struct{ h Health }
+
+// traceCall calls Trace.ClaimDone or Trace.RenewDone for a claim or renewal
+// that came back; the machine sends it only when a Trace asks for one.
+type traceCall struct {
+	kind    callKind
+	term    uint64
+	latency time.Duration
+	won     bool
+	err     error
 }
 
-func (l *loop) noteNotification(n backend.Notification, ok bool) {
-	now := time.Now()
-	l.f.mu.Lock()
-	defer l.f.mu.Unlock()
-	if ok && n.Type != backend.Failed {
-		l.f.health.LastContact = now
-	} else if l.f.health.FeedDownSince.IsZero() {
-		l.f.health.FeedDownSince = now
-	}
+func (publishHealth) isEffect() {}
+func (traceCall) isEffect()     {}
+
+func (m *machine) contact() {
+	m.health.LastContact = m.now
+	m.healthChanged = true
 }
 
-func (l *loop) noteSubscribed(r subResult) {
-	now := time.Now()
-	l.f.mu.Lock()
-	defer l.f.mu.Unlock()
-	if r.err == nil {
-		l.f.health.LastContact, l.f.health.FeedDownSince = now, time.Time{}
-	} else if l.f.health.FeedDownSince.IsZero() {
-		l.f.health.FeedDownSince = now
+// noteFeed takes in whether the changefeed is up (opened, or notified)
+// or down.
+func (m *machine) noteFeed(up bool) {
+	switch {
+	case up:
+		m.contact()
+		m.health.FeedDownSince = time.Time{}
+	case m.health.FeedDownSince.IsZero():
+		m.health.FeedDownSince = m.now
+		m.healthChanged = true
 	}
 }
 
@@ -164,23 +168,22 @@ func (r *callResult) answered() bool {
 	return errors.As(r.err, &conflict) || errors.Is(r.err, backend.ErrNotFound) || errors.Is(r.err, backend.ErrMalformedRecord)
 }
 
-// noteResult runs after the loop took in the result of a store call.
-func (l *loop) noteResult(r *callResult) {
-	now := time.Now()
+// noteResult takes in the result of a store call once the machine has
+// stepped it.
+func (m *machine) noteResult(r *callResult) {
 	answered := r.answered()
-	failed := !answered && l.ctx.Err() == nil
-	leading := l.m.role == roleLeader && l.m.term == r.next.Term
-	l.f.mu.Lock()
-	h := &l.f.health
+	failed := !answered && !r.closed
+	leading := m.role == roleLeader && m.term == r.next.Term
+	h := &m.health
 	if answered || errors.Is(r.err, ErrRefused) {
-		h.LastContact = now // the store answers, if only to refuse
+		m.contact() // the store answers, if only to refuse
 	}
 	switch r.kind {
 	case callRead:
 		if answered {
 			h.ReadsFailingSince = time.Time{}
 		} else if failed && h.ReadsFailingSince.IsZero() {
-			h.ReadsFailingSince = now
+			h.ReadsFailingSince = m.now
 		}
 	case callClaim:
 		if leading {
@@ -190,19 +193,23 @@ func (l *loop) noteResult(r *callResult) {
 		if r.err == nil {
 			h.RenewalsFailingSince = time.Time{}
 		} else if failed && leading && h.RenewalsFailingSince.IsZero() {
-			h.RenewalsFailingSince = now
+			h.RenewalsFailingSince = m.now
 		}
 	}
-	l.f.mu.Unlock()
-
-	tr := l.f.opts.Trace
-	if tr == nil || l.ctx.Err() != nil {
-		return
+	m.healthChanged = true
+	if m.traced && !r.closed && (r.kind == callClaim || r.kind == callRenew) {
+		m.do(traceCall{kind: r.kind, term: r.next.Term, latency: m.now.Sub(r.sentAt), won: leading, err: r.err})
 	}
+}
+
+// traceCall executes a traceCall.
+func (l *loop) traceCall(eff effect) {
+	c := eff.(traceCall)
+	tr := l.f.opts.Trace
 	switch {
-	case r.kind == callClaim && tr.ClaimDone != nil:
-		tr.ClaimDone(ClaimInfo{Election: l.f.Election(), NodeID: l.f.id, Term: r.next.Term, Latency: now.Sub(r.sentAt), Won: leading, Err: r.err})
-	case r.kind == callRenew && tr.RenewDone != nil:
-		tr.RenewDone(RenewInfo{Election: l.f.Election(), NodeID: l.f.id, Term: r.next.Term, Latency: now.Sub(r.sentAt), Err: r.err})
+	case c.kind == callClaim && tr.ClaimDone != nil:
+		tr.ClaimDone(ClaimInfo{Election: l.f.Election(), NodeID: l.f.id, Term: c.term, Latency: c.latency, Won: c.won, Err: c.err})
+	case c.kind == callRenew && tr.RenewDone != nil:
+		tr.RenewDone(RenewInfo{Election: l.f.Election(), NodeID: l.f.id, Term: c.term, Latency: c.latency, Err: c.err})
 	}
 }

@@ -55,8 +55,6 @@ type loop struct {
 	notes     atomic.Int64 // notifications in the mailbox
 	overflow  atomic.Uint64
 
-	refusals refusals // see refused.go
-
 	pres *presence // the presence calls; nil: not participating
 }
 
@@ -131,7 +129,6 @@ func (l *loop) take(in input) {
 	// which every step stands on, holds no copy of a large input.
 	switch in.(type) {
 	case startInput:
-		l.noteStart()
 		l.step(in)
 	case stopMsg:
 		l.f.mu.Lock()
@@ -166,8 +163,6 @@ func (l *loop) take(in input) {
 // notifications of that feed that came before it.
 func (l *loop) subscribed(msg input) {
 	in := msg.(subResult)
-	l.noteSubscribed(in)
-	l.noteRefusal(refusedFeed, in.err, in.err == nil)
 	l.pending = in
 	l.step(subscribedInput{err: in.err, ok: in.err == nil && (in.ch != nil || in.direct)})
 	l.pending = subResult{}
@@ -191,10 +186,8 @@ func (l *loop) result(msg input) {
 	if in.parent != nil {
 		in.parentDone = in.parent.Err() != nil
 	}
-	l.noteRefusal(opOf(in.kind), in.err, in.answered())
 	msg = in
 	l.step(msg)
-	l.noteResult(&in)
 }
 
 // notification steps a notification of the feed (a notifyMsg), if it is
@@ -206,10 +199,6 @@ func (l *loop) notification(msg input) {
 			l.early = append(l.early, in)
 		}
 		return
-	}
-	l.noteNotification(in.n, in.ok)
-	if in.ok && in.n.Type == backend.Failed {
-		l.noteRefusal(refusedFeed, in.n.Err, false)
 	}
 	l.step(notificationInput{n: in.n, ok: in.ok})
 }
@@ -274,7 +263,7 @@ func (l *loop) exec(e effect) input {
 		if t.align {
 			at = l.renewAt(at)
 		}
-		l.due[t.t] = l.refusalDelay(t.t, at)
+		l.due[t.t] = at
 		l.armTimer()
 	case stopTimer:
 		if t := e.(stopTimer).t; t != timerLease {
@@ -300,9 +289,15 @@ func (l *loop) exec(e effect) input {
 	case logDebug:
 		d := e.(logDebug)
 		l.f.log.Debug(d.msg, d.args...)
-	case logInfo:
-		d := e.(logInfo)
-		l.f.log.Info(d.msg, d.args...)
+	case logLine:
+		d := e.(logLine)
+		l.f.log.Log(context.Background(), d.level, d.msg, d.args...)
+	case publishHealth:
+		l.publishHealth(e)
+	case traceCall:
+		if l.ctx.Err() == nil {
+			l.traceCall(e)
+		}
 	case presenceCall:
 		l.presenceCall(e)
 	case leavePresence:
@@ -359,9 +354,16 @@ func (l *loop) publish(eff effect) {
 	l.f.mu.Lock()
 	l.f.snap = e.snap
 	l.f.leaseEnd = e.leaseEnd
-	if !e.recordAt.IsZero() {
-		l.f.health.LastRecord = e.recordAt
-	}
+	l.f.mu.Unlock()
+}
+
+// publishHealth hands the getters the machine's Health.
+//
+//go:noinline // keeps exec's frame small
+func (l *loop) publishHealth(eff effect) {
+	h := eff.(publishHealth).h
+	l.f.mu.Lock()
+	l.f.health = h
 	l.f.mu.Unlock()
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base/backend"
@@ -206,12 +207,10 @@ type extendLease struct {
 	r   callResult
 }
 
-// publish hands the getters a new snapshot (and the lease's end);
-// recordAt, when set, is when a record was taken in (Health.LastRecord).
+// publish hands the getters a new snapshot (and the lease's end).
 type publish struct {
 	snap     snapshot
 	leaseEnd time.Time
-	recordAt time.Time
 }
 
 // reply answers a waiting caller (Resign, Proclaim, status).
@@ -220,15 +219,16 @@ type reply struct {
 	err error
 }
 
-// logDebug logs a fixed message at Debug, logInfo at Info.
+// logDebug logs a fixed message at Debug, logLine at its level.
 type (
 	logDebug struct {
 		msg  string
 		args []any
 	}
-	logInfo struct {
-		msg  string
-		args []any
+	logLine struct {
+		level slog.Level
+		msg   string
+		args  []any
 	}
 )
 
@@ -253,7 +253,7 @@ func (extendLease) isEffect()  {}
 func (publish) isEffect()      {}
 func (reply) isEffect()        {}
 func (logDebug) isEffect()     {}
-func (logInfo) isEffect()      {}
+func (logLine) isEffect()      {}
 func (openFeed) isEffect()     {}
 func (useFeed) isEffect()      {}
 func (discardFeed) isEffect()  {}
@@ -335,6 +335,12 @@ type machine struct {
 	snap        snapshot
 	snapLeaseTo time.Time
 
+	// Health (health.go) and the account of refusals (refused.go).
+	health        Health
+	healthChanged bool // since the last publishHealth
+	refusals      refusals
+	traced        bool // a Trace wants ClaimDone or RenewDone
+
 	now   time.Time // of the step under way
 	out   []effect  // effects of the step under way
 	spare []effect  // a slice for out the driver is done with (recycle)
@@ -367,7 +373,8 @@ func newMachine(id, election string, t heartbeat.Timing, opts Options) *machine 
 	if opts.ObserveOnly {
 		r = roleObserver
 	}
-	return &machine{id: id, election: election, t: t, rand: opts.Rand, role: r, value: opts.Value, pres: newPriorityCheck(opts)}
+	traced := opts.Trace != nil && (opts.Trace.ClaimDone != nil || opts.Trace.RenewDone != nil)
+	return &machine{id: id, election: election, t: t, rand: opts.Rand, role: r, value: opts.Value, pres: newPriorityCheck(opts), traced: traced}
 }
 
 // step is the transition of the machine on input in at instant now: it
@@ -377,6 +384,8 @@ func (m *machine) step(now time.Time, in input) []effect {
 	m.now, m.out, m.spare = now, m.spare, nil
 	switch in := in.(type) {
 	case startInput:
+		m.health = Health{Started: now, LastContact: now, FeedDownSince: now}
+		m.healthChanged = true
 		m.openFeed()
 		m.startRead()
 		m.setTimer(timerPoll, now.Add(m.t.HeartbeatInterval)) // until the feed is up
@@ -392,13 +401,23 @@ func (m *machine) step(now time.Time, in input) []effect {
 	case leaseLostInput:
 		m.onLeaseLost(in.expired)
 	case subscribedInput:
+		m.noteFeed(in.err == nil)
+		m.noteRefusal(refusedFeed, in.err, in.err == nil)
 		m.onSubscribed(in)
 	case notificationInput:
+		m.noteFeed(in.ok && in.n.Type != backend.Failed)
+		if in.ok && in.n.Type == backend.Failed {
+			m.noteRefusal(refusedFeed, in.n.Err, false)
+		}
 		m.onNotification(in.n, in.ok)
 	case requestInput:
 		m.onRequest(in.r)
 	case callResult:
+		if !in.closed {
+			m.noteRefusal(opOf(in.kind), in.err, in.answered())
+		}
 		m.onResult(in)
+		m.noteResult(&in)
 	case presenceResult:
 		m.onPresence(in)
 	case leaseExtendedInput:
@@ -410,9 +429,28 @@ func (m *machine) step(now time.Time, in input) []effect {
 		m.vacancy.attempts--
 		m.endVacancy(fmt.Errorf("leaderfeed: vacant record not written: %w", in.err))
 	}
+	if m.healthChanged {
+		m.healthChanged = false
+		m.do(publishHealth{h: m.health})
+		if n := len(m.out); n > 1 && asks(m.out[n-2]) {
+			m.out[n-2], m.out[n-1] = m.out[n-1], m.out[n-2] // the question stays last
+		}
+	}
 	out := m.out
 	m.out = nil
 	return out
+}
+
+// asks reports whether the driver may answer effect e with an input (see
+// effect).
+func asks(e effect) bool {
+	switch e := e.(type) {
+	case extendLease:
+		return true
+	case startCall:
+		return e.kind == callVacancy
+	}
+	return false
 }
 
 // done reports whether the engine may end: Stop was called and the last
@@ -430,7 +468,11 @@ func (m *machine) recycle(effects []effect) {
 	m.spare = effects[:0]
 }
 
-func (m *machine) setTimer(t timerID, at time.Time) { m.do(setTimer{t: t, at: at}) }
+// setTimer arms timer t for at, or later while the store refuses the kind
+// of call it starts (refusalDelay).
+func (m *machine) setTimer(t timerID, at time.Time) {
+	m.do(setTimer{t: t, at: m.refusalDelay(t, at)})
+}
 
 func (m *machine) stopTimer(t timerID) { m.do(stopTimer{t: t}) }
 
@@ -693,7 +735,8 @@ func (m *machine) observe(r heartbeat.Record, authoritative bool) {
 	m.recLease = r.Lease
 	m.maxTerm = max(m.maxTerm, r.Term)
 	m.snap.record, m.snap.seen = m.rec.Clone(), true
-	m.do(publish{snap: m.snap, leaseEnd: m.snapLeaseTo, recordAt: now})
+	m.publish()
+	m.health.LastRecord, m.healthChanged = now, true
 	if !m.quiet {
 		m.do(logDebug{msg: "leaderfeed: record", args: []any{"leader", r.Leader, "term", r.Term, "revision", r.Revision}})
 	}
@@ -1205,7 +1248,7 @@ func (m *machine) endVacancy(err error) {
 	case v.reply != nil:
 		m.do(reply{to: v.reply, err: err})
 	case err != nil && v.successor != "":
-		m.do(logInfo{msg: "leaderfeed: priority handover failed", args: []any{"to", v.successor, "err", err}})
+		m.do(logLine{level: slog.LevelInfo, msg: "leaderfeed: priority handover failed", args: []any{"to", v.successor, "err", err}})
 	case err != nil:
 		m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: stop: %w", err)})
 	}

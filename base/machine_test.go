@@ -8,7 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,7 +111,7 @@ func rec(rev uint64, leader string, term uint64, lease time.Duration) heartbeat.
 func observed(when time.Time, snap snapshot, leaseEnd time.Time, r heartbeat.Record) []effect {
 	snap.record, snap.seen = r, true
 	return []effect{
-		publish{snap: snap, leaseEnd: leaseEnd, recordAt: when},
+		publish{snap: snap, leaseEnd: leaseEnd},
 		logDebug{msg: "leaderfeed: record", args: []any{"leader", r.Leader, "term", r.Term, "revision", r.Revision}},
 	}
 }
@@ -133,8 +135,14 @@ func cat(parts ...any) []effect {
 	return out
 }
 
+// withoutHealth drops publishHealth, which TestMachineHealth checks.
+func withoutHealth(effs []effect) []effect {
+	return slices.DeleteFunc(slices.Clone(effs), func(e effect) bool { _, is := e.(publishHealth); return is })
+}
+
 func expect(t *testing.T, got []effect, want ...effect) {
 	t.Helper()
+	got = withoutHealth(got)
 	if reflect.DeepEqual(got, want) {
 		return
 	}
@@ -759,7 +767,7 @@ func TestMachineProclaimDuringRenewal(t *testing.T) {
 	r := callResult{kind: callRenew, expected: c.expected, next: c.next, sentAt: sent, res: res}
 	now := at(120 * time.Millisecond)
 	expect(t, m.step(now, r), extendLease{ctx: lctx, end: sent.Add(timing.LeaseDuration), r: r})
-	effs := m.step(now, leaseExtendedInput{r: r, ok: true})
+	effs := withoutHealth(m.step(now, leaseExtendedInput{r: r, ok: true}))
 	for _, e := range effs {
 		if _, ok := e.(reply); ok {
 			t.Fatalf("the renewal sent before Proclaim answered it: %+v", effs)
@@ -821,7 +829,7 @@ func TestMachineTransferReservesTheVacancy(t *testing.T) {
 	reserved := rec(2, "", 1, 0)
 	reserved.Successor = "b"
 	later := at(60 * time.Millisecond)
-	effs = m.step(later, callResult{kind: callVacancy, expected: vac.expected, next: vac.next, sentAt: now, parent: ctx, err: backend.NewConflict(reserved)})
+	effs = withoutHealth(m.step(later, callResult{kind: callVacancy, expected: vac.expected, next: vac.next, sentAt: now, parent: ctx, err: backend.NewConflict(reserved)}))
 	if r, ok := effs[len(effs)-3].(reply); !ok || r.to != done || r.err != nil {
 		t.Fatalf("effects %v: want the transfer answered without error", effs)
 	}
@@ -988,7 +996,7 @@ func TestMachinePriorityCheckTransfers(t *testing.T) {
 			unelected = &e.ev
 		}
 	}
-	if _, ok := effs[0].(logInfo); !ok {
+	if l, ok := effs[0].(logLine); !ok || l.level != slog.LevelInfo {
 		t.Errorf("first effect %v, want the handover logged", effs[0])
 	}
 	if unelected == nil || unelected.Type != EventUnelected || unelected.Reason != ReasonTransferred {
@@ -1002,12 +1010,12 @@ func TestMachinePriorityCheckTransfers(t *testing.T) {
 	// The vacancy fails five times: logged, not an EventError of Stop.
 	err := errors.New("unreachable")
 	for i := range 5 {
-		effs = m.step(at(time.Duration(240+i)*time.Millisecond), callResult{kind: callVacancy, expected: vacancy.expected, next: vacancy.next, sentAt: vacancy.sentAt, err: err})
+		effs = withoutHealth(m.step(at(time.Duration(240+i)*time.Millisecond), callResult{kind: callVacancy, expected: vacancy.expected, next: vacancy.next, sentAt: vacancy.sentAt, err: err}))
 	}
 	if m.vacancy != nil {
 		t.Fatalf("vacancy still pending after 5 attempts: %+v", m.vacancy)
 	}
-	want := logInfo{msg: "leaderfeed: priority handover failed", args: []any{"to", "b", "err", fmt.Errorf("leaderfeed: vacant record not written (the others take over after their election timeout): %w", err)}}
+	want := logLine{level: slog.LevelInfo, msg: "leaderfeed: priority handover failed", args: []any{"to", "b", "err", fmt.Errorf("leaderfeed: vacant record not written (the others take over after their election timeout): %w", err)}}
 	if len(effs) == 0 || !reflect.DeepEqual(effs[0], want) {
 		t.Fatalf("after the last attempt: %v, want first %v", effs, want)
 	}
@@ -1024,7 +1032,7 @@ func TestMachinePriorityCheckTransfers(t *testing.T) {
 // the presence timer.
 func TestMachineStopLeavesPresence(t *testing.T) {
 	m := newTestMachine(t, Options{Participate: true, PresenceInterval: 50 * time.Millisecond, PresenceTTL: 150 * time.Millisecond})
-	effs := m.step(t0, startInput{})
+	effs := withoutHealth(m.step(t0, startInput{}))
 	if got := effs[len(effs)-1]; !reflect.DeepEqual(got, setTimer{t: timerPresence, at: at(50 * time.Millisecond)}) {
 		t.Fatalf("start: last effect %v, want the presence timer", got)
 	}
@@ -1035,4 +1043,65 @@ func TestMachineStopLeavesPresence(t *testing.T) {
 		t.Fatalf("stop: %v, want it to end with %v", effs, want)
 	}
 	expect(t, m.step(at(50*time.Millisecond), timerInput{timerPresence})) // stopping: nothing
+}
+
+// Health is the machine's: each step that changes it publishes it
+// (publishHealth), and a refused kind of call moves the timer that starts
+// it refusalRetry later, inside the machine.
+func TestMachineHealth(t *testing.T) {
+	health := func(effs []effect) Health {
+		t.Helper()
+		var got []Health
+		for _, e := range effs {
+			if p, ok := e.(publishHealth); ok {
+				got = append(got, p.h)
+			}
+		}
+		if len(got) != 1 {
+			t.Fatalf("effects %v: %d publishHealth, want 1", effs, len(got))
+		}
+		return got[0]
+	}
+	m := newTestMachine(t, Options{})
+	if h := health(m.step(t0, startInput{})); h != (Health{Started: t0, LastContact: t0, FeedDownSince: t0}) {
+		t.Fatalf("started: %+v", h)
+	}
+	if h := health(m.step(at(5*time.Millisecond), subscribedInput{ok: true})); !h.LastContact.Equal(at(5*time.Millisecond)) || !h.FeedDownSince.IsZero() {
+		t.Fatalf("feed opened: %+v", h)
+	}
+	down := errors.New("connection reset")
+	h := health(m.step(at(10*time.Millisecond), callResult{kind: callRead, sentAt: t0, err: down}))
+	if !h.ReadsFailingSince.Equal(at(10*time.Millisecond)) || !h.LastContact.Equal(at(5*time.Millisecond)) {
+		t.Fatalf("read failed: %+v", h)
+	}
+
+	refused := fmt.Errorf("permission denied: %w", ErrRefused)
+	m.reading = true
+	effs := m.step(at(20*time.Millisecond), callResult{kind: callRead, sentAt: t0, err: refused})
+	h = health(effs)
+	if h.Refused != refused || !h.RefusedSince.Equal(at(20*time.Millisecond)) || !h.LastContact.Equal(at(20*time.Millisecond)) ||
+		!h.ReadsFailingSince.Equal(at(10*time.Millisecond)) {
+		t.Fatalf("read refused: %+v", h)
+	}
+	if l, ok := effs[0].(logLine); !ok || l.level != slog.LevelError || l.msg != "leaderfeed: store refuses" {
+		t.Fatalf("read refused: first effect %v, want the refusal logged at Error", effs[0])
+	}
+	m.feedUp = false
+	effs = withoutHealth(m.step(at(30*time.Millisecond), timerInput{timerPoll}))
+	retry := at(20*time.Millisecond + refusalRetry(timing))
+	if want := (setTimer{t: timerPoll, at: retry}); len(effs) != 2 || effs[1] != want {
+		t.Fatalf("poll while reads are refused: %v, want the next poll at %v", effs, retry)
+	}
+
+	effs = m.step(at(40*time.Millisecond), callResult{kind: callRead, sentAt: at(30 * time.Millisecond), err: backend.ErrNotFound})
+	h = health(effs)
+	if h.Refused != nil || !h.RefusedSince.IsZero() || !h.ReadsFailingSince.IsZero() || !h.LastContact.Equal(at(40*time.Millisecond)) {
+		t.Fatalf("read answered: %+v", h)
+	}
+	if l, ok := effs[0].(logLine); !ok || l.level != slog.LevelInfo {
+		t.Fatalf("read answered: first effect %v, want the end of refusals logged at Info", effs[0])
+	}
+	if effs := m.step(at(50*time.Millisecond), timerInput{timerClaim}); slices.ContainsFunc(effs, func(e effect) bool { _, is := e.(publishHealth); return is }) {
+		t.Fatalf("a claim timer changed no health, yet: %v", effs)
+	}
 }

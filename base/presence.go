@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -315,7 +316,7 @@ func (m *machine) onPresence(r presenceResult) {
 		return
 	}
 	clear(p.since)
-	m.do(logInfo{msg: "leaderfeed: handing over to a participant of higher priority", args: []any{"to", best.Node, "priority", best.Priority, "term", m.term}})
+	m.do(logLine{level: slog.LevelInfo, msg: "leaderfeed: handing over to a participant of higher priority", args: []any{"to", best.Node, "priority", best.Priority, "term", m.term}})
 	m.transfer(best.Node, &vacancyWrite{timeout: p.interval})
 }
 

@@ -2,6 +2,7 @@ package base
 
 import (
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/heartbeat"
@@ -10,7 +11,7 @@ import (
 // Refusals. A store call that fails with an error matching ErrRefused (a
 // missing privilege, a missing or foreign table) cannot succeed by being
 // retried at the pace of a transient fault: it would only fill the
-// server's log. So the loop keeps an account of the kinds of call the
+// server's log. So the machine keeps an account of the kinds of call the
 // store refuses (writes, reads, the changefeed) and:
 //
 //   - logs the first refusal at Error, then at most one summary a minute
@@ -59,7 +60,7 @@ func (o refusedOp) index() int {
 	return 0
 }
 
-// refusals is the loop's account of the store's refusals.
+// refusals is the machine's account of the store's refusals.
 type refusals struct {
 	ops      refusedOp    // the kinds of call the store refuses now
 	last     [3]time.Time // per kind (index), its last refusal
@@ -88,52 +89,48 @@ func opOf(k callKind) refusedOp {
 }
 
 // noteRefusal takes in the outcome of a call of kind op, before the
-// machine does (so that the timers it sets see the refusal): err, and
-// whether the store took the call (took).
-func (l *loop) noteRefusal(op refusedOp, err error, took bool) {
-	r := &l.refusals
-	now := time.Now()
+// machine handles it (so that the timers it sets see the refusal): err,
+// and whether the store took the call (took).
+func (m *machine) noteRefusal(op refusedOp, err error, took bool) {
+	r := &m.refusals
+	h := &m.health
 	switch {
-	case err != nil && errors.Is(err, ErrRefused) && l.ctx.Err() == nil:
+	case err != nil && errors.Is(err, ErrRefused):
 		first := r.ops == 0
 		r.ops |= op
-		r.last[op.index()] = now
+		r.last[op.index()] = m.now
 		r.n++
 		r.total++
-		l.f.mu.Lock()
 		if first {
-			l.f.health.RefusedSince = now
+			h.RefusedSince = m.now
 		}
-		l.f.health.Refused = err
-		since := l.f.health.RefusedSince
-		l.f.mu.Unlock()
+		h.Refused = err
+		m.healthChanged = true
 		switch {
 		case first:
-			l.f.log.Error("leaderfeed: store refuses", "call", op.String(), "err", err)
-		case now.Sub(r.loggedAt) >= refusalLogEvery:
-			l.f.log.Error("leaderfeed: store still refuses", "call", op.String(), "refusals", r.n,
-				"since", since, "err", err)
+			m.do(logLine{level: slog.LevelError, msg: "leaderfeed: store refuses", args: []any{"call", op.String(), "err", err}})
+		case m.now.Sub(r.loggedAt) >= refusalLogEvery:
+			m.do(logLine{level: slog.LevelError, msg: "leaderfeed: store still refuses", args: []any{"call", op.String(), "refusals", r.n,
+				"since", h.RefusedSince, "err", err}})
 		default:
 			return
 		}
-		r.loggedAt, r.n = now, 0
+		r.loggedAt, r.n = m.now, 0
 	case took && r.ops&op != 0:
 		r.ops &^= op
 		if r.ops != 0 {
 			return
 		}
-		l.f.mu.Lock()
-		since := l.f.health.RefusedSince
-		l.f.health.Refused, l.f.health.RefusedSince = nil, time.Time{}
-		l.f.mu.Unlock()
-		l.f.log.Info("leaderfeed: store takes the calls it refused", "refusals", r.total, "for", now.Sub(since))
+		m.do(logLine{level: slog.LevelInfo, msg: "leaderfeed: store takes the calls it refused", args: []any{"refusals", r.total, "for", m.now.Sub(h.RefusedSince)}})
+		h.Refused, h.RefusedSince = nil, time.Time{}
+		m.healthChanged = true
 		r.total, r.n = 0, 0
 	}
 }
 
 // refusalDelay returns when the timer t, asked for at, fires: no sooner
 // than refusalRetry after the last refusal of the kind of call it starts.
-func (l *loop) refusalDelay(t timerID, at time.Time) time.Time {
+func (m *machine) refusalDelay(t timerID, at time.Time) time.Time {
 	var op refusedOp
 	switch t {
 	case timerClaim:
@@ -145,10 +142,10 @@ func (l *loop) refusalDelay(t timerID, at time.Time) time.Time {
 	default:
 		return at
 	}
-	if l.refusals.ops&op == 0 {
+	if m.refusals.ops&op == 0 {
 		return at
 	}
-	if retry := l.refusals.last[op.index()].Add(refusalRetry(l.f.timing)); retry.After(at) {
+	if retry := m.refusals.last[op.index()].Add(refusalRetry(m.t)); retry.After(at) {
 		return retry
 	}
 	return at

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base/backend"
+	"github.com/leaderfeed/leaderfeed/base/internal/mailbox"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -451,7 +452,7 @@ func (e *Elections) subscribe(ctx context.Context, b *electionBackend, to func(b
 	if err := e.register(ctx, b, s); err != nil {
 		return nil, err
 	}
-	return s.out, nil
+	return s.pipe.C(), nil
 }
 
 // subscribeDirect is subscribe for subscribeTo: the subscription ends when
@@ -500,10 +501,7 @@ func (e *Elections) register(ctx context.Context, b *electionBackend, s *feedSub
 		delete(b.subs, s)
 		b.mu.Unlock()
 	}
-	if s.ctx != nil {
-		stop := context.AfterFunc(s.ctx, s.readerGone)
-		s.stopAfter.Store(&stop)
-	}
+	s.open()
 	if sf.byName[b.name] == nil {
 		sf.byName[b.name] = make(map[*feedSub]struct{})
 	}
@@ -513,12 +511,11 @@ func (e *Elections) register(ctx context.Context, b *electionBackend, s *feedSub
 	e.mu.Unlock()
 	b.mu.Lock()
 	closed := b.closed
-	s.mu.Lock()
-	if !s.ended {
-		// (An ended s left b already, or will not find itself in b.)
+	if !s.isEnded() {
+		// (An ended s left b already, or will not find itself in b: it
+		// leaves b under b.mu after it ended.)
 		b.subs[s] = struct{}{}
 	}
-	s.mu.Unlock()
 	b.mu.Unlock()
 	if closed {
 		s.fail(fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed))
@@ -635,141 +632,84 @@ func (sf *sharedFeed) fail(err error) {
 	e.log.Info("leaderfeed: changefeed ended", "err", err)
 }
 
-// feedSub is one election's subscription on the shared feed. The feed
-// hands a notification straight to the reader's channel when it has room
-// and nothing is queued; otherwise it queues it, and a goroutine (only
-// while the reader lags) hands the queue over in order. Notifications of
-// the election record are coalesced in the queue: a newer one replaces
-// those not yet taken, so the reader gets the latest state. The channel
-// holds one notification, as the goroutine would while blocked on sending
-// it, so the reader sees at most one older record before the latest.
+// feedSub is one election's subscription on the shared feed: a Pipe to
+// the reader's channel (subscribe), or a function the feed calls in order
+// (subscribeTo). Notifications of the election record are coalesced in
+// the pipe: a newer one replaces those not yet taken, so the reader gets
+// the latest state: a reader that lags sees at most two older records
+// before the latest (one in the channel, one being sent). A reader that lets
+// maxFeedQueue other changes wait gets Failed instead of them.
 type feedSub struct {
-	ctx    context.Context
+	ctx    context.Context // the reader's (subscribe)
 	cancel context.CancelFunc
 	name   string
-	out    chan backend.Notification
-	to     func(backend.Notification) // instead of out (subscribeTo): no queue, no pump
-	onEnd  func()                     // leaves the feed; set before the first push
-	// stopAfter stops the AfterFunc of ctx. Set after AfterFunc returns,
-	// which may already have run readerGone (ctx ended): then it is nil
-	// for finish, and there is nothing left to stop.
-	stopAfter atomic.Pointer[func() bool]
+	pipe   *mailbox.Pipe[backend.Notification] // set by register (subscribe)
+	to     func(backend.Notification)          // instead of pipe (subscribeTo)
+	onEnd  func()                              // leaves the feed; set before the first push
 
-	mu      sync.Mutex
-	queue   []backend.Notification
-	records int // notifications of the record in queue (0 or 1)
-	failErr error
-	pumping bool // a goroutine hands the queue to out
-	gone    bool // the reader's ctx ended
-	ended   bool // out is closed or about to be: nothing more is sent
+	mu    sync.Mutex // of to
+	ended bool       // to got Failed, or the subscription was cancelled
 }
 
 func newFeedSub(ctx context.Context, cancel context.CancelFunc, b *electionBackend) *feedSub {
-	return &feedSub{ctx: ctx, cancel: cancel, name: b.name, out: make(chan backend.Notification, 1)}
+	return &feedSub{ctx: ctx, cancel: cancel, name: b.name}
 }
 
-// push queues n for the reader; it never blocks.
+// open makes the pipe of a channel subscription, once onEnd is set.
+func (s *feedSub) open() {
+	if s.ctx != nil {
+		s.pipe = mailbox.NewPipe[backend.Notification](s.ctx, 1, func() { s.cancel(); s.onEnd() })
+	}
+}
+
+// push hands n to the reader; it never blocks.
 func (s *feedSub) push(n backend.Notification) {
+	if s.pipe != nil {
+		if s.pipe.Len() >= maxFeedQueue {
+			s.pipe.End(backend.Notification{Type: backend.Failed, Err: fmt.Errorf("leaderfeed: changefeed of election %q fell %d notifications behind", s.name, maxFeedQueue)}, true)
+			return
+		}
+		var stale func(backend.Notification) bool
+		if n.Type != backend.OtherChanged {
+			stale = func(q backend.Notification) bool { return q.Type != backend.OtherChanged }
+		}
+		s.pipe.Replace(n, stale)
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.failErr != nil || s.ended {
-		return
-	}
-	if s.to != nil {
+	if !s.ended {
 		s.to(n)
-		return
 	}
-	if !s.pumping && len(s.queue) == 0 {
-		select {
-		case s.out <- n:
-			return
-		default:
-		}
-	}
-	if n.Type != backend.OtherChanged && s.records > 0 {
-		kept := s.queue[:0]
-		for _, q := range s.queue {
-			if q.Type == backend.OtherChanged {
-				kept = append(kept, q)
-			}
-		}
-		clear(s.queue[len(kept):])
-		s.queue, s.records = kept, 0
-	}
-	if len(s.queue) >= maxFeedQueue {
-		s.failErr = fmt.Errorf("leaderfeed: changefeed of election %q fell %d notifications behind", s.name, maxFeedQueue)
-		s.queue, s.records = nil, 0
-	} else {
-		s.queue = append(s.queue, n)
-		if n.Type != backend.OtherChanged {
-			s.records++
-		}
-	}
-	s.startPump()
-}
-
-// startPump starts the goroutine that hands the queue over, unless it
-// runs. Called with s.mu held.
-func (s *feedSub) startPump() {
-	if s.pumping {
-		return
-	}
-	s.pumping = true
-	go s.pump()
 }
 
 // fail ends the subscription after what is queued: Failed with err is the
 // last notification.
 func (s *feedSub) fail(err error) {
+	failed := backend.Notification{Type: backend.Failed, Err: err}
+	if s.pipe != nil {
+		s.pipe.End(failed, false)
+		return
+	}
 	s.mu.Lock()
 	if s.ended {
 		s.mu.Unlock()
 		return
 	}
-	if s.failErr == nil {
-		s.failErr = err
-	}
-	if s.to != nil {
-		s.to(backend.Notification{Type: backend.Failed, Err: s.failErr})
-		s.endLocked()
-		s.mu.Unlock()
-		s.finish()
-		return
-	}
-	if s.pumping || len(s.queue) > 0 {
-		s.startPump()
-		s.mu.Unlock()
-		return
-	}
-	select {
-	case s.out <- backend.Notification{Type: backend.Failed, Err: s.failErr}:
-	default:
-		s.startPump()
-		s.mu.Unlock()
-		return
-	}
-	s.endLocked()
-	s.mu.Unlock()
-	s.finish()
-}
-
-// endLocked closes out. Called with s.mu held, by the one who ends it.
-func (s *feedSub) endLocked() {
+	s.to(failed)
 	s.ended = true
-	if s.out != nil {
-		close(s.out)
-	}
+	s.mu.Unlock()
+	s.onEnd()
 }
 
-// finish leaves the feed, after out was closed.
-func (s *feedSub) finish() {
-	if stop := s.stopAfter.Load(); stop != nil {
-		(*stop)()
+// isEnded reports whether the subscription has ended (onEnd ran, or runs).
+func (s *feedSub) isEnded() bool {
+	if s.pipe != nil {
+		return s.pipe.Closed()
 	}
-	if s.cancel != nil {
-		s.cancel()
-	}
-	s.onEnd()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended
 }
 
 // end ends the subscription for its reader: by its context, or at once
@@ -782,63 +722,17 @@ func (s *feedSub) end() {
 	s.readerGone()
 }
 
-// readerGone runs when the reader's ctx ends: out is closed (by the pump,
-// if one is sending) and the subscription leaves the feed.
+// readerGone ends a subscription of subscribeTo: nothing more is handed
+// to it, and it leaves the feed.
 func (s *feedSub) readerGone() {
 	s.mu.Lock()
-	s.gone = true
-	if s.ended || s.pumping {
-		// Ended already, or the pump sees ctx end and ends it.
+	if s.ended {
 		s.mu.Unlock()
 		return
 	}
-	s.endLocked()
+	s.ended = true
 	s.mu.Unlock()
-	s.finish()
-}
-
-// pump hands the queue to the reader in order, then Failed if the
-// subscription failed, until the queue is empty or the reader's ctx ends.
-func (s *feedSub) pump() {
-	for {
-		s.mu.Lock()
-		var n backend.Notification
-		last, gone := false, s.gone
-		switch {
-		case gone:
-			// readerGone left the end to us.
-		case len(s.queue) > 0:
-			n = s.queue[0]
-			s.queue[0] = backend.Notification{}
-			s.queue = s.queue[1:]
-			if n.Type != backend.OtherChanged {
-				s.records--
-			}
-		case s.failErr != nil:
-			n, last = backend.Notification{Type: backend.Failed, Err: s.failErr}, true
-		default:
-			s.pumping = false
-			s.mu.Unlock()
-			return
-		}
-		s.mu.Unlock()
-		if !gone {
-			select {
-			case s.out <- n:
-				if !last {
-					continue
-				}
-			case <-s.ctx.Done():
-			}
-		}
-		s.mu.Lock()
-		s.pumping = false
-		s.queue, s.records = nil, 0
-		s.endLocked()
-		s.mu.Unlock()
-		s.finish()
-		return
-	}
+	s.onEnd()
 }
 
 // ---- batched writes ----

@@ -412,3 +412,67 @@ func TestElectionsValidateBatchOnce(t *testing.T) {
 		}
 	})
 }
+
+// The channel of an election's Subscribe coalesces the records its reader
+// has not taken (it sees at most two older records before the latest), and
+// a reader that lets more than maxFeedQueue other changes wait gets one
+// Failed instead of them, after which the channel closes.
+func TestElectionsSubscribeCoalescesAndFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		els, err := base.NewElections(store.Conn(), base.ElectionsOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer els.Close()
+		b, err := els.Election("e")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, err := b.Subscribe(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last heartbeat.Record
+		for i := range 50 {
+			next := heartbeat.Record{Election: "e", Leader: "n", Term: 1, Lease: time.Second, Value: fmt.Appendf(nil, "%d", i)}
+			if last, err = b.Heartbeat(t.Context(), last, next); err != nil {
+				t.Fatal(err)
+			}
+		}
+		synctest.Wait()
+		var got []heartbeat.Record
+		for len(ch) > 0 || len(got) == 0 {
+			n := <-ch
+			if n.Type != backend.RecordChanged {
+				t.Fatalf("notification %v, want RecordChanged", n)
+			}
+			got = append(got, n.Record)
+			synctest.Wait()
+		}
+		if len(got) > 3 || got[len(got)-1].Revision != last.Revision {
+			t.Fatalf("the reader got %d records, the last of revision %d; want at most 3, the last of revision %d", len(got), got[len(got)-1].Revision, last.Revision)
+		}
+
+		for i := range 5000 {
+			if err := store.Put(fmt.Sprintf("k%d", i), i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		synctest.Wait()
+		changes, failed := 0, 0
+		for n := range ch {
+			switch n.Type {
+			case backend.OtherChanged:
+				changes++
+			case backend.Failed:
+				failed++
+			default:
+				t.Fatalf("notification %v, want changes then Failed", n)
+			}
+		}
+		if failed != 1 || changes > 4097 || changes == 5000 {
+			t.Fatalf("%d changes and %d Failed, want at most 4097 changes, then one Failed", changes, failed)
+		}
+	})
+}

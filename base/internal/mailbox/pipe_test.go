@@ -1,0 +1,130 @@
+package mailbox
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"testing/synctest"
+)
+
+// drain reads c until it closes.
+func drain(c <-chan int) []int {
+	var got []int
+	for v := range c {
+		got = append(got, v)
+	}
+	return got
+}
+
+// A lagging reader gets every value in order, then End's last, then the
+// channel closes and onEnd runs once; no goroutine is left.
+func TestPipeOrderAndEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ends := 0
+		p := NewPipe[int](t.Context(), 1, func() { ends++ })
+		for i := range 100 {
+			if !p.Put(i) {
+				t.Fatalf("Put(%d) refused on an open pipe", i)
+			}
+		}
+		p.End(-1, false)
+		if p.Put(100) {
+			t.Fatal("Put accepted after End")
+		}
+		got := drain(p.C())
+		want := append(slicesRange(100), -1)
+		if !slices.Equal(got, want) {
+			t.Fatalf("got %v, want 0..99 then -1", got)
+		}
+		synctest.Wait()
+		if ends != 1 {
+			t.Fatalf("onEnd ran %d times, want 1", ends)
+		}
+	})
+}
+
+func slicesRange(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}
+
+// Replace drops the waiting values it finds stale; End with drop drops
+// all of them.
+func TestPipeReplaceAndDrop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewPipe[int](t.Context(), 1, nil)
+		p.Put(1) // into the channel
+		p.Put(2)
+		p.Put(3)
+		p.Put(10)
+		p.Replace(4, func(v int) bool { return v < 10 }) // drops 2 and 3
+		if n := p.Len(); n != 2 {
+			t.Fatalf("Len %d, want 2 (10 and 4)", n)
+		}
+		if got := <-p.C(); got != 1 {
+			t.Fatalf("first %d, want 1", got)
+		}
+		synctest.Wait() // 10 in the channel, the taker sending 4
+		p.Put(5)
+		p.End(-1, true) // drops 5
+		if got := drain(p.C()); !slices.Equal(got, []int{10, 4, -1}) {
+			t.Fatalf("got %v, want [10 4 -1]", got)
+		}
+	})
+}
+
+// The reader's context ending closes the channel without delivering what
+// waits, also while a value is being sent; later puts are refused.
+func TestPipeReaderGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		ends := 0
+		p := NewPipe[int](ctx, 1, func() { ends++ })
+		for i := range 5 {
+			p.Put(i)
+		}
+		synctest.Wait() // 0 in the channel, the taker sending 1
+		cancel()
+		synctest.Wait()
+		if p.Put(9) {
+			t.Fatal("Put accepted after the reader left")
+		}
+		got := drain(p.C())
+		if len(got) > 2 || (len(got) > 0 && got[0] != 0) {
+			t.Fatalf("got %v after the reader left, want at most what the channel held", got)
+		}
+		p.End(-1, false)
+		p.Abort()
+		synctest.Wait()
+		if ends != 1 {
+			t.Fatalf("onEnd ran %d times, want 1", ends)
+		}
+	})
+}
+
+// An idle pipe holds no goroutine: a value goes straight into the
+// channel when it has room.
+func TestPipeDirect(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewPipe[int](t.Context(), 2, nil)
+		p.Put(1)
+		p.Put(2)
+		if p.taking != 0 || p.Len() != 0 {
+			t.Fatalf("taking %d, waiting %d: want both in the channel", p.taking, p.Len())
+		}
+		p.Put(3)
+		if p.Len()+p.taking == 0 {
+			t.Fatal("a third value did not wait for a full channel")
+		}
+		if got := []int{<-p.C(), <-p.C(), <-p.C()}; !slices.Equal(got, []int{1, 2, 3}) {
+			t.Fatalf("got %v", got)
+		}
+		p.Abort()
+		if _, ok := <-p.C(); ok {
+			t.Fatal("channel open after Abort")
+		}
+	})
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base/backend"
+	"github.com/leaderfeed/leaderfeed/base/internal/mailbox"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
@@ -225,25 +226,30 @@ type Subscription struct {
 	// has taken every event queued before.
 	C <-chan Event
 
-	out        chan Event
+	pipe       *mailbox.Pipe[Event]
 	hub        *hub
 	maxChanges int
-	wake       chan struct{}
-	ctx        context.Context
 	cancel     context.CancelFunc
 	// linger, if set, bounds how long an event queued when the Feed
 	// finished waits for the reader: then it and the rest are dropped and
 	// counted (Events: a subscription nobody closes). 0: until ctx ends.
 	linger time.Duration
-	ended  chan struct{} // closed by finish
 
 	mu       sync.Mutex
-	queue    []Event
-	changes  int // change events in queue
-	others   int // other events in queue
+	changes  int // change events waiting
+	others   int // other events waiting
 	dropped  uint64
 	finished bool
 	err      error
+}
+
+func newSubscription(ctx context.Context, h *hub, maxChanges int, linger time.Duration) *Subscription {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &Subscription{hub: h, maxChanges: maxChanges, cancel: cancel, linger: linger}
+	s.pipe = mailbox.NewPipe[Event](ctx, 0, func() { cancel(); h.remove(s) })
+	s.pipe.OnSent(s.sent)
+	s.C = s.pipe.C()
+	return s
 }
 
 func (s *Subscription) push(e Event) {
@@ -266,7 +272,6 @@ func (s *Subscription) push(e Event) {
 		s.changes++
 	} else {
 		if s.others >= maxPendingEvents {
-			s.queue, s.changes, s.others = nil, 0, 0
 			s.finished, s.err = true, ErrSlowReader
 			s.mu.Unlock()
 			s.cancel()
@@ -274,21 +279,39 @@ func (s *Subscription) push(e Event) {
 		}
 		s.others++
 	}
-	s.queue = append(s.queue, e)
 	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
+	s.pipe.Put(e)
+}
+
+// sent counts out an event the reader's channel took.
+func (s *Subscription) sent(e Event) {
+	s.mu.Lock()
+	if e.Type == EventChange {
+		s.changes--
+	} else {
+		s.others--
+	}
+	s.mu.Unlock()
+}
+
+// finish ends the subscription once its reader has taken what is queued
+// (with linger, taking each within linger).
+func (s *Subscription) finish() {
+	s.mu.Lock()
+	done := s.finished
+	s.finished = true
+	s.mu.Unlock()
+	if !done {
+		s.pipe.Finish(s.linger, s.dropRest)
 	}
 }
 
-func (s *Subscription) finish() {
+// dropRest counts the n events the reader left after the Feed finished.
+func (s *Subscription) dropRest(n int) {
 	s.mu.Lock()
-	if !s.finished {
-		close(s.ended)
-	}
-	s.finished = true
+	s.dropped += uint64(n)
 	s.mu.Unlock()
+	s.hub.log.Warn("leaderfeed: events dropped: the reader of Events took none after Stop", "dropped", n)
 }
 
 // Dropped returns how many events this subscription dropped: change events
@@ -312,94 +335,3 @@ func (s *Subscription) Err() error {
 // Close ends the subscription: C is closed soon after, without delivering
 // what is still queued. It is idempotent.
 func (s *Subscription) Close() { s.cancel() }
-
-// run delivers the queue to out until the subscription's context ends, or
-// the Feed finished and the queue is empty (or, with linger, the reader
-// left one event longer than linger after the Feed finished).
-func (s *Subscription) run() {
-	defer close(s.out)
-	defer s.hub.remove(s)
-	ended := s.ended
-	taken := false // the reader took an event
-	var expire *time.Timer
-	defer func() {
-		if expire != nil {
-			expire.Stop()
-		}
-	}()
-	for {
-		s.mu.Lock()
-		var e Event
-		has := len(s.queue) > 0
-		if has {
-			e = s.queue[0]
-			s.queue[0] = Event{}
-			s.queue = s.queue[1:]
-			if e.Type == EventChange {
-				s.changes--
-			} else {
-				s.others--
-			}
-		}
-		finished := s.finished
-		s.mu.Unlock()
-		if !has {
-			if finished {
-				return
-			}
-			select {
-			case <-s.wake:
-			case <-ended:
-				ended = nil
-			case <-s.ctx.Done():
-				return
-			}
-			continue
-		}
-		for sent := false; !sent; {
-			var expired <-chan time.Time
-			if ended == nil && s.linger > 0 {
-				if !taken {
-					// A reader that never took an event, and does not
-					// wait for one now, is not waited for.
-					select {
-					case s.out <- e:
-					default:
-						s.dropRest()
-						return
-					}
-					break
-				}
-				if expire == nil {
-					expire = time.NewTimer(s.linger)
-				} else {
-					expire.Reset(s.linger)
-				}
-				expired = expire.C
-			}
-			select {
-			case s.out <- e:
-				sent = true
-			case <-ended:
-				ended = nil // from now on each event waits at most linger
-			case <-expired:
-				s.dropRest()
-				return
-			case <-s.ctx.Done():
-				return
-			}
-		}
-		taken = true
-	}
-}
-
-// dropRest drops the event being sent and the queue, and counts them
-// in Dropped (Feed.DroppedChanges counts the drops of slow readers only).
-func (s *Subscription) dropRest() {
-	s.mu.Lock()
-	n := uint64(1 + len(s.queue))
-	s.dropped += n
-	s.queue, s.changes, s.others = nil, 0, 0
-	s.mu.Unlock()
-	s.hub.log.Warn("leaderfeed: events dropped: the reader of Events took none after Stop", "dropped", n)
-}

@@ -260,10 +260,7 @@ func (f *Feed) Subscribe(ctx context.Context) *Subscription {
 }
 
 func (f *Feed) subscribe(ctx context.Context, linger time.Duration) *Subscription {
-	sctx, cancel := context.WithCancel(ctx)
-	out := make(chan Event)
-	s := &Subscription{C: out, out: out, hub: f.events, maxChanges: f.opts.MaxPendingChanges,
-		wake: make(chan struct{}, 1), ctx: sctx, cancel: cancel, linger: linger, ended: make(chan struct{})}
+	s := newSubscription(ctx, f.events, f.opts.MaxPendingChanges, linger)
 	f.events.mu.Lock()
 	if f.events.finished {
 		s.finish()
@@ -271,7 +268,6 @@ func (f *Feed) subscribe(ctx context.Context, linger time.Duration) *Subscriptio
 		f.events.subs[s] = struct{}{}
 	}
 	f.events.mu.Unlock()
-	go s.run()
 	return s
 }
 

@@ -3,44 +3,58 @@ package mailbox
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Pipe is a Box whose taker hands the values to a reader's channel: it
 // never blocks the sender, delivers in order, and holds a goroutine only
 // while values wait for a reader that lags. A value goes straight into the
-// channel when it has room and nothing waits before it.
+// channel when a receiver or room is there and nothing waits before it.
 //
-// The pipe ends in one of two ways, and then closes the channel and calls
-// onEnd once: End delivers what waits and a last value first; the reader's
-// context ending drops what waits.
+// The pipe ends in one of three ways, and then closes the channel and
+// calls onEnd once: End delivers what waits and a last value; Finish
+// delivers what waits, each value waiting a bounded time for the reader if
+// asked; the reader's context ending (or Abort) drops what waits.
 type Pipe[T any] struct {
-	out   chan T
-	ctx   context.Context
-	onEnd func()
-	box   *Box[piped[T]]
-	stop  func() bool // stops the AfterFunc of ctx
+	out      chan T
+	ctx      context.Context
+	onEnd    func()
+	sent     func(T) // see OnSent
+	box      *Box[piped[T]]
+	stop     func() bool   // stops the AfterFunc of ctx
+	finished chan struct{} // closed by Finish
 
-	mu     sync.Mutex
-	taking int  // goroutines of box (begin and end)
-	ending bool // End was called: nothing more is put
-	gone   bool // ctx ended
-	closed bool // out is closed
+	mu       sync.Mutex
+	taking   int  // goroutines of box (begin and end)
+	ending   bool // End or Finish was called: nothing more is put
+	gone     bool // nothing more is sent: the channel closes once no goroutine sends
+	closed   bool // out is closed
+	took     bool // the reader took a value
+	patience time.Duration
+	dropped  func(n int)
 }
 
+// piped is a value in the box; last: the pipe ends after it; none: it
+// carries no value, only the end (Finish).
 type piped[T any] struct {
-	v    T
-	last bool
+	v          T
+	last, none bool
 }
 
-// NewPipe returns a pipe to a channel of size buffered values (size >= 1)
-// for a reader whose context is ctx. onEnd, if not nil, runs once when the
+// NewPipe returns a pipe to a channel of size buffered values for a
+// reader whose context is ctx. onEnd, if not nil, runs once when the
 // channel has been closed.
 func NewPipe[T any](ctx context.Context, size int, onEnd func()) *Pipe[T] {
-	p := &Pipe[T]{out: make(chan T, max(1, size)), ctx: ctx, onEnd: onEnd}
+	p := &Pipe[T]{out: make(chan T, size), ctx: ctx, onEnd: onEnd, finished: make(chan struct{})}
 	p.box = New(p.take, p.begin, p.end)
-	p.stop = context.AfterFunc(ctx, p.readerGone)
+	p.stop = context.AfterFunc(ctx, p.Abort)
 	return p
 }
+
+// OnSent sets a function called with each value once it reached the
+// channel (on the sender's goroutine or the pipe's, never two at once).
+// Call it before the first Put.
+func (p *Pipe[T]) OnSent(f func(T)) { p.sent = f }
 
 // C returns the reader's channel.
 func (p *Pipe[T]) C() <-chan T { return p.out }
@@ -59,6 +73,10 @@ func (p *Pipe[T]) Replace(v T, stale func(T) bool) bool {
 	if p.taking == 0 && p.box.Len() == 0 {
 		select {
 		case p.out <- v:
+			p.took = true
+			if p.sent != nil {
+				p.sent(v)
+			}
 			return true
 		default:
 		}
@@ -82,26 +100,45 @@ func (p *Pipe[T]) Closed() bool {
 func (p *Pipe[T]) Len() int { return p.box.Len() }
 
 // End ends the pipe after the reader took what waits and last; if drop,
-// what waits is dropped and last comes next. Later calls do nothing.
+// what waits is dropped and last comes next. Later ends do nothing.
 func (p *Pipe[T]) End(last T, drop bool) {
+	var stale func(piped[T]) bool
+	if drop {
+		stale = func(piped[T]) bool { return true }
+	}
+	p.end1(piped[T]{v: last, last: true}, stale, 0, nil)
+}
+
+// Finish ends the pipe after the reader took what waits. With patience
+// above zero, each value waits at most patience for the reader from now
+// on, and none waits for a reader that never took one: what is left then
+// is dropped, and dropped (if not nil) is told how many. Later ends do
+// nothing.
+func (p *Pipe[T]) Finish(patience time.Duration, dropped func(n int)) {
+	p.end1(piped[T]{last: true, none: true}, nil, patience, dropped)
+}
+
+func (p *Pipe[T]) end1(last piped[T], stale func(piped[T]) bool, patience time.Duration, dropped func(int)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ending || p.gone {
 		return
 	}
-	p.ending = true
-	var stale func(piped[T]) bool
-	if drop {
-		stale = func(piped[T]) bool { return true }
-	}
-	p.box.Replace(piped[T]{v: last, last: true}, stale)
+	p.ending, p.patience, p.dropped = true, patience, dropped
+	close(p.finished)
+	p.box.Replace(last, stale)
 }
 
-// Abort ends the pipe at once, dropping what waits, as if the reader's
-// context had ended.
-func (p *Pipe[T]) Abort() { p.readerGone() }
+// Abort ends the pipe at once, dropping what waits, as the reader's
+// context ending does.
+func (p *Pipe[T]) Abort() {
+	p.mu.Lock()
+	p.gone = true
+	p.box.Close()
+	p.closeIfDone()
+}
 
-// begin runs when the box starts a goroutine: only in Replace or End,
+// begin runs when the box starts a goroutine: only in Replace or end1,
 // which hold p.mu.
 func (p *Pipe[T]) begin() { p.taking++ }
 
@@ -111,25 +148,83 @@ func (p *Pipe[T]) end() {
 	p.closeIfDone()
 }
 
-// take sends one value; once the reader is gone it drops the rest.
+// take sends one value, unless the reader is gone or out of patience.
 func (p *Pipe[T]) take(q piped[T]) {
-	select {
-	case p.out <- q.v:
-	case <-p.ctx.Done():
+	if !q.none && !p.send(q.v) {
 		return
 	}
+	p.mu.Lock()
+	if !q.none {
+		p.took = true
+	}
 	if q.last {
-		p.mu.Lock()
 		p.gone = true // what the reader was owed is delivered
-		p.mu.Unlock()
+	}
+	p.mu.Unlock()
+	if !q.none && p.sent != nil {
+		p.sent(q.v)
 	}
 }
 
-func (p *Pipe[T]) readerGone() {
+func (p *Pipe[T]) send(v T) bool {
+	finished := p.finished
+	var expire *time.Timer
+	defer func() {
+		if expire != nil {
+			expire.Stop()
+		}
+	}()
+	for {
+		var expired <-chan time.Time
+		if finished == nil {
+			p.mu.Lock()
+			patience, took := p.patience, p.took
+			p.mu.Unlock()
+			if patience > 0 && !took {
+				select {
+				case p.out <- v:
+					return true
+				default:
+					p.dropRest()
+					return false
+				}
+			}
+			if patience > 0 {
+				expire = time.NewTimer(patience)
+				expired = expire.C
+			}
+		}
+		select {
+		case p.out <- v:
+			return true
+		case <-finished:
+			finished = nil
+			continue
+		case <-expired:
+			p.dropRest()
+			return false
+		case <-p.ctx.Done():
+			return false
+		}
+	}
+}
+
+// dropRest drops the value being sent and those waiting, and ends the
+// pipe.
+func (p *Pipe[T]) dropRest() {
 	p.mu.Lock()
 	p.gone = true
-	p.box.Close()
-	p.closeIfDone()
+	n := 1
+	for _, q := range p.box.Close() {
+		if !q.none {
+			n++
+		}
+	}
+	dropped := p.dropped
+	p.mu.Unlock()
+	if dropped != nil {
+		dropped(n)
+	}
 }
 
 // closeIfDone closes the channel once the pipe is gone and no goroutine

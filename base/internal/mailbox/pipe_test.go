@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 	"testing/synctest"
+	"time"
 )
 
 // drain reads c until it closes.
@@ -125,6 +126,55 @@ func TestPipeDirect(t *testing.T) {
 		p.Abort()
 		if _, ok := <-p.C(); ok {
 			t.Fatal("channel open after Abort")
+		}
+	})
+}
+
+// Finish delivers what waits and closes; with patience, a reader that
+// took a value gets each of the rest if it takes it within patience, and
+// what it leaves longer is dropped and counted; a reader that never took
+// one is not waited for at all.
+func TestPipeFinish(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewPipe[int](t.Context(), 0, nil)
+		var sent []int
+		p.OnSent(func(v int) { sent = append(sent, v) })
+		for i := range 3 {
+			p.Put(i)
+		}
+		p.Finish(0, nil)
+		time.Sleep(time.Hour) // no patience: the values wait
+		if got := drain(p.C()); !slices.Equal(got, []int{0, 1, 2}) || !slices.Equal(sent, got) {
+			t.Fatalf("got %v, sent %v; want 0..2 both", got, sent)
+		}
+
+		dropped := 0
+		p = NewPipe[int](t.Context(), 0, nil)
+		go func() { <-p.C() }()
+		synctest.Wait()
+		p.Put(0) // taken at once
+		for i := 1; i < 4; i++ {
+			p.Put(i)
+		}
+		p.Finish(time.Second, func(n int) { dropped += n })
+		time.Sleep(999 * time.Millisecond)
+		if got := <-p.C(); got != 1 {
+			t.Fatalf("got %d within patience, want 1", got)
+		}
+		time.Sleep(1001 * time.Millisecond)
+		if got := drain(p.C()); len(got) != 0 || dropped != 2 {
+			t.Fatalf("after patience: got %v, %d dropped; want none, 2 dropped", got, dropped)
+		}
+
+		dropped = 0
+		p = NewPipe[int](t.Context(), 0, nil)
+		p.Put(0)
+		p.Put(1)
+		synctest.Wait()
+		p.Finish(time.Second, func(n int) { dropped += n })
+		synctest.Wait()
+		if got := drain(p.C()); len(got) != 0 || dropped != 2 {
+			t.Fatalf("a reader that took nothing: got %v, %d dropped; want none, 2 dropped", got, dropped)
 		}
 	})
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base/backend"
-	"github.com/leaderfeed/leaderfeed/base/internal/mailbox"
+	"github.com/leaderfeed/leaderfeed/internal/mailbox"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/leaderfeed/leaderfeed/base/internal/mailbox"
+	"github.com/leaderfeed/leaderfeed/internal/mailbox"
 )
 
 // The leader context must be found cancelled once the lease has ended even

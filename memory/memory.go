@@ -23,6 +23,7 @@ import (
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
+	"github.com/leaderfeed/leaderfeed/internal/mailbox"
 )
 
 // Table is the name memory reports as Change.Table.
@@ -139,7 +140,7 @@ func (s *Store) publishRecord(r heartbeat.Record) {
 // order of commits and notifications the same.
 func (s *Store) publish(n backend.Notification) {
 	for sub := range s.subs {
-		sub.push(n)
+		sub.Put(n)
 	}
 }
 
@@ -286,27 +287,27 @@ func (c *Conn) Subscribe(ctx context.Context) (<-chan backend.Notification, erro
 	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
-	sub := &subscription{wake: make(chan struct{}, 1), out: make(chan backend.Notification)}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed {
-		c.mu.Unlock()
 		return nil, fmt.Errorf("memory: %w", base.ErrClosed)
 	}
-	c.subs[sub] = struct{}{}
-	c.mu.Unlock()
+	// Both locks are held until sub is in both sets: its end (when ctx
+	// ends, on a goroutine of its own) takes them to remove it.
 	c.store.mu.Lock()
-	c.store.subs[sub] = struct{}{}
-	c.store.mu.Unlock()
-	go func() {
-		sub.run(ctx)
+	defer c.store.mu.Unlock()
+	var sub *subscription
+	sub = mailbox.NewPipe[backend.Notification](ctx, 0, func() {
 		c.store.mu.Lock()
 		delete(c.store.subs, sub)
 		c.store.mu.Unlock()
 		c.mu.Lock()
 		delete(c.subs, sub)
 		c.mu.Unlock()
-	}()
-	return sub.out, nil
+	})
+	c.subs[sub] = struct{}{}
+	c.store.subs[sub] = struct{}{}
+	return sub.C(), nil
 }
 
 // Close ends the subscriptions of c; later calls fail with base.ErrClosed.
@@ -324,7 +325,7 @@ func (c *Conn) Close() error {
 	}
 	c.mu.Unlock()
 	for _, s := range subs {
-		s.close(fmt.Errorf("memory: %w", base.ErrClosed))
+		s.End(backend.Notification{Type: backend.Failed, Err: fmt.Errorf("memory: %w", base.ErrClosed)}, false)
 	}
 	return nil
 }
@@ -392,69 +393,6 @@ func (s *Store) Writes() uint64 {
 	return s.writes
 }
 
-// subscription queues notifications without bound and hands them to its
-// reader in order on out.
-type subscription struct {
-	wake chan struct{}
-	out  chan backend.Notification
-
-	mu     sync.Mutex
-	queue  []backend.Notification
-	err    error // set by close: send Failed and end
-	closed bool
-}
-
-func (s *subscription) push(n backend.Notification) {
-	s.mu.Lock()
-	if !s.closed {
-		s.queue = append(s.queue, n)
-	}
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (s *subscription) close(err error) {
-	s.mu.Lock()
-	if !s.closed {
-		s.closed, s.err = true, err
-	}
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (s *subscription) run(ctx context.Context) {
-	defer close(s.out)
-	var spare []backend.Notification // the queue last handed over, for reuse
-	for {
-		s.mu.Lock()
-		q, err := s.queue, s.err
-		s.queue = spare
-		s.mu.Unlock()
-		if err != nil {
-			q = append(q[:0:0], backend.Notification{Type: backend.Failed, Err: err})
-		}
-		for _, n := range q {
-			select {
-			case s.out <- n:
-			case <-ctx.Done():
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-		clear(q)
-		spare = q[:0]
-		select {
-		case <-s.wake:
-		case <-ctx.Done():
-			return
-		}
-	}
-}
+// subscription hands notifications to its reader in order, queueing
+// without bound what the reader has not taken yet.
+type subscription = mailbox.Pipe[backend.Notification]

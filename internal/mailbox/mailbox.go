@@ -1,6 +1,6 @@
-// Package mailbox is the one queue type of leaderfeed's engine: a FIFO of
-// values handed to one taker function, on a goroutine that runs only while
-// the box holds something.
+// Package mailbox is the one queue type of leaderfeed: a FIFO of values
+// handed to one taker function, on a goroutine that runs only while the
+// box holds something (Box), or to a reader's channel (Pipe).
 package mailbox
 
 import "sync"

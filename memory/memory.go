@@ -296,8 +296,10 @@ func (c *Conn) Subscribe(ctx context.Context) (<-chan backend.Notification, erro
 	// ends, on a goroutine of its own) takes them to remove it.
 	c.store.mu.Lock()
 	defer c.store.mu.Unlock()
+	// The channel holds a burst of commits (a batch of writes), so that
+	// they reach a reader that keeps up without the pipe's goroutine.
 	var sub *subscription
-	sub = mailbox.NewPipe[backend.Notification](ctx, 0, func() {
+	sub = mailbox.NewPipe[backend.Notification](ctx, 64, func() {
 		c.store.mu.Lock()
 		delete(c.store.subs, sub)
 		c.store.mu.Unlock()

@@ -47,7 +47,9 @@ type piped[T any] struct {
 func NewPipe[T any](ctx context.Context, size int, onEnd func()) *Pipe[T] {
 	p := &Pipe[T]{out: make(chan T, size), ctx: ctx, onEnd: onEnd, finished: make(chan struct{})}
 	p.box = New(p.take, p.begin, p.end)
+	p.mu.Lock() // Abort may run at once, on another goroutine
 	p.stop = context.AfterFunc(ctx, p.Abort)
+	p.mu.Unlock()
 	return p
 }
 
@@ -237,8 +239,9 @@ func (p *Pipe[T]) closeIfDone() {
 	p.closed = true
 	p.box.Close()
 	close(p.out)
+	stop := p.stop
 	p.mu.Unlock()
-	p.stop()
+	stop()
 	if p.onEnd != nil {
 		p.onEnd()
 	}

@@ -178,3 +178,18 @@ func TestPipeFinish(t *testing.T) {
 		}
 	})
 }
+
+// A pipe whose reader's context has ended already ends at once.
+func TestPipeContextEndedBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		ends := 0
+		p := NewPipe[int](ctx, 1, func() { ends++ })
+		synctest.Wait()
+		_, open := <-p.C()
+		if put := p.Put(1); open || ends != 1 || put {
+			t.Fatalf("after the context ended: channel open %v, onEnd ran %d times, Put accepted %v", open, ends, put)
+		}
+	})
+}

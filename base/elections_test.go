@@ -40,6 +40,17 @@ func (c *callCounter) Subscribe(ctx context.Context) (<-chan backend.Notificatio
 
 func (c *callCounter) statements() int64 { return c.singles.Load() + c.batches.Load() }
 
+// newElections returns an Elections on a connection of its own to store,
+// with the default options; the caller closes it.
+func newElections(t *testing.T, store *memory.Store) *base.Elections {
+	t.Helper()
+	els, err := base.NewElections(store.Conn(), base.ElectionsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return els
+}
+
 func TestElectionsRejectsBadInput(t *testing.T) {
 	if _, err := base.NewElections(nil, base.ElectionsOptions{}); !errors.Is(err, base.ErrInvalidConfig) {
 		t.Errorf("nil store: %v, want ErrInvalidConfig", err)
@@ -164,10 +175,7 @@ func TestElectionsHandOverBetweenProcesses(t *testing.T) {
 		store := memory.NewStore()
 		const n = 20
 		start := func(node string) (*base.Elections, []*base.Feed) {
-			els, err := base.NewElections(store.Conn(), base.ElectionsOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			els := newElections(t, store)
 			feeds := make([]*base.Feed, n)
 			for i := range feeds {
 				f, err := els.Feed(fmt.Sprintf("e%02d", i), node, base.Options{Timing: timing})
@@ -420,10 +428,7 @@ func TestElectionsValidateBatchOnce(t *testing.T) {
 func TestElectionsSubscribeCoalescesAndFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		els, err := base.NewElections(store.Conn(), base.ElectionsOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		els := newElections(t, store)
 		defer els.Close()
 		b, err := els.Election("e")
 		if err != nil {

@@ -20,10 +20,7 @@ import (
 func TestFeedFallsBehindFailsAndReopens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		els, err := base.NewElections(store.Conn(), base.ElectionsOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		els := newElections(t, store)
 		defer els.Close()
 		block := make(chan struct{})
 		var hold atomic.Bool

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base/backend"
-	"github.com/leaderfeed/leaderfeed/internal/mailbox"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
+	"github.com/leaderfeed/leaderfeed/internal/mailbox"
 )
 
 // Defaults of ElectionsOptions.

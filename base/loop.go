@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base/backend"
-	"github.com/leaderfeed/leaderfeed/internal/mailbox"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
+	"github.com/leaderfeed/leaderfeed/internal/mailbox"
 )
 
 // loop is the driver of a Feed's machine: it owns the election state. Its

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -81,6 +82,7 @@ type Elections struct {
 	writes    chan *writeReq
 	batchRead backend.BatchReader // nil: every Get alone
 	reads     chan *readReq
+	run       *mailbox.Runner // the loops' takers (sharedTakers)
 
 	started, created onceCall
 
@@ -110,6 +112,7 @@ func NewElections(s backend.Store, opts ElectionsOptions) (*Elections, error) {
 		store: s, log: log, maxBatch: opts.MaxBatch, window: opts.BatchWindow,
 		epoch: time.Now(), ctx: ctx, cancel: cancel,
 		open: make(map[string]*electionBackend),
+		run:  mailbox.NewRunner(runtime.GOMAXPROCS(0)),
 	}
 	if bs, ok := s.(backend.BatchStore); ok && !opts.NoBatch {
 		e.batch = bs
@@ -239,6 +242,8 @@ type electionBackend struct {
 }
 
 func (b *electionBackend) Name() string { return b.name }
+
+func (b *electionBackend) takers() *mailbox.Runner { return b.e.run }
 
 func (b *electionBackend) check(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {

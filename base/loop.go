@@ -19,12 +19,13 @@ import (
 // goroutine runs only while the mailbox holds inputs, and hands each to
 // machine.step with the time it read after taking the input, then executes
 // the effects the machine returns, in order. So an idle election holds no
-// goroutine, and one goroutine at most ever steps the machine. The loop
-// never calls the store itself: every store call (claim, renewal, vacancy,
-// read, Subscribe) runs on a goroutine of its own, or is handed to a
-// batching Elections without one, and its result comes back as an input,
-// so Resign, Proclaim, Stop and the getters are answered whatever the
-// store does. Why there is never more than one leader is told next to the
+// goroutine, and one goroutine at most ever steps the machine. The loops of
+// an Elections' elections share its Runner: a few goroutines serve them
+// all (see mailbox.Runner). The loop never calls the store itself: every
+// store call (claim, renewal, vacancy, read, Subscribe) runs on a
+// goroutine of its own, or is handed to a batching Elections without one,
+// and its result comes back as an input, so Resign, Proclaim, Stop and
+// the getters are answered whatever the store does. Why there is never more than one leader is told next to the
 // machine's claim logic (see claimDue in machine.go).
 type loop struct {
 	f      *Feed
@@ -99,8 +100,19 @@ func newLoop(f *Feed, ctx context.Context) *loop {
 		m:   newMachine(f.id, f.b.Name(), f.timing, f.opts),
 		ctx: ctx,
 	}
-	l.box = mailbox.New(l.take, f.goroutineStarts, f.goroutineEnds)
+	var r *mailbox.Runner
+	if s, ok := f.b.(sharedTakers); ok {
+		r = s.takers()
+	}
+	l.box = mailbox.NewOn(r, l.take, f.goroutineStarts, f.goroutineEnds)
 	return l
+}
+
+// sharedTakers is the backend of an Elections' election: the loops of its
+// elections take their inputs on its Runner's few goroutines, instead of a
+// goroutine per run each.
+type sharedTakers interface {
+	takers() *mailbox.Runner
 }
 
 // put hands an input to the loop; false: the loop has ended.

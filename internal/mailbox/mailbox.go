@@ -3,18 +3,24 @@
 // box holds something (Box), or to a reader's channel (Pipe).
 package mailbox
 
-import "sync"
+import (
+	"runtime"
+	"sync"
+	"time"
+)
 
 // Box queues values for take, in the order they were put. Put never blocks:
-// a box that holds values has one goroutine (started by start, on demand)
-// that hands them to take one at a time, in order, and ends once the box is
-// empty, so an idle box holds no goroutine. A Box is bounded by its
-// senders: each kind of value either comes from a source that has at most
-// a few in flight, or is coalesced (Replace), or its sender checks Len
-// before putting. Close hands back what is queued; later puts are refused.
+// a box that holds values has one goroutine (started on demand, or one of
+// its Runner's) that hands them to take one at a time, in order, and ends
+// (or serves another Box) once the box is empty, so an idle box holds no
+// goroutine. A Box is bounded by its senders: each kind of value either
+// comes from a source that has at most a few in flight, or is coalesced
+// (Replace), or its sender checks Len before putting. Close hands back
+// what is queued; later puts are refused.
 type Box[T any] struct {
 	take       func(T)
 	begin, end func()
+	runner     *Runner // nil: a goroutine of its own per run
 
 	mu      sync.Mutex
 	queue   []T
@@ -28,13 +34,19 @@ type Box[T any] struct {
 // that a closed Box starts none: it must not call the Box), and end when
 // it has stopped: an owner counts its goroutines with them.
 func New[T any](take func(T), begin, end func()) *Box[T] {
+	return NewOn(nil, take, begin, end)
+}
+
+// NewOn is New for a Box whose values are taken on r's goroutines (see
+// Runner); a nil r is New's goroutine of its own.
+func NewOn[T any](r *Runner, take func(T), begin, end func()) *Box[T] {
 	if begin == nil {
 		begin = func() {}
 	}
 	if end == nil {
 		end = func() {}
 	}
-	return &Box[T]{take: take, begin: begin, end: end}
+	return &Box[T]{take: take, begin: begin, end: end, runner: r}
 }
 
 // Put queues v. It reports false, and drops v, if the Box is closed.
@@ -45,8 +57,12 @@ func (b *Box[T]) Put(v T) bool {
 
 // PutHere is Put for a goroutine that has nothing else to do (a timer's
 // function, a call whose result v is): if no goroutine takes from the Box,
-// the caller takes, until the Box is empty, before PutHere returns.
+// the caller takes, until the Box is empty, before PutHere returns. A Box
+// on a Runner is Put instead: the Runner's goroutines take.
 func (b *Box[T]) PutHere(v T) bool {
+	if b.runner != nil {
+		return b.Put(v)
+	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -71,8 +87,8 @@ func (b *Box[T]) PutHere(v T) bool {
 // too). stale is called with the Box's lock held.
 func (b *Box[T]) Replace(v T, stale func(T) bool) (dropped int, ok bool) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed {
+		b.mu.Unlock()
 		return 0, false
 	}
 	if stale != nil {
@@ -88,9 +104,16 @@ func (b *Box[T]) Replace(v T, stale func(T) bool) (dropped int, ok bool) {
 		b.queue = kept
 	}
 	b.queue = append(b.queue, v)
-	if !b.running {
-		b.running = true
-		b.begin()
+	if b.running {
+		b.mu.Unlock()
+		return dropped, true
+	}
+	b.running = true
+	b.begin()
+	b.mu.Unlock()
+	if b.runner != nil {
+		b.runner.schedule(b)
+	} else {
 		go func() {
 			b.run()
 			b.end()
@@ -120,28 +143,196 @@ func (b *Box[T]) Close() []T {
 
 // run hands the queue to take until it is empty.
 func (b *Box[T]) run() {
-	var zero T
 	for {
-		b.mu.Lock()
-		if b.head == len(b.queue) {
-			b.running = false
-			if cap(b.queue) > maxKept {
-				b.queue = nil
-			} else {
-				b.queue = b.queue[:0]
-			}
-			b.head = 0
-			b.mu.Unlock()
+		v, ok := b.next()
+		if !ok {
 			return
 		}
-		v := b.queue[b.head]
-		b.queue[b.head] = zero
-		b.head++
-		b.mu.Unlock()
 		b.take(v)
 	}
+}
+
+// turn is run for a Runner's goroutine: it hands up to turnValues values
+// to take, then queues the Box on the Runner again if more wait, so that
+// one busy Box does not hold up the others.
+func (b *Box[T]) turn() {
+	for range turnValues {
+		v, ok := b.next()
+		if !ok {
+			b.end()
+			return
+		}
+		b.take(v)
+	}
+	b.mu.Lock()
+	if b.head == len(b.queue) {
+		b.idleLocked()
+		b.mu.Unlock()
+		b.end()
+		return
+	}
+	b.mu.Unlock()
+	b.runner.schedule(b)
+}
+
+// turnValues is how many values a Runner's goroutine takes from one Box
+// before it serves the next.
+const turnValues = 32
+
+// next returns the next value for take, or false, and the Box stops
+// running, when none waits.
+func (b *Box[T]) next() (T, bool) {
+	var zero T
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.head == len(b.queue) {
+		b.idleLocked()
+		return zero, false
+	}
+	v := b.queue[b.head]
+	b.queue[b.head] = zero
+	b.head++
+	return v, true
+}
+
+// idleLocked marks the Box, whose queue is empty, as not running.
+func (b *Box[T]) idleLocked() {
+	b.running = false
+	if cap(b.queue) > maxKept {
+		b.queue = nil
+	} else {
+		b.queue = b.queue[:0]
+	}
+	b.head = 0
 }
 
 // maxKept is the room an idle Box keeps for the next values; a larger
 // queue is freed once it is empty.
 const maxKept = 8
+
+// Runner takes the values of many Boxes (NewOn) on a few goroutines. A Box
+// that gets a value while idle queues itself on the Runner instead of
+// starting a goroutine; each of the Runner's goroutines serves the queued
+// Boxes in turn, and ends when it finds none waiting, so an idle Runner
+// holds no goroutine. At most max run at once, so they serve many Boxes in
+// a row on stacks already grown, where a goroutine per run would start
+// with a small stack and grow it on every take.
+//
+// Each Box keeps one taker at a time and its order. A take that blocks
+// holds up one goroutine, not the Boxes queued behind it: when no turn has
+// started for stallAfter while Boxes wait, the Runner starts one more.
+// A Runner's goroutines and timer belong to the goroutine that made it,
+// for testing/synctest: never share one between bubbles.
+type Runner struct {
+	max int
+
+	mu       sync.Mutex
+	ready    []runnable // ready[head:] wait for a turn
+	head     int
+	workers  int    // goroutines serving ready
+	turns    uint64 // turns started so far
+	watching bool   // watch is armed
+	seen     uint64 // turns when watch was armed
+	watch    *time.Timer
+}
+
+// runnable is a Box, whatever its value type.
+type runnable interface{ turn() }
+
+// stallAfter is how long Boxes wait with no turn started before a Runner
+// starts another goroutine: a take that blocks (against its contract)
+// costs the others this, not liveness.
+const stallAfter = 10 * time.Millisecond
+
+// NewRunner returns a Runner with at most n goroutines serving Boxes at
+// once (more only while takes block); n < 1 means 1.
+func NewRunner(n int) *Runner {
+	return &Runner{max: max(1, n)}
+}
+
+// schedule queues b, which runs (b.running is set), for a turn.
+func (r *Runner) schedule(b runnable) {
+	r.mu.Lock()
+	if r.head > 0 && len(r.ready) == cap(r.ready) {
+		n := copy(r.ready, r.ready[r.head:])
+		clear(r.ready[n:])
+		r.ready, r.head = r.ready[:n], 0
+	}
+	r.ready = append(r.ready, b)
+	start := r.workers < r.max
+	if start {
+		r.workers++
+	} else if !r.watching {
+		r.watching, r.seen = true, r.turns
+		if r.watch == nil {
+			r.watch = time.AfterFunc(stallAfter, r.check)
+		} else {
+			r.watch.Reset(stallAfter)
+		}
+	}
+	r.mu.Unlock()
+	if start {
+		go r.work()
+	}
+}
+
+// work serves queued Boxes until none waits.
+func (r *Runner) work() {
+	for yielded := false; ; {
+		r.mu.Lock()
+		if r.head == len(r.ready) {
+			if !yielded {
+				// Yield once before ending: on a busy process the next
+				// Box is often about to be queued (a timer fired, a
+				// reply came in), and a new goroutine would grow its
+				// stack again.
+				r.mu.Unlock()
+				yielded = true
+				runtime.Gosched()
+				continue
+			}
+			r.workers--
+			if cap(r.ready) > maxKeptReady {
+				r.ready = nil
+			} else {
+				r.ready = r.ready[:0]
+			}
+			r.head = 0
+			r.mu.Unlock()
+			return
+		}
+		yielded = false
+		b := r.ready[r.head]
+		r.ready[r.head] = nil
+		r.head++
+		r.turns++
+		r.mu.Unlock()
+		b.turn()
+	}
+}
+
+// check runs stallAfter after the watch was armed: if Boxes wait and no
+// turn started since, every goroutine is blocked in a take, so it starts
+// another. It watches on while Boxes wait.
+func (r *Runner) check() {
+	r.mu.Lock()
+	if r.head == len(r.ready) {
+		r.watching = false
+		r.mu.Unlock()
+		return
+	}
+	start := r.turns == r.seen
+	if start {
+		r.workers++
+	}
+	r.seen = r.turns
+	r.watch.Reset(stallAfter)
+	r.mu.Unlock()
+	if start {
+		go r.work()
+	}
+}
+
+// maxKeptReady is the room an idle Runner keeps for queued Boxes; a larger
+// queue is freed once it is empty.
+const maxKeptReady = 1024

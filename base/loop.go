@@ -57,6 +57,13 @@ type loop struct {
 	overflow  atomic.Uint64
 
 	pres *presence // the presence calls; nil: not participating
+
+	// The record the machine holds when it is its own write of the term
+	// it leads, for note (see skipOwn); zero otherwise. The taker writes
+	// it after each step that changed it, and keeps a copy of its own.
+	ownMu               sync.Mutex
+	ownRev, ownTerm     uint64
+	ownRevTk, ownTermTk uint64 // the taker's copy
 }
 
 type subResult struct {
@@ -253,6 +260,47 @@ func (l *loop) step(in input) {
 		}
 		l.m.recycle(effects)
 	}
+	l.publishOwn()
+}
+
+// publishOwn tells note the record the machine holds now, if it is the
+// machine's own write of the term it leads (see skipOwn).
+func (l *loop) publishOwn() {
+	m := l.m
+	var rev, term uint64
+	if m.role == roleLeader && m.seen && !m.missing && m.rec.Leader == m.id && m.rec.Term == m.term {
+		rev, term = m.rec.Revision, m.term
+	}
+	if rev == l.ownRevTk && term == l.ownTermTk {
+		return
+	}
+	l.ownRevTk, l.ownTermTk = rev, term
+	l.ownMu.Lock()
+	l.ownRev, l.ownTerm = rev, term
+	l.ownMu.Unlock()
+}
+
+// skipOwn reports whether n only repeats the record the machine holds as
+// its own write of the term it leads: a renewal (or the claim) of this
+// node coming back on the feed after its reply was taken in. Stepping it
+// would change nothing but Health.LastContact, which the reply set just
+// before: observe ignores the same write again. So note drops it without
+// waking the loop.
+//
+// Dropping it is safe even if the machine moved on before it would have
+// stepped it: no part of the safety argument (see claimDue) rests on a
+// notification arriving, as a feed may fail and lose any of them; a node
+// that observes less claims later, or on an older revision, whose
+// compare-and-set fails. Nor is liveness lost: the record was taken in
+// already, and every later write comes with a notification of its own.
+func (l *loop) skipOwn(n backend.Notification) bool {
+	r := &n.Record
+	if n.Type != backend.RecordChanged || r.Revision == 0 || r.Leader != l.f.id {
+		return false
+	}
+	l.ownMu.Lock()
+	defer l.ownMu.Unlock()
+	return r.Revision == l.ownRev && r.Term == l.ownTerm
 }
 
 // exec executes one effect; it returns the answer of one that asks the
@@ -618,6 +666,9 @@ func (l *loop) readFeed(ctx context.Context, gen uint64, ch <-chan backend.Notif
 func (l *loop) note(gen uint64, n backend.Notification, ok bool) bool {
 	if l.overflow.Load() == gen {
 		return false
+	}
+	if ok && l.skipOwn(n) {
+		return true
 	}
 	in := notifyMsg{gen: gen, n: n, ok: ok}
 	var stale func(input) bool

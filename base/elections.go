@@ -778,7 +778,7 @@ func (f *flights) start(send func()) {
 // deadline passes first, whatever its batch still does (send), or with
 // ErrClosed. done must not block: it hands the result to the waiter (a
 // channel with room, or the Feed's loop without a goroutine,
-// SubmitHeartbeat).
+// SubmitHeartbeat, whose function it is).
 type writeReq struct {
 	ctx      context.Context // the caller's: a request whose ctx ended is answered, not sent
 	deadline time.Time       // the caller's deadline; zero: none
@@ -786,7 +786,7 @@ type writeReq struct {
 	arrived  time.Time
 	flush    time.Time // send by then: arrived for claims and vacancies
 	window   time.Duration
-	done     func(backend.WriteResult)
+	done     func(heartbeat.Record, error)
 
 	answered atomic.Bool
 }
@@ -794,7 +794,7 @@ type writeReq struct {
 // answer hands res to the waiter, unless the request was answered already.
 func (r *writeReq) answer(res backend.WriteResult) {
 	if r.answered.CompareAndSwap(false, true) {
-		r.done(res)
+		r.done(res.Record, res.Err)
 	}
 }
 
@@ -820,7 +820,7 @@ func isRenewal(w backend.Write) bool {
 
 // newWriteReq returns the request of a write; a renewal may wait up to
 // window for others.
-func newWriteReq(ctx context.Context, deadline time.Time, w backend.Write, window time.Duration, done func(backend.WriteResult)) *writeReq {
+func newWriteReq(ctx context.Context, deadline time.Time, w backend.Write, window time.Duration, done func(heartbeat.Record, error)) *writeReq {
 	now := time.Now()
 	r := &writeReq{ctx: ctx, deadline: deadline, w: w, arrived: now, flush: now, done: done}
 	if isRenewal(w) {
@@ -841,7 +841,7 @@ func (b *electionBackend) window() time.Duration {
 func (e *Elections) write(ctx context.Context, w backend.Write, window time.Duration) (heartbeat.Record, error) {
 	reply := make(chan backend.WriteResult, 1)
 	deadline, _ := ctx.Deadline()
-	r := newWriteReq(ctx, deadline, w, window, func(res backend.WriteResult) { reply <- res })
+	r := newWriteReq(ctx, deadline, w, window, func(rec heartbeat.Record, err error) { reply <- backend.WriteResult{Record: rec, Err: err} })
 	select {
 	case e.writes <- r:
 	case <-ctx.Done():
@@ -871,12 +871,11 @@ func (b *electionBackend) SubmitHeartbeat(ctx context.Context, deadline time.Tim
 	if b.e.batch == nil || b.observer || next.Election != b.name {
 		return false
 	}
-	reply := func(res backend.WriteResult) { done(res.Record, res.Err) }
 	if err := b.check(ctx); err != nil {
-		reply(backend.WriteResult{Err: err})
+		done(heartbeat.Record{}, err)
 		return true
 	}
-	r := newWriteReq(ctx, deadline, backend.Write{Expected: expected, Next: next}, b.window(), reply)
+	r := newWriteReq(ctx, deadline, backend.Write{Expected: expected, Next: next}, b.window(), done)
 	select {
 	case b.e.writes <- r:
 		return true

@@ -162,7 +162,7 @@ func (l *loop) take(in input) {
 		l.notification(in)
 	case subResult:
 		l.subscribed(in)
-	case callResult:
+	case *callResult:
 		l.result(in)
 	case tickMsg:
 		l.tick()
@@ -198,14 +198,14 @@ func (l *loop) subscribed(msg input) {
 	}
 }
 
-// result steps the result of a store call (a callResult).
+// result steps the result of a store call (a *callResult, which the
+// machine takes as it is: no copy to box).
 func (l *loop) result(msg input) {
-	in := msg.(callResult)
+	in := msg.(*callResult)
 	in.closed = l.ctx.Err() != nil
 	if in.parent != nil {
 		in.parentDone = in.parent.Err() != nil
 	}
-	msg = in
 	l.step(msg)
 }
 
@@ -552,7 +552,7 @@ func (l *loop) armLease(ctx *leaseContext, end time.Time) {
 // sent: the answer tells the machine at once.
 func (l *loop) call(eff effect) input {
 	c := eff.(startCall)
-	r := callResult{kind: c.kind, expected: c.expected, next: c.next, sentAt: c.sentAt, parent: c.parent}
+	r := &callResult{kind: c.kind, expected: c.expected, next: c.next, sentAt: c.sentAt, parent: c.parent}
 	var ctx context.Context
 	var cancel context.CancelFunc
 	switch c.kind {
@@ -671,25 +671,36 @@ func (l *loop) note(gen uint64, n backend.Notification, ok bool) bool {
 		return true
 	}
 	in := notifyMsg{gen: gen, n: n, ok: ok}
-	var stale func(input) bool
+	var stale func(q, v input) bool
 	switch {
 	case l.notes.Load() >= maxFeedQueue:
 		// Drop what this feed queued: Failed is what the machine sees.
 		l.overflow.Store(gen)
 		in.n = backend.Notification{Type: backend.Failed, Err: fmt.Errorf("leaderfeed: changefeed of election %q fell %d notifications behind", l.f.b.Name(), maxFeedQueue)}
 		in.ok = true
-		stale = func(q input) bool { m, is := q.(notifyMsg); return is && m.gen == gen }
+		stale = ofSameFeed
 	case ok && isRecordNote(n.Type):
-		stale = func(q input) bool {
-			m, is := q.(notifyMsg)
-			return is && m.gen == gen && m.ok && isRecordNote(m.n.Type)
-		}
+		stale = olderRecordNote
 	}
 	dropped, put := l.box.Replace(in, stale)
 	if put {
 		l.notes.Add(int64(1 - dropped))
 	}
 	return in.n.Type != backend.Failed || n.Type == backend.Failed
+}
+
+// ofSameFeed reports whether q is a notification of the feed of v, a
+// notifyMsg.
+func ofSameFeed(q, v input) bool {
+	m, is := q.(notifyMsg)
+	return is && m.gen == v.(notifyMsg).gen
+}
+
+// olderRecordNote reports whether q is a notification of the record that
+// v, a later one of the same feed, supersedes.
+func olderRecordNote(q, v input) bool {
+	m, is := q.(notifyMsg)
+	return is && m.gen == v.(notifyMsg).gen && m.ok && isRecordNote(m.n.Type)
 }
 
 // isRecordNote reports whether a notification of type t reports the state

@@ -81,11 +81,11 @@ func (b *Box[T]) PutHere(v T) bool {
 	return true
 }
 
-// Replace drops the queued values for which stale reports true, then queues
-// v: the coalescing put of a queue that keeps only the latest of a kind. It
-// returns how many it dropped, and false if the Box is closed (v is dropped
-// too). stale is called with the Box's lock held.
-func (b *Box[T]) Replace(v T, stale func(T) bool) (dropped int, ok bool) {
+// Replace drops the queued values q for which stale(q, v) reports true,
+// then queues v: the coalescing put of a queue that keeps only the latest
+// of a kind. It returns how many it dropped, and false if the Box is closed
+// (v is dropped too). stale is called with the Box's lock held.
+func (b *Box[T]) Replace(v T, stale func(q, v T) bool) (dropped int, ok bool) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -94,7 +94,7 @@ func (b *Box[T]) Replace(v T, stale func(T) bool) (dropped int, ok bool) {
 	if stale != nil {
 		kept := b.queue[:b.head]
 		for _, q := range b.queue[b.head:] {
-			if stale(q) {
+			if stale(q, v) {
 				dropped++
 			} else {
 				kept = append(kept, q)

@@ -44,7 +44,7 @@ func TestReplaceAndClose(t *testing.T) {
 		b.Put(1)
 		b.Put(2)
 		b.Put(3)
-		if n, ok := b.Replace(4, func(v int) bool { return v%2 == 1 }); n != 2 || !ok {
+		if n, ok := b.Replace(4, func(q, _ int) bool { return q%2 == 1 }); n != 2 || !ok {
 			t.Fatalf("Replace dropped %d (ok %v), want 2", n, ok)
 		}
 		if n := b.Len(); n != 2 {

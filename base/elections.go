@@ -83,6 +83,7 @@ type Elections struct {
 	batchRead backend.BatchReader // nil: every Get alone
 	reads     chan *readReq
 	run       *mailbox.Runner // the loops' takers (sharedTakers)
+	clock     renewClock      // ticks the loops' aligned renewals (renewalTicker)
 
 	started, created onceCall
 
@@ -217,6 +218,7 @@ func (e *Elections) Close() error {
 	e.feed = nil
 	e.mu.Unlock()
 	e.cancel()
+	e.clock.close()
 	if sf != nil {
 		sf.fail(fmt.Errorf("leaderfeed: elections: %w", ErrClosed))
 	}
@@ -330,6 +332,86 @@ func (b *electionBackend) AlignRenewal(due time.Time, interval time.Duration) ti
 // renewalSlots is the number of instants per heartbeat interval on which
 // the renewals of a batching Elections fall (AlignRenewal).
 const renewalSlots = 2
+
+// tickAt ticks the Feed's loop at a renewal instant AlignRenewal gave
+// (renewalTicker), when writes are batched.
+func (b *electionBackend) tickAt(at time.Time, tick func()) bool {
+	return b.e.batch != nil && b.e.clock.tickAt(at, tick)
+}
+
+// renewClock ticks the loops of a batching Elections at their renewal
+// instants. Their renewals fall on a few instants per heartbeat interval
+// (AlignRenewal), so one timer, armed for the earliest, serves them all,
+// where a timer per loop would be reset and fire (starting a goroutine)
+// once per renewal. The zero value is ready.
+type renewClock struct {
+	mu     sync.Mutex
+	slots  []clockSlot // earliest first
+	timer  *time.Timer // armed for slots[0]
+	closed bool
+}
+
+// clockSlot is one instant of a renewClock and the ticks due then.
+type clockSlot struct {
+	at    time.Time
+	ticks []func()
+}
+
+// tickAt calls tick at at (at once if it has passed), on the clock's
+// goroutine: tick must not block. It reports false, and never calls tick,
+// when the clock is closed.
+func (c *renewClock) tickAt(at time.Time, tick func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	i, found := slices.BinarySearchFunc(c.slots, at, func(s clockSlot, at time.Time) int { return s.at.Compare(at) })
+	if !found {
+		c.slots = slices.Insert(c.slots, i, clockSlot{at: at})
+	}
+	c.slots[i].ticks = append(c.slots[i].ticks, tick)
+	if i == 0 && !found {
+		if c.timer == nil {
+			c.timer = time.AfterFunc(time.Until(at), c.fire)
+		} else {
+			c.timer.Reset(time.Until(at))
+		}
+	}
+	return true
+}
+
+// fire calls the ticks of the instants that have passed.
+func (c *renewClock) fire() {
+	c.mu.Lock()
+	now := time.Now()
+	n := 0
+	for n < len(c.slots) && !c.slots[n].at.After(now) {
+		n++
+	}
+	due := slices.Clone(c.slots[:n])
+	c.slots = slices.Delete(c.slots, 0, n)
+	if len(c.slots) > 0 && !c.closed {
+		c.timer.Reset(time.Until(c.slots[0].at))
+	}
+	c.mu.Unlock()
+	for _, s := range due {
+		for _, tick := range s.ticks {
+			tick()
+		}
+	}
+}
+
+// close drops the ticks not yet due; later ones are refused.
+func (c *renewClock) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.slots = nil
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+}
 
 // renewalSlot returns the slot of election's renewals, by a hash of its
 // name (FNV-1a), in [0, renewalSlots).

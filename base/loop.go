@@ -41,6 +41,9 @@ type loop struct {
 	due         [timerLease]time.Time // by timerID; zero: stopped
 	timer       *time.Timer
 	timerAt     time.Time     // what timer is armed for; zero: stopped
+	clock       renewalTicker // ticks aligned renewals instead of timer; nil: none
+	clockTick   func()        // puts a clockMsg
+	clocked     time.Time     // the renewal instant clock ticks at (due[timerRenew], unless moved since)
 	leaseTimer  *time.Timer   // cancels the leader context at the lease's end
 	leaseCtx    *leaseContext // the leader context leaseTimer cancels
 	cancelledAt time.Time     // when the last cancelLeader was executed
@@ -79,6 +82,8 @@ type subResult struct {
 type (
 	// tickMsg: the timer fired.
 	tickMsg struct{}
+	// clockMsg: the renewal clock ticked.
+	clockMsg struct{}
 	// leaseMsg: the lease timer cancelled a leader context.
 	leaseMsg struct{}
 	// stopMsg: Stop was called.
@@ -95,6 +100,7 @@ type (
 )
 
 func (tickMsg) isInput()      {}
+func (clockMsg) isInput()     {}
 func (leaseMsg) isInput()     {}
 func (stopMsg) isInput()      {}
 func (cancelledMsg) isInput() {}
@@ -112,7 +118,19 @@ func newLoop(f *Feed, ctx context.Context) *loop {
 		r = s.takers()
 	}
 	l.box = mailbox.NewOn(r, l.take, f.goroutineStarts, f.goroutineEnds)
+	if c, ok := f.b.(renewalTicker); ok {
+		l.clock = c
+		l.clockTick = func() { l.box.Put(clockMsg{}) }
+	}
 	return l
+}
+
+// renewalTicker is the backend of an Elections' election: when it aligns
+// renewals (AlignRenewal), tickAt calls tick at an aligned instant, on one
+// timer for every election renewing then; it reports false when it does
+// not (no batching, or closed), and the loop's own timer serves.
+type renewalTicker interface {
+	tickAt(at time.Time, tick func()) bool
 }
 
 // sharedTakers is the backend of an Elections' election: the loops of its
@@ -166,6 +184,8 @@ func (l *loop) take(in input) {
 		l.result(in)
 	case tickMsg:
 		l.tick()
+	case clockMsg:
+		l.stepDue()
 	case leaseMsg:
 		l.step(leaseLostInput{expired: l.leaseCtx != nil && l.leaseCtx.Err() != nil})
 	case requestInput, presenceResult:
@@ -324,6 +344,12 @@ func (l *loop) exec(e effect) input {
 			at = l.renewAt(at)
 		}
 		l.due[t.t] = at
+		if t.t == timerRenew {
+			l.clocked = time.Time{}
+			if t.align && l.clock != nil && l.clock.tickAt(at, l.clockTick) {
+				l.clocked = at
+			}
+		}
 		l.armTimer()
 	case stopTimer:
 		if t := e.(stopTimer).t; t != timerLease {
@@ -427,10 +453,15 @@ func (l *loop) publishHealth(eff effect) {
 	l.f.mu.Unlock()
 }
 
-// armTimer arms the timer for the earliest due time, or stops it.
+// armTimer arms the timer for the earliest due time, or stops it. A
+// renewal the clock ticks for needs no timer. (A clock tick of a renewal
+// since moved or stopped finds nothing due, as a stale timer's would.)
 func (l *loop) armTimer() {
 	var at time.Time
-	for _, d := range l.due {
+	for t, d := range l.due {
+		if t == int(timerRenew) && d.Equal(l.clocked) {
+			continue
+		}
 		if !d.IsZero() && (at.IsZero() || d.Before(at)) {
 			at = d
 		}
@@ -452,10 +483,15 @@ func (l *loop) armTimer() {
 	l.timer.Reset(max(0, time.Until(at)))
 }
 
-// tick steps the timers whose due time has passed, earliest first, and
-// re-arms the timer for the rest.
+// tick steps the timers whose due time has passed, as the timer fired.
 func (l *loop) tick() {
 	l.timerAt = time.Time{}
+	l.stepDue()
+}
+
+// stepDue steps the timers whose due time has passed, earliest first, and
+// re-arms the timer for the rest.
+func (l *loop) stepDue() {
 	for !l.exited {
 		now := time.Now()
 		var next timerID

@@ -61,12 +61,19 @@ type loop struct {
 
 	pres *presence // the presence calls; nil: not participating
 
-	// The record the machine holds when it is its own write of the term
-	// it leads, for note (see skipOwn); zero otherwise. The taker writes
-	// it after each step that changed it, and keeps a copy of its own.
-	ownMu               sync.Mutex
-	ownRev, ownTerm     uint64
-	ownRevTk, ownTermTk uint64 // the taker's copy
+	// For note, see ownNote: what the taker last told of the machine, and
+	// the notification it holds back.
+	ownMu  sync.Mutex
+	own    ownState
+	parked *notifyMsg
+}
+
+// ownState is what note needs to know of the machine (see ownNote): the
+// record it holds when that is its own write of the term it leads (zero
+// otherwise), and whether a renewal of that term is in flight.
+type ownState struct {
+	rev, term uint64
+	renewing  bool
 }
 
 type subResult struct {
@@ -283,44 +290,74 @@ func (l *loop) step(in input) {
 	l.publishOwn()
 }
 
-// publishOwn tells note the record the machine holds now, if it is the
-// machine's own write of the term it leads (see skipOwn).
+// publishOwn tells note what it needs of the machine now (see ownNote),
+// and hands the loop the notification note held back, once the renewal
+// it waited for is over, unless that renewal's reply brought its record.
 func (l *loop) publishOwn() {
 	m := l.m
-	var rev, term uint64
-	if m.role == roleLeader && m.seen && !m.missing && m.rec.Leader == m.id && m.rec.Term == m.term {
-		rev, term = m.rec.Revision, m.term
-	}
-	if rev == l.ownRevTk && term == l.ownTermTk {
-		return
-	}
-	l.ownRevTk, l.ownTermTk = rev, term
-	l.ownMu.Lock()
-	l.ownRev, l.ownTerm = rev, term
-	l.ownMu.Unlock()
-}
-
-// skipOwn reports whether n only repeats the record the machine holds as
-// its own write of the term it leads: a renewal (or the claim) of this
-// node coming back on the feed after its reply was taken in. Stepping it
-// would change nothing but Health.LastContact, which the reply set just
-// before: observe ignores the same write again. So note drops it without
-// waking the loop.
-//
-// Dropping it is safe even if the machine moved on before it would have
-// stepped it: no part of the safety argument (see claimDue) rests on a
-// notification arriving, as a feed may fail and lose any of them; a node
-// that observes less claims later, or on an older revision, whose
-// compare-and-set fails. Nor is liveness lost: the record was taken in
-// already, and every later write comes with a notification of its own.
-func (l *loop) skipOwn(n backend.Notification) bool {
-	r := &n.Record
-	if n.Type != backend.RecordChanged || r.Revision == 0 || r.Leader != l.f.id {
-		return false
+	var s ownState
+	if m.role == roleLeader {
+		s.renewing = m.writing
+		if m.seen && !m.missing && m.rec.Leader == m.id && m.rec.Term == m.term {
+			s.rev, s.term = m.rec.Revision, m.term
+		}
 	}
 	l.ownMu.Lock()
 	defer l.ownMu.Unlock()
-	return r.Revision == l.ownRev && r.Term == l.ownTerm
+	l.own = s
+	if p := l.parked; p != nil && !s.renewing {
+		l.parked = nil
+		if p.n.Record.Revision != s.rev || p.n.Record.Term != s.term {
+			l.queueNote(*p, nil)
+		}
+	}
+}
+
+// ownNote takes a notification of the record off note's hands when it is
+// the leader's own write of the term it leads, and reports whether it did:
+//
+//   - one that repeats the record the machine holds (its renewal's reply
+//     came first) is dropped: stepping it would change nothing but
+//     Health.LastContact, which the reply set just before (observe ignores
+//     the same write again);
+//   - one newer than that, while a renewal is in flight (it came before
+//     the reply), is held back until the renewal is over (publishOwn):
+//     dropped if the reply brought the same write, else handed to the
+//     loop. A later notification of the record drops it, as the mailbox
+//     drops one that waits (note); any other is queued after it, so the
+//     loop takes them in the feed's order.
+//
+// So a renewal wakes the loop for its reply only. Dropping or delaying a
+// notification is safe, even if the machine moved on before it would
+// have stepped it: no part of the safety argument (see claimDue) rests on
+// a notification arriving, or arriving soon, as a feed may fail or lag
+// and lose any of them; a node that observes less claims later, or on an
+// older revision, whose compare-and-set fails. Nor is liveness lost: the
+// record is taken in (from the reply, or from the notification after
+// it), and every later write comes with a notification of its own.
+func (l *loop) ownNote(gen uint64, n backend.Notification, ok bool) bool {
+	r := &n.Record
+	l.ownMu.Lock()
+	defer l.ownMu.Unlock()
+	if !ok || !isRecordNote(n.Type) {
+		if p := l.parked; p != nil {
+			l.parked = nil
+			l.queueNote(*p, nil)
+		}
+		return false
+	}
+	own := l.own
+	if n.Type == backend.RecordChanged && r.Leader == l.f.id && own.term != 0 && r.Term == own.term {
+		switch {
+		case r.Revision == own.rev:
+			return true
+		case own.renewing && r.Revision > own.rev:
+			l.parked = &notifyMsg{gen: gen, n: n, ok: true}
+			return true
+		}
+	}
+	l.parked = nil // a later record supersedes it
+	return false
 }
 
 // exec executes one effect; it returns the answer of one that asks the
@@ -703,7 +740,7 @@ func (l *loop) note(gen uint64, n backend.Notification, ok bool) bool {
 	if l.overflow.Load() == gen {
 		return false
 	}
-	if ok && l.skipOwn(n) {
+	if l.ownNote(gen, n, ok) {
 		return true
 	}
 	in := notifyMsg{gen: gen, n: n, ok: ok}
@@ -718,11 +755,19 @@ func (l *loop) note(gen uint64, n backend.Notification, ok bool) bool {
 	case ok && isRecordNote(n.Type):
 		stale = olderRecordNote
 	}
+	l.queueNote(in, stale)
+	return in.n.Type != backend.Failed || n.Type == backend.Failed
+}
+
+// queueNote puts a notification in the mailbox, dropping those waiting
+// for which stale reports true, and counts it. Called by note, or with
+// ownMu held (ownNote, publishOwn), so that a notification held back is
+// queued before any that came after it.
+func (l *loop) queueNote(in notifyMsg, stale func(q, v input) bool) {
 	dropped, put := l.box.Replace(in, stale)
 	if put {
 		l.notes.Add(int64(1 - dropped))
 	}
-	return in.n.Type != backend.Failed || n.Type == backend.Failed
 }
 
 // ofSameFeed reports whether q is a notification of the feed of v, a

@@ -503,7 +503,9 @@ func (l *loop) armTimer() {
 			at = d
 		}
 	}
-	if at.Equal(l.timerAt) && !at.IsZero() {
+	if at.Equal(l.timerAt) {
+		// Armed for at already; or nothing is due and the timer is
+		// stopped, or fired, or fires for nothing (a stale tick).
 		return
 	}
 	l.timerAt = at

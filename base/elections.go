@@ -523,7 +523,7 @@ type sharedFeed struct {
 
 	// Guarded by e.mu.
 	dead    bool
-	byName  map[string]map[*feedSub]struct{}
+	byName  map[string][]*feedSub // most elections have one
 	all     map[*feedSub]struct{}
 	failErr error
 }
@@ -566,7 +566,7 @@ func (e *Elections) register(ctx context.Context, b *electionBackend, s *feedSub
 	if sf == nil {
 		fctx, fcancel := context.WithCancel(e.ctx)
 		sf = &sharedFeed{e: e, cancel: fcancel, ready: make(chan struct{}),
-			byName: make(map[string]map[*feedSub]struct{}), all: make(map[*feedSub]struct{})}
+			byName: make(map[string][]*feedSub), all: make(map[*feedSub]struct{})}
 		e.feed = sf
 		e.wg.Add(1)
 		go sf.open(fctx)
@@ -577,11 +577,14 @@ func (e *Elections) register(ctx context.Context, b *electionBackend, s *feedSub
 	s.onEnd = func() {
 		e.mu.Lock()
 		delete(sf.all, s)
-		if m := sf.byName[b.name]; m != nil {
-			delete(m, s)
-			if len(m) == 0 {
-				delete(sf.byName, b.name)
-			}
+		subs := sf.byName[b.name]
+		if i := slices.Index(subs, s); i >= 0 {
+			subs = slices.Delete(subs, i, i+1)
+		}
+		if len(subs) == 0 {
+			delete(sf.byName, b.name)
+		} else {
+			sf.byName[b.name] = subs
 		}
 		e.mu.Unlock()
 		b.mu.Lock()
@@ -589,10 +592,7 @@ func (e *Elections) register(ctx context.Context, b *electionBackend, s *feedSub
 		b.mu.Unlock()
 	}
 	s.open()
-	if sf.byName[b.name] == nil {
-		sf.byName[b.name] = make(map[*feedSub]struct{})
-	}
-	sf.byName[b.name][s] = struct{}{}
+	sf.byName[b.name] = append(sf.byName[b.name], s)
 	sf.all[s] = struct{}{}
 	failErr := sf.failErr // dead already
 	e.mu.Unlock()
@@ -689,7 +689,7 @@ func (sf *sharedFeed) dispatch(n backend.Notification) {
 		e.log.Debug("leaderfeed: changefeed: notification of no election dropped", "type", n.Type.String())
 		return
 	}
-	for s := range sf.byName[name] {
+	for _, s := range sf.byName[name] {
 		s.push(n)
 	}
 }

@@ -59,7 +59,8 @@ type loop struct {
 	notes     atomic.Int64 // notifications in the mailbox
 	overflow  atomic.Uint64
 
-	pres *presence // the presence calls; nil: not participating
+	pres     *presence // the presence calls; nil: not participating
+	noLogger bool      // Options.Logger is nil: nothing is logged
 
 	// For note, see ownNote: what the taker last told of the machine, and
 	// the notification it holds back.
@@ -116,9 +117,10 @@ func (subResult) isInput()    {}
 
 func newLoop(f *Feed, ctx context.Context) *loop {
 	l := &loop{
-		f:   f,
-		m:   newMachine(f.id, f.b.Name(), f.timing, f.opts),
-		ctx: ctx,
+		f:        f,
+		m:        newMachine(f.id, f.b.Name(), f.timing, f.opts),
+		ctx:      ctx,
+		noLogger: f.opts.Logger == nil,
 	}
 	var r *mailbox.Runner
 	if s, ok := f.b.(sharedTakers); ok {
@@ -276,8 +278,8 @@ func (l *loop) exit() {
 // question (extendLease, a vacancy whose context ended) is the last of its
 // step, and its answer is the next input, before any other.
 func (l *loop) step(in input) {
+	l.m.quiet = l.noLogger || !l.f.log.Enabled(context.Background(), slog.LevelDebug)
 	for in != nil {
-		l.m.quiet = !l.f.log.Enabled(context.Background(), slog.LevelDebug)
 		effects := l.m.step(time.Now(), in)
 		in = nil
 		for _, e := range effects {

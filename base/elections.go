@@ -173,7 +173,7 @@ func (e *Elections) newBackend(election string, observer bool) (backend.Election
 	if e.closed.Load() {
 		return nil, fmt.Errorf("leaderfeed: election %q: %w", election, ErrClosed)
 	}
-	b := &electionBackend{e: e, name: election, slot: renewalSlot(election), observer: observer, subs: make(map[*feedSub]struct{})}
+	b := &electionBackend{e: e, name: election, slot: renewalSlot(election), observer: observer}
 	if observer {
 		return b, nil
 	}
@@ -240,7 +240,7 @@ type electionBackend struct {
 
 	mu     sync.Mutex
 	closed bool
-	subs   map[*feedSub]struct{}
+	subs   []*feedSub // most elections have one
 }
 
 func (b *electionBackend) Name() string { return b.name }
@@ -461,10 +461,7 @@ func (b *electionBackend) Close() error {
 		return nil
 	}
 	b.closed = true
-	subs := make([]*feedSub, 0, len(b.subs))
-	for s := range b.subs {
-		subs = append(subs, s)
-	}
+	subs := slices.Clone(b.subs)
 	b.mu.Unlock()
 	for _, s := range subs {
 		s.fail(fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed))
@@ -597,7 +594,9 @@ func (e *Elections) register(ctx context.Context, b *electionBackend, s *feedSub
 		}
 		e.mu.Unlock()
 		b.mu.Lock()
-		delete(b.subs, s)
+		if i := slices.Index(b.subs, s); i >= 0 {
+			b.subs = slices.Delete(b.subs, i, i+1)
+		}
 		b.mu.Unlock()
 	}
 	s.open()
@@ -610,7 +609,7 @@ func (e *Elections) register(ctx context.Context, b *electionBackend, s *feedSub
 	if !s.isEnded() {
 		// (An ended s left b already, or will not find itself in b: it
 		// leaves b under b.mu after it ended.)
-		b.subs[s] = struct{}{}
+		b.subs = append(b.subs, s)
 	}
 	b.mu.Unlock()
 	if closed {

@@ -207,8 +207,9 @@ func (b *Box[T]) idleLocked() {
 }
 
 // maxKept is the room an idle Box keeps for the next values; a larger
-// queue is freed once it is empty.
-const maxKept = 8
+// queue is freed once it is empty. An engine's Box mostly holds one or
+// two, and there is one per election.
+const maxKept = 2
 
 // Runner takes the values of many Boxes (NewOn) on a few goroutines. A Box
 // that gets a value while idle queues itself on the Runner instead of

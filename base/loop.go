@@ -653,7 +653,7 @@ func (l *loop) call(eff effect) input {
 	case callClaim, callRenew:
 		if s, ok := l.f.b.(backend.Submitter); ok && s.SubmitHeartbeat(l.ctx, c.deadline, c.expected, c.next, func(res heartbeat.Record, err error) {
 			r.res, r.err = res, err
-			l.put(r)
+			l.box.PutUrgent(r)
 		}) {
 			return nil
 		}

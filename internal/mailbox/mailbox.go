@@ -57,11 +57,12 @@ func (b *Box[T]) Put(v T) bool {
 
 // PutHere is Put for a goroutine that has nothing else to do (a timer's
 // function, a call whose result v is): if no goroutine takes from the Box,
-// the caller takes, until the Box is empty, before PutHere returns. A Box
-// on a Runner is Put instead: the Runner's goroutines take.
+// the caller takes, until the Box is empty, before PutHere returns. On a
+// Runner it is PutUrgent instead: the Runner's goroutines take, and v is
+// what a goroutine of its own waited for.
 func (b *Box[T]) PutHere(v T) bool {
 	if b.runner != nil {
-		return b.Put(v)
+		return b.PutUrgent(v)
 	}
 	b.mu.Lock()
 	if b.closed {
@@ -86,6 +87,18 @@ func (b *Box[T]) PutHere(v T) bool {
 // of a kind. It returns how many it dropped, and false if the Box is closed
 // (v is dropped too). stale is called with the Box's lock held.
 func (b *Box[T]) Replace(v T, stale func(q, v T) bool) (dropped int, ok bool) {
+	return b.put(v, stale, false)
+}
+
+// PutUrgent is Put for a value that bounds a deadline (the reply of a
+// store call): if the Box is on a Runner and waits for a turn because of
+// v, it gets one before the Boxes queued by Put.
+func (b *Box[T]) PutUrgent(v T) bool {
+	_, ok := b.put(v, nil, true)
+	return ok
+}
+
+func (b *Box[T]) put(v T, stale func(q, v T) bool, urgent bool) (dropped int, ok bool) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -112,7 +125,7 @@ func (b *Box[T]) Replace(v T, stale func(q, v T) bool) (dropped int, ok bool) {
 	b.begin()
 	b.mu.Unlock()
 	if b.runner != nil {
-		b.runner.schedule(b)
+		b.runner.schedule(b, urgent)
 	} else {
 		go func() {
 			b.run()
@@ -172,7 +185,7 @@ func (b *Box[T]) turn() {
 		return
 	}
 	b.mu.Unlock()
-	b.runner.schedule(b)
+	b.runner.schedule(b, false)
 }
 
 // turnValues is how many values a Runner's goroutine takes from one Box
@@ -219,6 +232,10 @@ const maxKept = 2
 // a row on stacks already grown, where a goroutine per run would start
 // with a small stack and grow it on every take.
 //
+// Boxes queued by PutUrgent are served first: a burst of Boxes with
+// nothing urgent (a renewal due for each of thousands of elections) does
+// not hold up the replies that extend their leases.
+//
 // Each Box keeps one taker at a time and its order. A take that blocks
 // holds up one goroutine, not the Boxes queued behind it: when no turn has
 // started for stallAfter while Boxes wait, the Runner starts one more.
@@ -228,9 +245,9 @@ type Runner struct {
 	max int
 
 	mu       sync.Mutex
-	ready    []runnable // ready[head:] wait for a turn
-	head     int
-	workers  int    // goroutines serving ready
+	urgent   fifo   // Boxes that got a value by PutUrgent: served first
+	ready    fifo   // the others
+	workers  int    // goroutines serving the queues
 	turns    uint64 // turns started so far
 	watching bool   // watch is armed
 	seen     uint64 // turns when watch was armed
@@ -252,14 +269,13 @@ func NewRunner(n int) *Runner {
 }
 
 // schedule queues b, which runs (b.running is set), for a turn.
-func (r *Runner) schedule(b runnable) {
+func (r *Runner) schedule(b runnable, urgent bool) {
 	r.mu.Lock()
-	if r.head > 0 && len(r.ready) == cap(r.ready) {
-		n := copy(r.ready, r.ready[r.head:])
-		clear(r.ready[n:])
-		r.ready, r.head = r.ready[:n], 0
+	if urgent {
+		r.urgent.push(b)
+	} else {
+		r.ready.push(b)
 	}
-	r.ready = append(r.ready, b)
 	start := r.workers < r.max
 	if start {
 		r.workers++
@@ -281,7 +297,11 @@ func (r *Runner) schedule(b runnable) {
 func (r *Runner) work() {
 	for yielded := false; ; {
 		r.mu.Lock()
-		if r.head == len(r.ready) {
+		b := r.urgent.pop()
+		if b == nil {
+			b = r.ready.pop()
+		}
+		if b == nil {
 			if !yielded {
 				// Yield once before ending: on a busy process the next
 				// Box is often about to be queued (a timer fired, a
@@ -293,19 +313,10 @@ func (r *Runner) work() {
 				continue
 			}
 			r.workers--
-			if cap(r.ready) > maxKeptReady {
-				r.ready = nil
-			} else {
-				r.ready = r.ready[:0]
-			}
-			r.head = 0
 			r.mu.Unlock()
 			return
 		}
 		yielded = false
-		b := r.ready[r.head]
-		r.ready[r.head] = nil
-		r.head++
 		r.turns++
 		r.mu.Unlock()
 		b.turn()
@@ -317,7 +328,7 @@ func (r *Runner) work() {
 // another. It watches on while Boxes wait.
 func (r *Runner) check() {
 	r.mu.Lock()
-	if r.head == len(r.ready) {
+	if r.urgent.len() == 0 && r.ready.len() == 0 {
 		r.watching = false
 		r.mu.Unlock()
 		return
@@ -332,6 +343,41 @@ func (r *Runner) check() {
 	if start {
 		go r.work()
 	}
+}
+
+// fifo is a queue of Boxes.
+type fifo struct {
+	items []runnable // items[head:] wait
+	head  int
+}
+
+func (q *fifo) len() int { return len(q.items) - q.head }
+
+func (q *fifo) push(b runnable) {
+	if len(q.items) == cap(q.items) && q.head >= len(q.items)/2 {
+		// Reuse the room of those taken, when it is at least half.
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+	q.items = append(q.items, b)
+}
+
+// pop returns the first Box, or nil.
+func (q *fifo) pop() runnable {
+	if q.head == len(q.items) {
+		if cap(q.items) > maxKeptReady {
+			q.items = nil
+		} else {
+			q.items = q.items[:0]
+		}
+		q.head = 0
+		return nil
+	}
+	b := q.items[q.head]
+	q.items[q.head] = nil
+	q.head++
+	return b
 }
 
 // maxKeptReady is the room an idle Runner keeps for queued Boxes; a larger

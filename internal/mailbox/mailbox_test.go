@@ -167,3 +167,27 @@ func TestRunnerTurns(t *testing.T) {
 		}
 	})
 }
+
+// A Box that gets a value by PutUrgent is served before those queued by Put.
+func TestRunnerUrgent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := NewRunner(1)
+		gate := make(chan struct{})
+		var order []string
+		hold := NewOn(r, func(int) { <-gate }, nil, nil)
+		box := func(name string) *Box[int] {
+			return NewOn(r, func(int) { order = append(order, name) }, nil, nil)
+		}
+		a, b, c := box("a"), box("b"), box("c")
+		hold.Put(0)
+		synctest.Wait()
+		a.Put(0)
+		b.Put(0)
+		c.PutUrgent(0)
+		close(gate)
+		synctest.Wait()
+		if want := []string{"c", "a", "b"}; !slices.Equal(order, want) {
+			t.Fatalf("served %v, want %v", order, want)
+		}
+	})
+}

@@ -79,7 +79,7 @@ type Elections struct {
 	cancel    context.CancelFunc
 	owned     bool // made by Open: closing its one Election closes it
 	wg        sync.WaitGroup
-	writes    chan *writeReq
+	writes    *writeQueue
 	batchRead backend.BatchReader // nil: every Get alone
 	reads     chan *readReq
 	run       *mailbox.Runner // the loops' takers (sharedTakers)
@@ -117,7 +117,7 @@ func NewElections(s backend.Store, opts ElectionsOptions) (*Elections, error) {
 	}
 	if bs, ok := s.(backend.BatchStore); ok && !opts.NoBatch {
 		e.batch = bs
-		e.writes = make(chan *writeReq, opts.MaxBatch)
+		e.writes = newWriteQueue()
 		e.wg.Add(1)
 		go e.batcher()
 	}
@@ -932,15 +932,7 @@ func (e *Elections) write(ctx context.Context, w backend.Write, window time.Dura
 	reply := make(chan backend.WriteResult, 1)
 	deadline, _ := ctx.Deadline()
 	r := newWriteReq(ctx, deadline, w, window, func(rec heartbeat.Record, err error) { reply <- backend.WriteResult{Record: rec, Err: err} })
-	select {
-	case e.writes <- r:
-	case <-ctx.Done():
-		r.answer(backend.WriteResult{Err: ctx.Err()})
-		return heartbeat.Record{}, ctx.Err()
-	case <-e.ctx.Done():
-		r.answer(backend.WriteResult{Err: ErrClosed})
-		return heartbeat.Record{}, fmt.Errorf("leaderfeed: election %q: %w", w.Next.Election, ErrClosed)
-	}
+	e.writes.put(r)
 	select {
 	case res := <-reply:
 		return res.Record, res.Err
@@ -965,24 +957,88 @@ func (b *electionBackend) SubmitHeartbeat(ctx context.Context, deadline time.Tim
 		done(heartbeat.Record{}, err)
 		return true
 	}
-	r := newWriteReq(ctx, deadline, backend.Write{Expected: expected, Next: next}, b.window(), done)
-	select {
-	case b.e.writes <- r:
-		return true
-	default:
-	}
-	// The batcher's queue is full: wait for room on a goroutine of our own,
-	// as a call of Heartbeat would.
-	go func() {
-		select {
-		case b.e.writes <- r:
-		case <-r.ctx.Done():
-			r.answer(backend.WriteResult{Err: r.ctx.Err()})
-		case <-b.e.ctx.Done():
-			r.answer(backend.WriteResult{Err: fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed)})
-		}
-	}()
+	b.e.writes.put(newWriteReq(ctx, deadline, backend.Write{Expected: expected, Next: next}, b.window(), done))
 	return true
+}
+
+// writeQueue is the batcher's inbox. Writes wait in it without bound (each
+// election has at most one in flight), and the batcher is woken only when
+// it must look: it waits for a first write, or one must be sent before the
+// batch is due (a claim or vacancy, a renewal of a shorter window), or a
+// batch's worth waits; else it takes them all when the batch is due. A
+// channel woke it for every write: thousands of wake-ups per batch.
+type writeQueue struct {
+	wake chan struct{} // room for one: look
+
+	mu     sync.Mutex
+	q      []*writeReq // q[head:] wait
+	head   int
+	idle   bool      // the batcher waits for any write
+	room   int       // the batcher waits for this many (its batch's room)
+	due    time.Time // the batcher waits for a write to send before this
+	closed error     // set by close: later writes are answered with it
+}
+
+func newWriteQueue() *writeQueue {
+	return &writeQueue{wake: make(chan struct{}, 1)}
+}
+
+// put queues r; it never blocks.
+func (w *writeQueue) put(r *writeReq) {
+	w.mu.Lock()
+	if err := w.closed; err != nil {
+		w.mu.Unlock()
+		r.answer(backend.WriteResult{Err: err})
+		return
+	}
+	w.q = append(w.q, r)
+	look := w.idle || r.window <= 0 || r.flush.Before(w.due) || len(w.q)-w.head >= w.room
+	w.idle = false
+	w.mu.Unlock()
+	if look {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// expect says when put wakes the batcher: at the first write (idle), or
+// for a write to send before due, or once room writes wait; claims and
+// vacancies always wake it.
+func (w *writeQueue) expect(idle bool, room int, due time.Time) {
+	w.mu.Lock()
+	w.idle, w.room, w.due = idle, room, due
+	w.mu.Unlock()
+}
+
+// take appends up to n waiting writes to pending.
+func (w *writeQueue) take(pending []*writeReq, n int) []*writeReq {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n = min(n, len(w.q)-w.head)
+	pending = append(pending, w.q[w.head:w.head+n]...)
+	clear(w.q[w.head : w.head+n])
+	w.head += n
+	if w.head == len(w.q) {
+		w.q, w.head = w.q[:0], 0
+		if cap(w.q) > 1024 {
+			w.q = nil
+		}
+	}
+	return pending
+}
+
+// close answers the waiting writes, and every later one, with err.
+func (w *writeQueue) close(err error) {
+	w.mu.Lock()
+	w.closed = err
+	left := w.q[w.head:]
+	w.q, w.head = nil, 0
+	w.mu.Unlock()
+	for _, r := range left {
+		r.answer(backend.WriteResult{Err: err})
+	}
 }
 
 // batcher collects writes and sends them in batches: at once when a claim
@@ -1008,14 +1064,18 @@ func (e *Elections) batcher() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	wq := e.writes
 	for {
 		if len(pending) == 0 {
-			select {
-			case r := <-e.writes:
-				pending = append(pending, r)
-			case <-e.ctx.Done():
-				e.failWrites(nil)
-				return
+			wq.expect(true, 1, time.Time{})
+			if pending = wq.take(pending, e.maxBatch); len(pending) == 0 {
+				select {
+				case <-wq.wake:
+					continue
+				case <-e.ctx.Done():
+					e.failWrites(nil)
+					return
+				}
 			}
 		}
 		g := newGather(pending)
@@ -1023,23 +1083,26 @@ func (e *Elections) batcher() {
 		var expire *time.Timer   // while waiting for a slot: the earliest deadline
 	gather:
 		for {
-			writes := e.writes
-			if len(pending) >= e.maxBatch {
-				writes = nil
+			// Take what waits, up to the batch's room; wake for more only
+			// if they fill it or one must go before the batch is due.
+			var wake <-chan struct{}
+			if room := e.maxBatch - len(pending); room > 0 {
+				n := len(pending)
+				pending = wq.take(pending, room)
+				for _, r := range pending[n:] {
+					g.add(r)
+				}
+				wq.expect(false, e.maxBatch-len(pending), g.flushAt)
+				n = len(pending)
+				pending = wq.take(pending, e.maxBatch-len(pending)) // came meanwhile
+				for _, r := range pending[n:] {
+					g.add(r)
+				}
+				wake = wq.wake
 			}
 			var timeout <-chan time.Time
 			if slot == nil {
 				d := time.Until(g.flushAt)
-				if d <= 0 && len(pending) < e.maxBatch {
-					// Take what is queued already, without waiting.
-					select {
-					case r := <-e.writes:
-						pending = append(pending, r)
-						g.add(r)
-						continue
-					default:
-					}
-				}
 				if d <= 0 || len(pending) >= e.maxBatch {
 					if len(pending) < e.maxBatch && g.extend(time.Now()) {
 						continue
@@ -1071,9 +1134,7 @@ func (e *Elections) batcher() {
 				}
 			}
 			select {
-			case r := <-writes:
-				pending = append(pending, r)
-				g.add(r)
+			case <-wake:
 			case <-timeout:
 			case <-expired:
 			case slot <- struct{}{}:
@@ -1288,14 +1349,7 @@ func (e *Elections) failWrites(pending []*writeReq) {
 	for _, r := range pending {
 		r.answer(backend.WriteResult{Err: err})
 	}
-	for {
-		select {
-		case r := <-e.writes:
-			r.answer(backend.WriteResult{Err: err})
-		default:
-			return
-		}
-	}
+	e.writes.close(err)
 }
 
 // noteElection returns the election n is about, "" for OtherChanged and

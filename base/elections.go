@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -78,9 +79,11 @@ type Elections struct {
 	cancel    context.CancelFunc
 	owned     bool // made by Open: closing its one Election closes it
 	wg        sync.WaitGroup
-	writes    chan *writeReq
+	writes    *writeQueue
 	batchRead backend.BatchReader // nil: every Get alone
 	reads     chan *readReq
+	run       *mailbox.Runner // the loops' takers (sharedTakers)
+	clock     renewClock      // ticks the loops' aligned renewals (renewalTicker)
 
 	started, created onceCall
 
@@ -110,10 +113,11 @@ func NewElections(s backend.Store, opts ElectionsOptions) (*Elections, error) {
 		store: s, log: log, maxBatch: opts.MaxBatch, window: opts.BatchWindow,
 		epoch: time.Now(), ctx: ctx, cancel: cancel,
 		open: make(map[string]*electionBackend),
+		run:  mailbox.NewRunner(runtime.GOMAXPROCS(0)),
 	}
 	if bs, ok := s.(backend.BatchStore); ok && !opts.NoBatch {
 		e.batch = bs
-		e.writes = make(chan *writeReq, opts.MaxBatch)
+		e.writes = newWriteQueue()
 		e.wg.Add(1)
 		go e.batcher()
 	}
@@ -169,7 +173,7 @@ func (e *Elections) newBackend(election string, observer bool) (backend.Election
 	if e.closed.Load() {
 		return nil, fmt.Errorf("leaderfeed: election %q: %w", election, ErrClosed)
 	}
-	b := &electionBackend{e: e, name: election, slot: renewalSlot(election), observer: observer, subs: make(map[*feedSub]struct{})}
+	b := &electionBackend{e: e, name: election, slot: renewalSlot(election), observer: observer}
 	if observer {
 		return b, nil
 	}
@@ -214,6 +218,7 @@ func (e *Elections) Close() error {
 	e.feed = nil
 	e.mu.Unlock()
 	e.cancel()
+	e.clock.close()
 	if sf != nil {
 		sf.fail(fmt.Errorf("leaderfeed: elections: %w", ErrClosed))
 	}
@@ -235,10 +240,12 @@ type electionBackend struct {
 
 	mu     sync.Mutex
 	closed bool
-	subs   map[*feedSub]struct{}
+	subs   []*feedSub // most elections have one
 }
 
 func (b *electionBackend) Name() string { return b.name }
+
+func (b *electionBackend) takers() *mailbox.Runner { return b.e.run }
 
 func (b *electionBackend) check(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
@@ -287,17 +294,26 @@ func (b *electionBackend) Heartbeat(ctx context.Context, expected, next heartbea
 	if next.Election == "" {
 		next.Election = b.name
 	}
-	if next.Election != b.name {
-		return heartbeat.Record{}, fmt.Errorf("%w: %w: the Election of %q was given a record of election %q",
-			ErrInvalidConfig, heartbeat.ErrInvalidRecord, b.name, next.Election)
-	}
-	if b.observer {
-		return heartbeat.Record{}, fmt.Errorf("leaderfeed: election %q: an Observer backend writes nothing: %w", b.name, ErrObserveOnly)
+	if next.Election != b.name || b.observer {
+		return heartbeat.Record{}, b.refuse(next.Election)
 	}
 	if b.e.batch == nil {
 		return b.e.store.Heartbeat(ctx, expected, next)
 	}
 	return b.e.write(ctx, backend.Write{Expected: expected, Next: next}, b.window())
+}
+
+// refuse returns Heartbeat's error for a write of election (the name of
+// its record) that it does not send. A function of its own, so that the
+// frame of Heartbeat, under every store's, stays small.
+//
+//go:noinline
+func (b *electionBackend) refuse(election string) error {
+	if election != b.name {
+		return fmt.Errorf("%w: %w: the Election of %q was given a record of election %q",
+			ErrInvalidConfig, heartbeat.ErrInvalidRecord, b.name, election)
+	}
+	return fmt.Errorf("leaderfeed: election %q: an Observer backend writes nothing: %w", b.name, ErrObserveOnly)
 }
 
 // AlignRenewal returns when a renewal due at due is sent: the latest
@@ -325,6 +341,86 @@ func (b *electionBackend) AlignRenewal(due time.Time, interval time.Duration) ti
 // renewalSlots is the number of instants per heartbeat interval on which
 // the renewals of a batching Elections fall (AlignRenewal).
 const renewalSlots = 2
+
+// tickAt ticks the Feed's loop at a renewal instant AlignRenewal gave
+// (renewalTicker), when writes are batched.
+func (b *electionBackend) tickAt(at time.Time, tick func()) bool {
+	return b.e.batch != nil && b.e.clock.tickAt(at, tick)
+}
+
+// renewClock ticks the loops of a batching Elections at their renewal
+// instants. Their renewals fall on a few instants per heartbeat interval
+// (AlignRenewal), so one timer, armed for the earliest, serves them all,
+// where a timer per loop would be reset and fire (starting a goroutine)
+// once per renewal. The zero value is ready.
+type renewClock struct {
+	mu     sync.Mutex
+	slots  []clockSlot // earliest first
+	timer  *time.Timer // armed for slots[0]
+	closed bool
+}
+
+// clockSlot is one instant of a renewClock and the ticks due then.
+type clockSlot struct {
+	at    time.Time
+	ticks []func()
+}
+
+// tickAt calls tick at at (at once if it has passed), on the clock's
+// goroutine: tick must not block. It reports false, and never calls tick,
+// when the clock is closed.
+func (c *renewClock) tickAt(at time.Time, tick func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	i, found := slices.BinarySearchFunc(c.slots, at, func(s clockSlot, at time.Time) int { return s.at.Compare(at) })
+	if !found {
+		c.slots = slices.Insert(c.slots, i, clockSlot{at: at})
+	}
+	c.slots[i].ticks = append(c.slots[i].ticks, tick)
+	if i == 0 && !found {
+		if c.timer == nil {
+			c.timer = time.AfterFunc(time.Until(at), c.fire)
+		} else {
+			c.timer.Reset(time.Until(at))
+		}
+	}
+	return true
+}
+
+// fire calls the ticks of the instants that have passed.
+func (c *renewClock) fire() {
+	c.mu.Lock()
+	now := time.Now()
+	n := 0
+	for n < len(c.slots) && !c.slots[n].at.After(now) {
+		n++
+	}
+	due := slices.Clone(c.slots[:n])
+	c.slots = slices.Delete(c.slots, 0, n)
+	if len(c.slots) > 0 && !c.closed {
+		c.timer.Reset(time.Until(c.slots[0].at))
+	}
+	c.mu.Unlock()
+	for _, s := range due {
+		for _, tick := range s.ticks {
+			tick()
+		}
+	}
+}
+
+// close drops the ticks not yet due; later ones are refused.
+func (c *renewClock) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.slots = nil
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+}
 
 // renewalSlot returns the slot of election's renewals, by a hash of its
 // name (FNV-1a), in [0, renewalSlots).
@@ -365,10 +461,7 @@ func (b *electionBackend) Close() error {
 		return nil
 	}
 	b.closed = true
-	subs := make([]*feedSub, 0, len(b.subs))
-	for s := range b.subs {
-		subs = append(subs, s)
-	}
+	subs := slices.Clone(b.subs)
 	b.mu.Unlock()
 	for _, s := range subs {
 		s.fail(fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed))
@@ -436,7 +529,7 @@ type sharedFeed struct {
 
 	// Guarded by e.mu.
 	dead    bool
-	byName  map[string]map[*feedSub]struct{}
+	byName  map[string][]*feedSub // most elections have one
 	all     map[*feedSub]struct{}
 	failErr error
 }
@@ -479,7 +572,7 @@ func (e *Elections) register(ctx context.Context, b *electionBackend, s *feedSub
 	if sf == nil {
 		fctx, fcancel := context.WithCancel(e.ctx)
 		sf = &sharedFeed{e: e, cancel: fcancel, ready: make(chan struct{}),
-			byName: make(map[string]map[*feedSub]struct{}), all: make(map[*feedSub]struct{})}
+			byName: make(map[string][]*feedSub), all: make(map[*feedSub]struct{})}
 		e.feed = sf
 		e.wg.Add(1)
 		go sf.open(fctx)
@@ -490,22 +583,24 @@ func (e *Elections) register(ctx context.Context, b *electionBackend, s *feedSub
 	s.onEnd = func() {
 		e.mu.Lock()
 		delete(sf.all, s)
-		if m := sf.byName[b.name]; m != nil {
-			delete(m, s)
-			if len(m) == 0 {
-				delete(sf.byName, b.name)
-			}
+		subs := sf.byName[b.name]
+		if i := slices.Index(subs, s); i >= 0 {
+			subs = slices.Delete(subs, i, i+1)
+		}
+		if len(subs) == 0 {
+			delete(sf.byName, b.name)
+		} else {
+			sf.byName[b.name] = subs
 		}
 		e.mu.Unlock()
 		b.mu.Lock()
-		delete(b.subs, s)
+		if i := slices.Index(b.subs, s); i >= 0 {
+			b.subs = slices.Delete(b.subs, i, i+1)
+		}
 		b.mu.Unlock()
 	}
 	s.open()
-	if sf.byName[b.name] == nil {
-		sf.byName[b.name] = make(map[*feedSub]struct{})
-	}
-	sf.byName[b.name][s] = struct{}{}
+	sf.byName[b.name] = append(sf.byName[b.name], s)
 	sf.all[s] = struct{}{}
 	failErr := sf.failErr // dead already
 	e.mu.Unlock()
@@ -514,7 +609,7 @@ func (e *Elections) register(ctx context.Context, b *electionBackend, s *feedSub
 	if !s.isEnded() {
 		// (An ended s left b already, or will not find itself in b: it
 		// leaves b under b.mu after it ended.)
-		b.subs[s] = struct{}{}
+		b.subs = append(b.subs, s)
 	}
 	b.mu.Unlock()
 	if closed {
@@ -602,7 +697,7 @@ func (sf *sharedFeed) dispatch(n backend.Notification) {
 		e.log.Debug("leaderfeed: changefeed: notification of no election dropped", "type", n.Type.String())
 		return
 	}
-	for s := range sf.byName[name] {
+	for _, s := range sf.byName[name] {
 		s.push(n)
 	}
 }
@@ -773,7 +868,7 @@ func (f *flights) start(send func()) {
 // deadline passes first, whatever its batch still does (send), or with
 // ErrClosed. done must not block: it hands the result to the waiter (a
 // channel with room, or the Feed's loop without a goroutine,
-// SubmitHeartbeat).
+// SubmitHeartbeat, whose function it is).
 type writeReq struct {
 	ctx      context.Context // the caller's: a request whose ctx ended is answered, not sent
 	deadline time.Time       // the caller's deadline; zero: none
@@ -781,7 +876,7 @@ type writeReq struct {
 	arrived  time.Time
 	flush    time.Time // send by then: arrived for claims and vacancies
 	window   time.Duration
-	done     func(backend.WriteResult)
+	done     func(heartbeat.Record, error)
 
 	answered atomic.Bool
 }
@@ -789,7 +884,7 @@ type writeReq struct {
 // answer hands res to the waiter, unless the request was answered already.
 func (r *writeReq) answer(res backend.WriteResult) {
 	if r.answered.CompareAndSwap(false, true) {
-		r.done(res)
+		r.done(res.Record, res.Err)
 	}
 }
 
@@ -815,7 +910,7 @@ func isRenewal(w backend.Write) bool {
 
 // newWriteReq returns the request of a write; a renewal may wait up to
 // window for others.
-func newWriteReq(ctx context.Context, deadline time.Time, w backend.Write, window time.Duration, done func(backend.WriteResult)) *writeReq {
+func newWriteReq(ctx context.Context, deadline time.Time, w backend.Write, window time.Duration, done func(heartbeat.Record, error)) *writeReq {
 	now := time.Now()
 	r := &writeReq{ctx: ctx, deadline: deadline, w: w, arrived: now, flush: now, done: done}
 	if isRenewal(w) {
@@ -836,16 +931,8 @@ func (b *electionBackend) window() time.Duration {
 func (e *Elections) write(ctx context.Context, w backend.Write, window time.Duration) (heartbeat.Record, error) {
 	reply := make(chan backend.WriteResult, 1)
 	deadline, _ := ctx.Deadline()
-	r := newWriteReq(ctx, deadline, w, window, func(res backend.WriteResult) { reply <- res })
-	select {
-	case e.writes <- r:
-	case <-ctx.Done():
-		r.answer(backend.WriteResult{Err: ctx.Err()})
-		return heartbeat.Record{}, ctx.Err()
-	case <-e.ctx.Done():
-		r.answer(backend.WriteResult{Err: ErrClosed})
-		return heartbeat.Record{}, fmt.Errorf("leaderfeed: election %q: %w", w.Next.Election, ErrClosed)
-	}
+	r := newWriteReq(ctx, deadline, w, window, func(rec heartbeat.Record, err error) { reply <- backend.WriteResult{Record: rec, Err: err} })
+	e.writes.put(r)
 	select {
 	case res := <-reply:
 		return res.Record, res.Err
@@ -866,29 +953,92 @@ func (b *electionBackend) SubmitHeartbeat(ctx context.Context, deadline time.Tim
 	if b.e.batch == nil || b.observer || next.Election != b.name {
 		return false
 	}
-	reply := func(res backend.WriteResult) { done(res.Record, res.Err) }
 	if err := b.check(ctx); err != nil {
-		reply(backend.WriteResult{Err: err})
+		done(heartbeat.Record{}, err)
 		return true
 	}
-	r := newWriteReq(ctx, deadline, backend.Write{Expected: expected, Next: next}, b.window(), reply)
-	select {
-	case b.e.writes <- r:
-		return true
-	default:
-	}
-	// The batcher's queue is full: wait for room on a goroutine of our own,
-	// as a call of Heartbeat would.
-	go func() {
-		select {
-		case b.e.writes <- r:
-		case <-r.ctx.Done():
-			r.answer(backend.WriteResult{Err: r.ctx.Err()})
-		case <-b.e.ctx.Done():
-			r.answer(backend.WriteResult{Err: fmt.Errorf("leaderfeed: election %q: %w", b.name, ErrClosed)})
-		}
-	}()
+	b.e.writes.put(newWriteReq(ctx, deadline, backend.Write{Expected: expected, Next: next}, b.window(), done))
 	return true
+}
+
+// writeQueue is the batcher's inbox. Writes wait in it without bound (each
+// election has at most one in flight), and the batcher is woken only when
+// it must look: it waits for a first write, or one must be sent before the
+// batch is due (a claim or vacancy, a renewal of a shorter window), or a
+// batch's worth waits; else it takes them all when the batch is due. A
+// channel woke it for every write: thousands of wake-ups per batch.
+type writeQueue struct {
+	wake chan struct{} // room for one: look
+
+	mu     sync.Mutex
+	q      []*writeReq // q[head:] wait
+	head   int
+	idle   bool      // the batcher waits for any write
+	room   int       // the batcher waits for this many (its batch's room)
+	due    time.Time // the batcher waits for a write to send before this
+	closed error     // set by close: later writes are answered with it
+}
+
+func newWriteQueue() *writeQueue {
+	return &writeQueue{wake: make(chan struct{}, 1)}
+}
+
+// put queues r; it never blocks.
+func (w *writeQueue) put(r *writeReq) {
+	w.mu.Lock()
+	if err := w.closed; err != nil {
+		w.mu.Unlock()
+		r.answer(backend.WriteResult{Err: err})
+		return
+	}
+	w.q = append(w.q, r)
+	look := w.idle || r.window <= 0 || r.flush.Before(w.due) || len(w.q)-w.head >= w.room
+	w.idle = false
+	w.mu.Unlock()
+	if look {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// expect says when put wakes the batcher: at the first write (idle), or
+// for a write to send before due, or once room writes wait; claims and
+// vacancies always wake it.
+func (w *writeQueue) expect(idle bool, room int, due time.Time) {
+	w.mu.Lock()
+	w.idle, w.room, w.due = idle, room, due
+	w.mu.Unlock()
+}
+
+// take appends up to n waiting writes to pending.
+func (w *writeQueue) take(pending []*writeReq, n int) []*writeReq {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n = min(n, len(w.q)-w.head)
+	pending = append(pending, w.q[w.head:w.head+n]...)
+	clear(w.q[w.head : w.head+n])
+	w.head += n
+	if w.head == len(w.q) {
+		w.q, w.head = w.q[:0], 0
+		if cap(w.q) > 1024 {
+			w.q = nil
+		}
+	}
+	return pending
+}
+
+// close answers the waiting writes, and every later one, with err.
+func (w *writeQueue) close(err error) {
+	w.mu.Lock()
+	w.closed = err
+	left := w.q[w.head:]
+	w.q, w.head = nil, 0
+	w.mu.Unlock()
+	for _, r := range left {
+		r.answer(backend.WriteResult{Err: err})
+	}
 }
 
 // batcher collects writes and sends them in batches: at once when a claim
@@ -914,14 +1064,18 @@ func (e *Elections) batcher() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	wq := e.writes
 	for {
 		if len(pending) == 0 {
-			select {
-			case r := <-e.writes:
-				pending = append(pending, r)
-			case <-e.ctx.Done():
-				e.failWrites(nil)
-				return
+			wq.expect(true, 1, time.Time{})
+			if pending = wq.take(pending, e.maxBatch); len(pending) == 0 {
+				select {
+				case <-wq.wake:
+					continue
+				case <-e.ctx.Done():
+					e.failWrites(nil)
+					return
+				}
 			}
 		}
 		g := newGather(pending)
@@ -929,23 +1083,26 @@ func (e *Elections) batcher() {
 		var expire *time.Timer   // while waiting for a slot: the earliest deadline
 	gather:
 		for {
-			writes := e.writes
-			if len(pending) >= e.maxBatch {
-				writes = nil
+			// Take what waits, up to the batch's room; wake for more only
+			// if they fill it or one must go before the batch is due.
+			var wake <-chan struct{}
+			if room := e.maxBatch - len(pending); room > 0 {
+				n := len(pending)
+				pending = wq.take(pending, room)
+				for _, r := range pending[n:] {
+					g.add(r)
+				}
+				wq.expect(false, e.maxBatch-len(pending), g.flushAt)
+				n = len(pending)
+				pending = wq.take(pending, e.maxBatch-len(pending)) // came meanwhile
+				for _, r := range pending[n:] {
+					g.add(r)
+				}
+				wake = wq.wake
 			}
 			var timeout <-chan time.Time
 			if slot == nil {
 				d := time.Until(g.flushAt)
-				if d <= 0 && len(pending) < e.maxBatch {
-					// Take what is queued already, without waiting.
-					select {
-					case r := <-e.writes:
-						pending = append(pending, r)
-						g.add(r)
-						continue
-					default:
-					}
-				}
 				if d <= 0 || len(pending) >= e.maxBatch {
 					if len(pending) < e.maxBatch && g.extend(time.Now()) {
 						continue
@@ -977,9 +1134,7 @@ func (e *Elections) batcher() {
 				}
 			}
 			select {
-			case r := <-writes:
-				pending = append(pending, r)
-				g.add(r)
+			case <-wake:
 			case <-timeout:
 			case <-expired:
 			case slot <- struct{}{}:
@@ -1194,14 +1349,7 @@ func (e *Elections) failWrites(pending []*writeReq) {
 	for _, r := range pending {
 		r.answer(backend.WriteResult{Err: err})
 	}
-	for {
-		select {
-		case r := <-e.writes:
-			r.answer(backend.WriteResult{Err: err})
-		default:
-			return
-		}
-	}
+	e.writes.close(err)
 }
 
 // noteElection returns the election n is about, "" for OtherChanged and

@@ -19,12 +19,13 @@ import (
 // goroutine runs only while the mailbox holds inputs, and hands each to
 // machine.step with the time it read after taking the input, then executes
 // the effects the machine returns, in order. So an idle election holds no
-// goroutine, and one goroutine at most ever steps the machine. The loop
-// never calls the store itself: every store call (claim, renewal, vacancy,
-// read, Subscribe) runs on a goroutine of its own, or is handed to a
-// batching Elections without one, and its result comes back as an input,
-// so Resign, Proclaim, Stop and the getters are answered whatever the
-// store does. Why there is never more than one leader is told next to the
+// goroutine, and one goroutine at most ever steps the machine. The loops of
+// an Elections' elections share its Runner: a few goroutines serve them
+// all (see mailbox.Runner). The loop never calls the store itself: every
+// store call (claim, renewal, vacancy, read, Subscribe) runs on a
+// goroutine of its own, or is handed to a batching Elections without one,
+// and its result comes back as an input, so Resign, Proclaim, Stop and
+// the getters are answered whatever the store does. Why there is never more than one leader is told next to the
 // machine's claim logic (see claimDue in machine.go).
 type loop struct {
 	f      *Feed
@@ -40,6 +41,9 @@ type loop struct {
 	due         [timerLease]time.Time // by timerID; zero: stopped
 	timer       *time.Timer
 	timerAt     time.Time     // what timer is armed for; zero: stopped
+	clock       renewalTicker // ticks aligned renewals instead of timer; nil: none
+	clockTick   func()        // puts a clockMsg
+	clocked     time.Time     // the renewal instant clock ticks at (due[timerRenew], unless moved since)
 	leaseTimer  *time.Timer   // cancels the leader context at the lease's end
 	leaseCtx    *leaseContext // the leader context leaseTimer cancels
 	cancelledAt time.Time     // when the last cancelLeader was executed
@@ -55,7 +59,22 @@ type loop struct {
 	notes     atomic.Int64 // notifications in the mailbox
 	overflow  atomic.Uint64
 
-	pres *presence // the presence calls; nil: not participating
+	pres     *presence // the presence calls; nil: not participating
+	noLogger bool      // Options.Logger is nil: nothing is logged
+
+	// For note, see ownNote: what the taker last told of the machine, and
+	// the notification it holds back.
+	ownMu  sync.Mutex
+	own    ownState
+	parked *notifyMsg
+}
+
+// ownState is what note needs to know of the machine (see ownNote): the
+// record it holds when that is its own write of the term it leads (zero
+// otherwise), and whether a renewal of that term is in flight.
+type ownState struct {
+	rev, term uint64
+	renewing  bool
 }
 
 type subResult struct {
@@ -71,6 +90,8 @@ type subResult struct {
 type (
 	// tickMsg: the timer fired.
 	tickMsg struct{}
+	// clockMsg: the renewal clock ticked.
+	clockMsg struct{}
 	// leaseMsg: the lease timer cancelled a leader context.
 	leaseMsg struct{}
 	// stopMsg: Stop was called.
@@ -87,6 +108,7 @@ type (
 )
 
 func (tickMsg) isInput()      {}
+func (clockMsg) isInput()     {}
 func (leaseMsg) isInput()     {}
 func (stopMsg) isInput()      {}
 func (cancelledMsg) isInput() {}
@@ -95,12 +117,36 @@ func (subResult) isInput()    {}
 
 func newLoop(f *Feed, ctx context.Context) *loop {
 	l := &loop{
-		f:   f,
-		m:   newMachine(f.id, f.b.Name(), f.timing, f.opts),
-		ctx: ctx,
+		f:        f,
+		m:        newMachine(f.id, f.b.Name(), f.timing, f.opts),
+		ctx:      ctx,
+		noLogger: f.opts.Logger == nil,
 	}
-	l.box = mailbox.New(l.take, f.goroutineStarts, f.goroutineEnds)
+	var r *mailbox.Runner
+	if s, ok := f.b.(sharedTakers); ok {
+		r = s.takers()
+	}
+	l.box = mailbox.NewOn(r, l.take, f.goroutineStarts, f.goroutineEnds)
+	if c, ok := f.b.(renewalTicker); ok {
+		l.clock = c
+		l.clockTick = func() { l.box.Put(clockMsg{}) }
+	}
 	return l
+}
+
+// renewalTicker is the backend of an Elections' election: when it aligns
+// renewals (AlignRenewal), tickAt calls tick at an aligned instant, on one
+// timer for every election renewing then; it reports false when it does
+// not (no batching, or closed), and the loop's own timer serves.
+type renewalTicker interface {
+	tickAt(at time.Time, tick func()) bool
+}
+
+// sharedTakers is the backend of an Elections' election: the loops of its
+// elections take their inputs on its Runner's few goroutines, instead of a
+// goroutine per run each.
+type sharedTakers interface {
+	takers() *mailbox.Runner
 }
 
 // put hands an input to the loop; false: the loop has ended.
@@ -143,10 +189,12 @@ func (l *loop) take(in input) {
 		l.notification(in)
 	case subResult:
 		l.subscribed(in)
-	case callResult:
+	case *callResult:
 		l.result(in)
 	case tickMsg:
 		l.tick()
+	case clockMsg:
+		l.stepDue()
 	case leaseMsg:
 		l.step(leaseLostInput{expired: l.leaseCtx != nil && l.leaseCtx.Err() != nil})
 	case requestInput, presenceResult:
@@ -179,14 +227,14 @@ func (l *loop) subscribed(msg input) {
 	}
 }
 
-// result steps the result of a store call (a callResult).
+// result steps the result of a store call (a *callResult, which the
+// machine takes as it is: no copy to box).
 func (l *loop) result(msg input) {
-	in := msg.(callResult)
+	in := msg.(*callResult)
 	in.closed = l.ctx.Err() != nil
 	if in.parent != nil {
 		in.parentDone = in.parent.Err() != nil
 	}
-	msg = in
 	l.step(msg)
 }
 
@@ -230,8 +278,8 @@ func (l *loop) exit() {
 // question (extendLease, a vacancy whose context ended) is the last of its
 // step, and its answer is the next input, before any other.
 func (l *loop) step(in input) {
+	l.m.quiet = l.noLogger || !l.f.log.Enabled(context.Background(), slog.LevelDebug)
 	for in != nil {
-		l.m.quiet = !l.f.log.Enabled(context.Background(), slog.LevelDebug)
 		effects := l.m.step(time.Now(), in)
 		in = nil
 		for _, e := range effects {
@@ -241,6 +289,77 @@ func (l *loop) step(in input) {
 		}
 		l.m.recycle(effects)
 	}
+	l.publishOwn()
+}
+
+// publishOwn tells note what it needs of the machine now (see ownNote),
+// and hands the loop the notification note held back, once the renewal
+// it waited for is over, unless that renewal's reply brought its record.
+func (l *loop) publishOwn() {
+	m := l.m
+	var s ownState
+	if m.role == roleLeader {
+		s.renewing = m.writing
+		if m.seen && !m.missing && m.rec.Leader == m.id && m.rec.Term == m.term {
+			s.rev, s.term = m.rec.Revision, m.term
+		}
+	}
+	l.ownMu.Lock()
+	defer l.ownMu.Unlock()
+	l.own = s
+	if p := l.parked; p != nil && !s.renewing {
+		l.parked = nil
+		if p.n.Record.Revision != s.rev || p.n.Record.Term != s.term {
+			l.queueNote(*p, nil)
+		}
+	}
+}
+
+// ownNote takes a notification of the record off note's hands when it is
+// the leader's own write of the term it leads, and reports whether it did:
+//
+//   - one that repeats the record the machine holds (its renewal's reply
+//     came first) is dropped: stepping it would change nothing but
+//     Health.LastContact, which the reply set just before (observe ignores
+//     the same write again);
+//   - one newer than that, while a renewal is in flight (it came before
+//     the reply), is held back until the renewal is over (publishOwn):
+//     dropped if the reply brought the same write, else handed to the
+//     loop. A later notification of the record drops it, as the mailbox
+//     drops one that waits (note); any other is queued after it, so the
+//     loop takes them in the feed's order.
+//
+// So a renewal wakes the loop for its reply only. Dropping or delaying a
+// notification is safe, even if the machine moved on before it would
+// have stepped it: no part of the safety argument (see claimDue) rests on
+// a notification arriving, or arriving soon, as a feed may fail or lag
+// and lose any of them; a node that observes less claims later, or on an
+// older revision, whose compare-and-set fails. Nor is liveness lost: the
+// record is taken in (from the reply, or from the notification after
+// it), and every later write comes with a notification of its own.
+func (l *loop) ownNote(gen uint64, n backend.Notification, ok bool) bool {
+	r := &n.Record
+	l.ownMu.Lock()
+	defer l.ownMu.Unlock()
+	if !ok || !isRecordNote(n.Type) {
+		if p := l.parked; p != nil {
+			l.parked = nil
+			l.queueNote(*p, nil)
+		}
+		return false
+	}
+	own := l.own
+	if n.Type == backend.RecordChanged && r.Leader == l.f.id && own.term != 0 && r.Term == own.term {
+		switch {
+		case r.Revision == own.rev:
+			return true
+		case own.renewing && r.Revision > own.rev:
+			l.parked = &notifyMsg{gen: gen, n: n, ok: true}
+			return true
+		}
+	}
+	l.parked = nil // a later record supersedes it
+	return false
 }
 
 // exec executes one effect; it returns the answer of one that asks the
@@ -264,6 +383,12 @@ func (l *loop) exec(e effect) input {
 			at = l.renewAt(at)
 		}
 		l.due[t.t] = at
+		if t.t == timerRenew {
+			l.clocked = time.Time{}
+			if t.align && l.clock != nil && l.clock.tickAt(at, l.clockTick) {
+				l.clocked = at
+			}
+		}
 		l.armTimer()
 	case stopTimer:
 		if t := e.(stopTimer).t; t != timerLease {
@@ -367,15 +492,22 @@ func (l *loop) publishHealth(eff effect) {
 	l.f.mu.Unlock()
 }
 
-// armTimer arms the timer for the earliest due time, or stops it.
+// armTimer arms the timer for the earliest due time, or stops it. A
+// renewal the clock ticks for needs no timer. (A clock tick of a renewal
+// since moved or stopped finds nothing due, as a stale timer's would.)
 func (l *loop) armTimer() {
 	var at time.Time
-	for _, d := range l.due {
+	for t, d := range l.due {
+		if t == int(timerRenew) && d.Equal(l.clocked) {
+			continue
+		}
 		if !d.IsZero() && (at.IsZero() || d.Before(at)) {
 			at = d
 		}
 	}
-	if at.Equal(l.timerAt) && !at.IsZero() {
+	if at.Equal(l.timerAt) {
+		// Armed for at already; or nothing is due and the timer is
+		// stopped, or fired, or fires for nothing (a stale tick).
 		return
 	}
 	l.timerAt = at
@@ -392,10 +524,15 @@ func (l *loop) armTimer() {
 	l.timer.Reset(max(0, time.Until(at)))
 }
 
-// tick steps the timers whose due time has passed, earliest first, and
-// re-arms the timer for the rest.
+// tick steps the timers whose due time has passed, as the timer fired.
 func (l *loop) tick() {
 	l.timerAt = time.Time{}
+	l.stepDue()
+}
+
+// stepDue steps the timers whose due time has passed, earliest first, and
+// re-arms the timer for the rest.
+func (l *loop) stepDue() {
 	for !l.exited {
 		now := time.Now()
 		var next timerID
@@ -492,7 +629,7 @@ func (l *loop) armLease(ctx *leaseContext, end time.Time) {
 // sent: the answer tells the machine at once.
 func (l *loop) call(eff effect) input {
 	c := eff.(startCall)
-	r := callResult{kind: c.kind, expected: c.expected, next: c.next, sentAt: c.sentAt, parent: c.parent}
+	r := &callResult{kind: c.kind, expected: c.expected, next: c.next, sentAt: c.sentAt, parent: c.parent}
 	var ctx context.Context
 	var cancel context.CancelFunc
 	switch c.kind {
@@ -516,7 +653,7 @@ func (l *loop) call(eff effect) input {
 	case callClaim, callRenew:
 		if s, ok := l.f.b.(backend.Submitter); ok && s.SubmitHeartbeat(l.ctx, c.deadline, c.expected, c.next, func(res heartbeat.Record, err error) {
 			r.res, r.err = res, err
-			l.put(r)
+			l.box.PutUrgent(r)
 		}) {
 			return nil
 		}
@@ -607,26 +744,48 @@ func (l *loop) note(gen uint64, n backend.Notification, ok bool) bool {
 	if l.overflow.Load() == gen {
 		return false
 	}
+	if l.ownNote(gen, n, ok) {
+		return true
+	}
 	in := notifyMsg{gen: gen, n: n, ok: ok}
-	var stale func(input) bool
+	var stale func(q, v input) bool
 	switch {
 	case l.notes.Load() >= maxFeedQueue:
 		// Drop what this feed queued: Failed is what the machine sees.
 		l.overflow.Store(gen)
 		in.n = backend.Notification{Type: backend.Failed, Err: fmt.Errorf("leaderfeed: changefeed of election %q fell %d notifications behind", l.f.b.Name(), maxFeedQueue)}
 		in.ok = true
-		stale = func(q input) bool { m, is := q.(notifyMsg); return is && m.gen == gen }
+		stale = ofSameFeed
 	case ok && isRecordNote(n.Type):
-		stale = func(q input) bool {
-			m, is := q.(notifyMsg)
-			return is && m.gen == gen && m.ok && isRecordNote(m.n.Type)
-		}
+		stale = olderRecordNote
 	}
+	l.queueNote(in, stale)
+	return in.n.Type != backend.Failed || n.Type == backend.Failed
+}
+
+// queueNote puts a notification in the mailbox, dropping those waiting
+// for which stale reports true, and counts it. Called by note, or with
+// ownMu held (ownNote, publishOwn), so that a notification held back is
+// queued before any that came after it.
+func (l *loop) queueNote(in notifyMsg, stale func(q, v input) bool) {
 	dropped, put := l.box.Replace(in, stale)
 	if put {
 		l.notes.Add(int64(1 - dropped))
 	}
-	return in.n.Type != backend.Failed || n.Type == backend.Failed
+}
+
+// ofSameFeed reports whether q is a notification of the feed of v, a
+// notifyMsg.
+func ofSameFeed(q, v input) bool {
+	m, is := q.(notifyMsg)
+	return is && m.gen == v.(notifyMsg).gen
+}
+
+// olderRecordNote reports whether q is a notification of the record that
+// v, a later one of the same feed, supersedes.
+func olderRecordNote(q, v input) bool {
+	m, is := q.(notifyMsg)
+	return is && m.gen == v.(notifyMsg).gen && m.ok && isRecordNote(m.n.Type)
 }
 
 // isRecordNote reports whether a notification of type t reports the state

@@ -413,11 +413,9 @@ func (m *machine) step(now time.Time, in input) []effect {
 	case requestInput:
 		m.onRequest(in.r)
 	case callResult:
-		if !in.closed {
-			m.noteRefusal(opOf(in.kind), in.err, in.answered())
-		}
-		m.onResult(in)
-		m.noteResult(&in)
+		m.stepResult(&in)
+	case *callResult: // the driver's, which boxes no copy
+		m.stepResult(in)
 	case presenceResult:
 		m.onPresence(in)
 	case leaseExtendedInput:
@@ -451,6 +449,15 @@ func asks(e effect) bool {
 		return e.kind == callVacancy
 	}
 	return false
+}
+
+// stepResult takes in the result of a store call.
+func (m *machine) stepResult(r *callResult) {
+	if !r.closed {
+		m.noteRefusal(opOf(r.kind), r.err, r.answered())
+	}
+	m.onResult(*r)
+	m.noteResult(r)
 }
 
 // done reports whether the engine may end: Stop was called and the last

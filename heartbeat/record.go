@@ -175,6 +175,29 @@ func (r Record) Validate() error {
 // at most MaxNameLen bytes, no control characters. what names the field in
 // the error, for example "node id".
 func ValidateName(what, name string) error {
+	if name != "" && len(name) <= MaxNameLen && utf8.ValidString(name) && !hasControl(name) {
+		return nil
+	}
+	return nameError(what, name)
+}
+
+// hasControl reports whether the valid UTF-8 name holds a control
+// character (all of which are single bytes).
+func hasControl(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+// nameError is ValidateName's error for a name it refuses. It is a
+// function of its own so that the frame of ValidateName, which stores
+// check on every write, stays small.
+//
+//go:noinline
+func nameError(what, name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: %s is empty", ErrInvalidRecord, what)
@@ -183,10 +206,5 @@ func ValidateName(what, name string) error {
 	case !utf8.ValidString(name):
 		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalidRecord, what, name)
 	}
-	for _, c := range name {
-		if c < 0x20 || c == 0x7f {
-			return fmt.Errorf("%w: %s %q contains a control character", ErrInvalidRecord, what, name)
-		}
-	}
-	return nil
+	return fmt.Errorf("%w: %s %q contains a control character", ErrInvalidRecord, what, name)
 }

@@ -318,6 +318,7 @@ func benchManyElections(b *testing.B, tm heartbeat.Timing, n int, batch bool) {
 	ren.on = true
 	ren.mu.Unlock()
 	goroutines := runtime.NumGoroutine()
+	mallocs0 := ms.Mallocs
 	stmts0, recs0, cpu0 := sc.stmts.Load(), store.Writes(), cpuTime()
 	b.ResetTimer()
 	time.Sleep(time.Duration(b.N) * tm.HeartbeatInterval)
@@ -344,6 +345,9 @@ func benchManyElections(b *testing.B, tm heartbeat.Timing, n int, batch bool) {
 	b.ReportMetric(float64(sc.stmts.Load()-stmts0)/intervals, "statements/interval")
 	b.ReportMetric(float64(store.Writes()-recs0)/intervals, "records/interval")
 	b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Millisecond)/intervals, "cpu-ms/interval")
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(after.Mallocs-mallocs0)/intervals/float64(n), "allocs/election/interval")
 	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
 	b.ReportMetric(float64(rss())/(1<<20), "rss-MiB")
 	b.ReportMetric(0, "ns/op")

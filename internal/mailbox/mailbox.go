@@ -3,18 +3,24 @@
 // box holds something (Box), or to a reader's channel (Pipe).
 package mailbox
 
-import "sync"
+import (
+	"runtime"
+	"sync"
+	"time"
+)
 
 // Box queues values for take, in the order they were put. Put never blocks:
-// a box that holds values has one goroutine (started by start, on demand)
-// that hands them to take one at a time, in order, and ends once the box is
-// empty, so an idle box holds no goroutine. A Box is bounded by its
-// senders: each kind of value either comes from a source that has at most
-// a few in flight, or is coalesced (Replace), or its sender checks Len
-// before putting. Close hands back what is queued; later puts are refused.
+// a box that holds values has one goroutine (started on demand, or one of
+// its Runner's) that hands them to take one at a time, in order, and ends
+// (or serves another Box) once the box is empty, so an idle box holds no
+// goroutine. A Box is bounded by its senders: each kind of value either
+// comes from a source that has at most a few in flight, or is coalesced
+// (Replace), or its sender checks Len before putting. Close hands back
+// what is queued; later puts are refused.
 type Box[T any] struct {
 	take       func(T)
 	begin, end func()
+	runner     *Runner // nil: a goroutine of its own per run
 
 	mu      sync.Mutex
 	queue   []T
@@ -28,13 +34,19 @@ type Box[T any] struct {
 // that a closed Box starts none: it must not call the Box), and end when
 // it has stopped: an owner counts its goroutines with them.
 func New[T any](take func(T), begin, end func()) *Box[T] {
+	return NewOn(nil, take, begin, end)
+}
+
+// NewOn is New for a Box whose values are taken on r's goroutines (see
+// Runner); a nil r is New's goroutine of its own.
+func NewOn[T any](r *Runner, take func(T), begin, end func()) *Box[T] {
 	if begin == nil {
 		begin = func() {}
 	}
 	if end == nil {
 		end = func() {}
 	}
-	return &Box[T]{take: take, begin: begin, end: end}
+	return &Box[T]{take: take, begin: begin, end: end, runner: r}
 }
 
 // Put queues v. It reports false, and drops v, if the Box is closed.
@@ -45,8 +57,13 @@ func (b *Box[T]) Put(v T) bool {
 
 // PutHere is Put for a goroutine that has nothing else to do (a timer's
 // function, a call whose result v is): if no goroutine takes from the Box,
-// the caller takes, until the Box is empty, before PutHere returns.
+// the caller takes, until the Box is empty, before PutHere returns. On a
+// Runner it is PutUrgent instead: the Runner's goroutines take, and v is
+// what a goroutine of its own waited for.
 func (b *Box[T]) PutHere(v T) bool {
+	if b.runner != nil {
+		return b.PutUrgent(v)
+	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -65,20 +82,32 @@ func (b *Box[T]) PutHere(v T) bool {
 	return true
 }
 
-// Replace drops the queued values for which stale reports true, then queues
-// v: the coalescing put of a queue that keeps only the latest of a kind. It
-// returns how many it dropped, and false if the Box is closed (v is dropped
-// too). stale is called with the Box's lock held.
-func (b *Box[T]) Replace(v T, stale func(T) bool) (dropped int, ok bool) {
+// Replace drops the queued values q for which stale(q, v) reports true,
+// then queues v: the coalescing put of a queue that keeps only the latest
+// of a kind. It returns how many it dropped, and false if the Box is closed
+// (v is dropped too). stale is called with the Box's lock held.
+func (b *Box[T]) Replace(v T, stale func(q, v T) bool) (dropped int, ok bool) {
+	return b.put(v, stale, false)
+}
+
+// PutUrgent is Put for a value that bounds a deadline (the reply of a
+// store call): if the Box is on a Runner and waits for a turn because of
+// v, it gets one before the Boxes queued by Put.
+func (b *Box[T]) PutUrgent(v T) bool {
+	_, ok := b.put(v, nil, true)
+	return ok
+}
+
+func (b *Box[T]) put(v T, stale func(q, v T) bool, urgent bool) (dropped int, ok bool) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed {
+		b.mu.Unlock()
 		return 0, false
 	}
 	if stale != nil {
 		kept := b.queue[:b.head]
 		for _, q := range b.queue[b.head:] {
-			if stale(q) {
+			if stale(q, v) {
 				dropped++
 			} else {
 				kept = append(kept, q)
@@ -88,9 +117,16 @@ func (b *Box[T]) Replace(v T, stale func(T) bool) (dropped int, ok bool) {
 		b.queue = kept
 	}
 	b.queue = append(b.queue, v)
-	if !b.running {
-		b.running = true
-		b.begin()
+	if b.running {
+		b.mu.Unlock()
+		return dropped, true
+	}
+	b.running = true
+	b.begin()
+	b.mu.Unlock()
+	if b.runner != nil {
+		b.runner.schedule(b, urgent)
+	} else {
 		go func() {
 			b.run()
 			b.end()
@@ -120,28 +156,230 @@ func (b *Box[T]) Close() []T {
 
 // run hands the queue to take until it is empty.
 func (b *Box[T]) run() {
-	var zero T
 	for {
-		b.mu.Lock()
-		if b.head == len(b.queue) {
-			b.running = false
-			if cap(b.queue) > maxKept {
-				b.queue = nil
-			} else {
-				b.queue = b.queue[:0]
-			}
-			b.head = 0
-			b.mu.Unlock()
+		v, ok := b.next()
+		if !ok {
 			return
 		}
-		v := b.queue[b.head]
-		b.queue[b.head] = zero
-		b.head++
-		b.mu.Unlock()
 		b.take(v)
 	}
 }
 
+// turn is run for a Runner's goroutine: it hands up to turnValues values
+// to take, then queues the Box on the Runner again if more wait, so that
+// one busy Box does not hold up the others.
+func (b *Box[T]) turn() {
+	for range turnValues {
+		v, ok := b.next()
+		if !ok {
+			b.end()
+			return
+		}
+		b.take(v)
+	}
+	b.mu.Lock()
+	if b.head == len(b.queue) {
+		b.idleLocked()
+		b.mu.Unlock()
+		b.end()
+		return
+	}
+	b.mu.Unlock()
+	b.runner.schedule(b, false)
+}
+
+// turnValues is how many values a Runner's goroutine takes from one Box
+// before it serves the next.
+const turnValues = 32
+
+// next returns the next value for take, or false, and the Box stops
+// running, when none waits.
+func (b *Box[T]) next() (T, bool) {
+	var zero T
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.head == len(b.queue) {
+		b.idleLocked()
+		return zero, false
+	}
+	v := b.queue[b.head]
+	b.queue[b.head] = zero
+	b.head++
+	return v, true
+}
+
+// idleLocked marks the Box, whose queue is empty, as not running.
+func (b *Box[T]) idleLocked() {
+	b.running = false
+	if cap(b.queue) > maxKept {
+		b.queue = nil
+	} else {
+		b.queue = b.queue[:0]
+	}
+	b.head = 0
+}
+
 // maxKept is the room an idle Box keeps for the next values; a larger
+// queue is freed once it is empty. An engine's Box mostly holds one or
+// two, and there is one per election.
+const maxKept = 2
+
+// Runner takes the values of many Boxes (NewOn) on a few goroutines. A Box
+// that gets a value while idle queues itself on the Runner instead of
+// starting a goroutine; each of the Runner's goroutines serves the queued
+// Boxes in turn, and ends when it finds none waiting, so an idle Runner
+// holds no goroutine. At most max run at once, so they serve many Boxes in
+// a row on stacks already grown, where a goroutine per run would start
+// with a small stack and grow it on every take.
+//
+// Boxes queued by PutUrgent are served first: a burst of Boxes with
+// nothing urgent (a renewal due for each of thousands of elections) does
+// not hold up the replies that extend their leases.
+//
+// Each Box keeps one taker at a time and its order. A take that blocks
+// holds up one goroutine, not the Boxes queued behind it: when no turn has
+// started for stallAfter while Boxes wait, the Runner starts one more.
+// A Runner's goroutines and timer belong to the goroutine that made it,
+// for testing/synctest: never share one between bubbles.
+type Runner struct {
+	max int
+
+	mu       sync.Mutex
+	urgent   fifo   // Boxes that got a value by PutUrgent: served first
+	ready    fifo   // the others
+	workers  int    // goroutines serving the queues
+	turns    uint64 // turns started so far
+	watching bool   // watch is armed
+	seen     uint64 // turns when watch was armed
+	watch    *time.Timer
+}
+
+// runnable is a Box, whatever its value type.
+type runnable interface{ turn() }
+
+// stallAfter is how long Boxes wait with no turn started before a Runner
+// starts another goroutine: a take that blocks (against its contract)
+// costs the others this, not liveness.
+const stallAfter = 10 * time.Millisecond
+
+// NewRunner returns a Runner with at most n goroutines serving Boxes at
+// once (more only while takes block); n < 1 means 1.
+func NewRunner(n int) *Runner {
+	return &Runner{max: max(1, n)}
+}
+
+// schedule queues b, which runs (b.running is set), for a turn.
+func (r *Runner) schedule(b runnable, urgent bool) {
+	r.mu.Lock()
+	if urgent {
+		r.urgent.push(b)
+	} else {
+		r.ready.push(b)
+	}
+	start := r.workers < r.max
+	if start {
+		r.workers++
+	} else if !r.watching {
+		r.watching, r.seen = true, r.turns
+		if r.watch == nil {
+			r.watch = time.AfterFunc(stallAfter, r.check)
+		} else {
+			r.watch.Reset(stallAfter)
+		}
+	}
+	r.mu.Unlock()
+	if start {
+		go r.work()
+	}
+}
+
+// work serves queued Boxes until none waits.
+func (r *Runner) work() {
+	for yielded := false; ; {
+		r.mu.Lock()
+		b := r.urgent.pop()
+		if b == nil {
+			b = r.ready.pop()
+		}
+		if b == nil {
+			if !yielded {
+				// Yield once before ending: on a busy process the next
+				// Box is often about to be queued (a timer fired, a
+				// reply came in), and a new goroutine would grow its
+				// stack again.
+				r.mu.Unlock()
+				yielded = true
+				runtime.Gosched()
+				continue
+			}
+			r.workers--
+			r.mu.Unlock()
+			return
+		}
+		yielded = false
+		r.turns++
+		r.mu.Unlock()
+		b.turn()
+	}
+}
+
+// check runs stallAfter after the watch was armed: if Boxes wait and no
+// turn started since, every goroutine is blocked in a take, so it starts
+// another. It watches on while Boxes wait.
+func (r *Runner) check() {
+	r.mu.Lock()
+	if r.urgent.len() == 0 && r.ready.len() == 0 {
+		r.watching = false
+		r.mu.Unlock()
+		return
+	}
+	start := r.turns == r.seen
+	if start {
+		r.workers++
+	}
+	r.seen = r.turns
+	r.watch.Reset(stallAfter)
+	r.mu.Unlock()
+	if start {
+		go r.work()
+	}
+}
+
+// fifo is a queue of Boxes.
+type fifo struct {
+	items []runnable // items[head:] wait
+	head  int
+}
+
+func (q *fifo) len() int { return len(q.items) - q.head }
+
+func (q *fifo) push(b runnable) {
+	if len(q.items) == cap(q.items) && q.head >= len(q.items)/2 {
+		// Reuse the room of those taken, when it is at least half.
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+	q.items = append(q.items, b)
+}
+
+// pop returns the first Box, or nil.
+func (q *fifo) pop() runnable {
+	if q.head == len(q.items) {
+		if cap(q.items) > maxKeptReady {
+			q.items = nil
+		} else {
+			q.items = q.items[:0]
+		}
+		q.head = 0
+		return nil
+	}
+	b := q.items[q.head]
+	q.items[q.head] = nil
+	q.head++
+	return b
+}
+
+// maxKeptReady is the room an idle Runner keeps for queued Boxes; a larger
 // queue is freed once it is empty.
-const maxKept = 8
+const maxKeptReady = 1024

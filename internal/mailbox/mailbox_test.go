@@ -1,9 +1,11 @@
 package mailbox
 
 import (
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 )
 
 func TestOrderAndIdle(t *testing.T) {
@@ -42,7 +44,7 @@ func TestReplaceAndClose(t *testing.T) {
 		b.Put(1)
 		b.Put(2)
 		b.Put(3)
-		if n, ok := b.Replace(4, func(v int) bool { return v%2 == 1 }); n != 2 || !ok {
+		if n, ok := b.Replace(4, func(q, _ int) bool { return q%2 == 1 }); n != 2 || !ok {
 			t.Fatalf("Replace dropped %d (ok %v), want 2", n, ok)
 		}
 		if n := b.Len(); n != 2 {
@@ -56,6 +58,136 @@ func TestReplaceAndClose(t *testing.T) {
 		b.Close()
 		if b.Put(5) {
 			t.Fatal("Put accepted on a closed box")
+		}
+	})
+}
+
+func TestRunnerOrderAndIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := NewRunner(2)
+		const boxes, values = 50, 100
+		got := make([][]int, boxes)
+		var running, maxRunning int
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		var bs []*Box[int]
+		for i := range boxes {
+			bs = append(bs, NewOn(r, func(v int) {
+				mu.Lock()
+				running++
+				maxRunning = max(maxRunning, running)
+				got[i] = append(got[i], v)
+				running--
+				mu.Unlock()
+				wg.Done()
+			}, nil, nil))
+		}
+		for v := range values {
+			for i, b := range bs {
+				wg.Add(1)
+				if i%2 == 0 {
+					b.Put(v)
+				} else {
+					b.PutHere(v)
+				}
+			}
+		}
+		wg.Wait()
+		synctest.Wait() // the Runner's goroutines ended (synctest checks)
+		for i, g := range got {
+			if len(g) != values {
+				t.Fatalf("box %d took %d values, want %d", i, len(g), values)
+			}
+			for j, v := range g {
+				if v != j {
+					t.Fatalf("box %d took %v, want 0..%d in order", i, g, values-1)
+				}
+			}
+		}
+		if maxRunning > 2 {
+			t.Errorf("%d takes ran at once on a Runner of 2", maxRunning)
+		}
+	})
+}
+
+// A take that blocks holds up its Box only: the Runner starts another
+// goroutine for the Boxes queued behind it.
+func TestRunnerBlockedTake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := NewRunner(1)
+		block := make(chan struct{})
+		blocked := NewOn(r, func(int) { <-block }, nil, nil)
+		var mu sync.Mutex // the timer's goroutine starts the taker
+		var took []int
+		other := NewOn(r, func(v int) { mu.Lock(); took = append(took, v); mu.Unlock() }, nil, nil)
+		blocked.Put(0)
+		synctest.Wait()
+		other.Put(1)
+		other.Put(2)
+		synctest.Wait()
+		mu.Lock()
+		if len(took) != 0 {
+			t.Fatalf("took %v while the only goroutine was blocked", took)
+		}
+		mu.Unlock()
+		time.Sleep(stallAfter)
+		synctest.Wait()
+		mu.Lock()
+		if len(took) != 2 || took[0] != 1 || took[1] != 2 {
+			t.Fatalf("took %v after the stall, want [1 2]", took)
+		}
+		mu.Unlock()
+		close(block)
+	})
+}
+
+// A Box with many values yields to the others after turnValues of them.
+func TestRunnerTurns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := NewRunner(1)
+		var order []string
+		gate := make(chan struct{})
+		a := NewOn(r, func(v int) {
+			if v == 0 {
+				<-gate
+			}
+			order = append(order, "a")
+		}, nil, nil)
+		b := NewOn(r, func(int) { order = append(order, "b") }, nil, nil)
+		a.Put(0)
+		synctest.Wait()
+		for i := 1; i <= 2*turnValues; i++ {
+			a.Put(i)
+		}
+		b.Put(0)
+		close(gate)
+		synctest.Wait()
+		if i := slices.Index(order, "b"); i != turnValues {
+			t.Fatalf("b took its value after %d of a's, want %d", i, turnValues)
+		}
+	})
+}
+
+// A Box that gets a value by PutUrgent is served before those queued by Put.
+func TestRunnerUrgent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := NewRunner(1)
+		gate := make(chan struct{})
+		var order []string
+		hold := NewOn(r, func(int) { <-gate }, nil, nil)
+		box := func(name string) *Box[int] {
+			return NewOn(r, func(int) { order = append(order, name) }, nil, nil)
+		}
+		a, b, c := box("a"), box("b"), box("c")
+		hold.Put(0)
+		synctest.Wait()
+		a.Put(0)
+		b.Put(0)
+		c.PutUrgent(0)
+		close(gate)
+		synctest.Wait()
+		if want := []string{"c", "a", "b"}; !slices.Equal(order, want) {
+			t.Fatalf("served %v, want %v", order, want)
 		}
 	})
 }

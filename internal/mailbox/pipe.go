@@ -83,9 +83,9 @@ func (p *Pipe[T]) Replace(v T, stale func(T) bool) bool {
 		default:
 		}
 	}
-	var drop func(piped[T]) bool
+	var drop func(q, v piped[T]) bool
 	if stale != nil {
-		drop = func(q piped[T]) bool { return stale(q.v) }
+		drop = func(q, _ piped[T]) bool { return stale(q.v) }
 	}
 	_, ok := p.box.Replace(piped[T]{v: v}, drop)
 	return ok
@@ -104,9 +104,9 @@ func (p *Pipe[T]) Len() int { return p.box.Len() }
 // End ends the pipe after the reader took what waits and last; if drop,
 // what waits is dropped and last comes next. Later ends do nothing.
 func (p *Pipe[T]) End(last T, drop bool) {
-	var stale func(piped[T]) bool
+	var stale func(q, v piped[T]) bool
 	if drop {
-		stale = func(piped[T]) bool { return true }
+		stale = func(_, _ piped[T]) bool { return true }
 	}
 	p.end1(piped[T]{v: last, last: true}, stale, 0, nil)
 }
@@ -120,7 +120,7 @@ func (p *Pipe[T]) Finish(patience time.Duration, dropped func(n int)) {
 	p.end1(piped[T]{last: true, none: true}, nil, patience, dropped)
 }
 
-func (p *Pipe[T]) end1(last piped[T], stale func(piped[T]) bool, patience time.Duration, dropped func(int)) {
+func (p *Pipe[T]) end1(last piped[T], stale func(q, v piped[T]) bool, patience time.Duration, dropped func(int)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ending || p.gone {

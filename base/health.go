@@ -121,9 +121,10 @@ func (f *Feed) DroppedChanges() uint64 { return f.events.dropped.Load() }
 
 // ---- the machine's side (health and Trace) ----
 
-// publishHealth hands the getters the machine's Health. The machine adds
-// it to a step that changed its Health, last but for a question.
-type publishHealth struct{ h Health }
+// publishHealth hands the getters the machine's Health as it is after the
+// step. The machine adds it to a step that changed its Health, last but
+// for a question. It carries nothing, so it costs no allocation.
+type publishHealth struct{}
 
 // traceCall calls Trace.ClaimDone or Trace.RenewDone for a claim or renewal
 // that came back; the machine sends it only when a Trace asks for one.

@@ -418,7 +418,7 @@ func (l *loop) exec(e effect) input {
 		d := e.(logLine)
 		l.f.log.Log(context.Background(), d.level, d.msg, d.args...)
 	case publishHealth:
-		l.publishHealth(e)
+		l.publishHealth()
 	case traceCall:
 		if l.ctx.Err() == nil {
 			l.traceCall(e)
@@ -485,10 +485,9 @@ func (l *loop) publish(eff effect) {
 // publishHealth hands the getters the machine's Health.
 //
 //go:noinline // keeps exec's frame small
-func (l *loop) publishHealth(eff effect) {
-	h := eff.(publishHealth).h
+func (l *loop) publishHealth() {
 	l.f.mu.Lock()
-	l.f.health = h
+	l.f.health = l.m.health
 	l.f.mu.Unlock()
 }
 

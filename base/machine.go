@@ -429,7 +429,7 @@ func (m *machine) step(now time.Time, in input) []effect {
 	}
 	if m.healthChanged {
 		m.healthChanged = false
-		m.do(publishHealth{h: m.health})
+		m.do(publishHealth{})
 		if n := len(m.out); n > 1 && asks(m.out[n-2]) {
 			m.out[n-2], m.out[n-1] = m.out[n-1], m.out[n-2] // the question stays last
 		}

@@ -1049,20 +1049,14 @@ func TestMachineStopLeavesPresence(t *testing.T) {
 // (publishHealth), and a refused kind of call moves the timer that starts
 // it refusalRetry later, inside the machine.
 func TestMachineHealth(t *testing.T) {
+	m := newTestMachine(t, Options{})
 	health := func(effs []effect) Health {
 		t.Helper()
-		var got []Health
-		for _, e := range effs {
-			if p, ok := e.(publishHealth); ok {
-				got = append(got, p.h)
-			}
+		if n := len(effs) - len(withoutHealth(effs)); n != 1 {
+			t.Fatalf("effects %v: %d publishHealth, want 1", effs, n)
 		}
-		if len(got) != 1 {
-			t.Fatalf("effects %v: %d publishHealth, want 1", effs, len(got))
-		}
-		return got[0]
+		return m.health
 	}
-	m := newTestMachine(t, Options{})
 	if h := health(m.step(t0, startInput{})); h != (Health{Started: t0, LastContact: t0, FeedDownSince: t0}) {
 		t.Fatalf("started: %+v", h)
 	}

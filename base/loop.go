@@ -468,7 +468,7 @@ func (l *loop) emitEffect(eff effect) {
 //go:noinline // keeps exec's frame small
 func (l *loop) extendLease(eff effect) input {
 	e := eff.(extendLease)
-	return leaseExtendedInput{r: e.r, ok: e.ctx.extend(e.end)}
+	return leaseExtendedInput{ok: e.ctx.extend(e.end)}
 }
 
 // publish hands the getters the machine's snapshot.

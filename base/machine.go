@@ -72,10 +72,7 @@ type requestInput struct{ r request }
 
 // leaseExtendedInput answers an extendLease effect: ok says the lease
 // context took the new end (it had not ended nor been cancelled).
-type leaseExtendedInput struct {
-	r  callResult
-	ok bool
-}
+type leaseExtendedInput struct{ ok bool }
 
 // vacancyAbortedInput answers a startCall of a vacancy whose context had
 // ended already: the call was not started.
@@ -200,11 +197,11 @@ type armLease struct {
 
 // extendLease moves the end of a leader context's lease to end, unless the
 // lease has ended or the context was cancelled (leaseContext.extend); the
-// driver answers with a leaseExtendedInput carrying r.
+// driver answers with a leaseExtendedInput. The renewal's result waits in
+// the machine meanwhile (extending), not in the effect: it is large.
 type extendLease struct {
 	ctx *leaseContext
 	end time.Time
-	r   callResult
 }
 
 // publish hands the getters a new snapshot (and the lease's end).
@@ -321,6 +318,7 @@ type machine struct {
 	proclaims  []proclaim    // Proclaim calls waiting for a renewal to carry their value
 	carried    []proclaim    // ... and those the renewal in flight carries
 	renewNow   bool          // renew as soon as the write in flight returns
+	extending  extending     // the renewal whose extendLease awaits its answer
 	stopCtx    context.Context
 
 	pres *priorityCheck // presence and the Priority check; nil: not participating
@@ -354,6 +352,13 @@ type proclaim struct {
 	ctx   context.Context // nil in machine tests: never ends
 	reply chan<- error
 	value []byte
+}
+
+// extending is what onLeaseExtended needs of a renewal whose extendLease
+// awaits its answer.
+type extending struct {
+	res    heartbeat.Record
+	sentAt time.Time
 }
 
 // vacancyWrite is a vacancy to write after stepping down, for Resign or a
@@ -419,7 +424,9 @@ func (m *machine) step(now time.Time, in input) []effect {
 	case presenceResult:
 		m.onPresence(in)
 	case leaseExtendedInput:
-		m.onLeaseExtended(in.r, in.ok)
+		x := m.extending
+		m.extending = extending{}
+		m.onLeaseExtended(x.res, x.sentAt, in.ok)
 		m.afterWrite()
 	case vacancyAbortedInput:
 		m.writing = false
@@ -1113,10 +1120,11 @@ func (m *machine) onRenew(r callResult) bool {
 		}
 		newEnd := r.sentAt.Add(m.t.LeaseDuration)
 		if !m.now.Before(newEnd) {
-			m.onLeaseExtended(r, false)
+			m.onLeaseExtended(r.res, r.sentAt, false)
 			return false
 		}
-		m.do(extendLease{ctx: m.leaderCtx, end: newEnd, r: r})
+		m.extending = extending{res: r.res, sentAt: r.sentAt}
+		m.do(extendLease{ctx: m.leaderCtx, end: newEnd})
 		return true
 	case errors.As(r.err, &conflict) && m.own(conflict.Current):
 		// The store holds our own later write: an earlier renewal committed
@@ -1151,22 +1159,22 @@ func (m *machine) onRenew(r callResult) bool {
 
 // onLeaseExtended ends a successful renewal of the term this node leads:
 // extended says the leader context took the renewal's lease.
-func (m *machine) onLeaseExtended(r callResult, extended bool) {
+func (m *machine) onLeaseExtended(res heartbeat.Record, sentAt time.Time, extended bool) {
 	if !extended {
 		// The lease ran out before the reply: leadership is over (the
 		// record is ours: case 3 lets this node claim it again).
 		m.lastErr = errLeaseOver
 		m.stepDown(ReasonLeaseExpired, errLeaseOver)
-		m.observe(r.res, m.current(r.sentAt))
+		m.observe(res, m.current(sentAt))
 		return
 	}
-	newEnd := r.sentAt.Add(m.t.LeaseDuration)
+	newEnd := sentAt.Add(m.t.LeaseDuration)
 	m.leaseEnd, m.lastErr = newEnd, nil
 	m.do(armLease{ctx: m.leaderCtx, end: newEnd})
 	m.snapLeaseTo = newEnd
 	m.publish()
 	if !m.quiet {
-		m.do(logDebug{msg: "leaderfeed: renewed", args: []any{"term", m.term, "revision", r.res.Revision}})
+		m.do(logDebug{msg: "leaderfeed: renewed", args: []any{"term", m.term, "revision", res.Revision}})
 	}
 	// The Proclaims this renewal carried are done, and their value is in
 	// force; those made while it was in flight wait for the next one
@@ -1178,8 +1186,8 @@ func (m *machine) onLeaseExtended(r callResult, extended bool) {
 		m.do(reply{to: c.reply})
 	}
 	m.carried = nil
-	m.observe(r.res, m.current(r.sentAt))
-	m.do(setTimer{t: timerRenew, at: r.sentAt.Add(m.t.HeartbeatInterval), align: true})
+	m.observe(res, m.current(sentAt))
+	m.do(setTimer{t: timerRenew, at: sentAt.Add(m.t.HeartbeatInterval), align: true})
 }
 
 // replyProclaims answers every waiting Proclaim with err; their values are

@@ -392,9 +392,9 @@ func TestMachineRenewal(t *testing.T) {
 			r := callResult{kind: callRenew, expected: c.expected, next: c.next, sentAt: sent, res: res}
 			now := at(50 * time.Millisecond)
 			newEnd := sent.Add(timing.LeaseDuration)
-			expect(t, m.step(now, r), extendLease{ctx: lctx, end: newEnd, r: r})
+			expect(t, m.step(now, r), extendLease{ctx: lctx, end: newEnd})
 
-			effs := m.step(now, leaseExtendedInput{r: r, ok: extended})
+			effs := m.step(now, leaseExtendedInput{ok: extended})
 			snap := snapshot{leader: true, term: 1, leaderCtx: lctx, record: rec(1, "a", 1, timing.LeaseDuration), seen: true}
 			snap.record.Value = []byte("a:1")
 			if extended {
@@ -766,8 +766,8 @@ func TestMachineProclaimDuringRenewal(t *testing.T) {
 	res.Revision = 2
 	r := callResult{kind: callRenew, expected: c.expected, next: c.next, sentAt: sent, res: res}
 	now := at(120 * time.Millisecond)
-	expect(t, m.step(now, r), extendLease{ctx: lctx, end: sent.Add(timing.LeaseDuration), r: r})
-	effs := withoutHealth(m.step(now, leaseExtendedInput{r: r, ok: true}))
+	expect(t, m.step(now, r), extendLease{ctx: lctx, end: sent.Add(timing.LeaseDuration)})
+	effs := withoutHealth(m.step(now, leaseExtendedInput{ok: true}))
 	for _, e := range effs {
 		if _, ok := e.(reply); ok {
 			t.Fatalf("the renewal sent before Proclaim answered it: %+v", effs)
@@ -792,7 +792,7 @@ func TestMachineProclaimDuringRenewal(t *testing.T) {
 	r3 := callResult{kind: callRenew, expected: c3.expected, next: c3.next, sentAt: retry, res: res3}
 	m.step(at(150*time.Millisecond), r3)
 	var replies []reply
-	for _, e := range m.step(at(150*time.Millisecond), leaseExtendedInput{r: r3, ok: true}) {
+	for _, e := range m.step(at(150*time.Millisecond), leaseExtendedInput{ok: true}) {
 		if e, ok := e.(reply); ok {
 			replies = append(replies, e)
 		}

@@ -286,7 +286,8 @@ func (d ddl) createTrigger(table, function string) string {
 // statement-level triggers (DROP TRIGGER IF EXISTS), so that it upgrades
 // such a table. It fails with an error matching base.ErrInvalidConfig for
 // the names NewStore rejects. The CREATE TRIGGER statements fail if the
-// triggers exist already.
+// triggers exist already (triggers without WHEN, of earlier versions,
+// still work: Create replaces them).
 func SchemaSQL(opts Options) (string, error) {
 	o, err := opts.withDefaults()
 	if err != nil {

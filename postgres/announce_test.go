@@ -213,6 +213,24 @@ func TestWritesAnnounceThemselves(t *testing.T) {
 		t.Fatalf("feed got %v %q after the operator's DELETE", n.Type, n.Election)
 	}
 
+	// Presence records are never announced, and their statements do not
+	// run the trigger function either.
+	if err := s.Present(ctx, "e", backend.Presence{Node: "a", CanLead: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Present(ctx, "e", backend.Presence{Node: "a", CanLead: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Absent(ctx, "e", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if n := spied.take(); n != 0 {
+		t.Fatalf("presence: the trigger function ran %d times, want none", n)
+	}
+	if got := raw.since(pool); len(got) != 0 {
+		t.Fatalf("presence announced %q", got)
+	}
+
 	// A refused write writes and announces nothing (its trigger runs and
 	// finds no row), and the next write of the operator is announced.
 	if _, err := s.Heartbeat(ctx, renewed, heartbeat.Record{Election: "e", Leader: "a", Term: 1}); err == nil {

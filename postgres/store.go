@@ -269,7 +269,8 @@ func valueOf(r heartbeat.Record) []byte {
 // Heartbeat is the compare-and-set write of the record of next.Election,
 // one atomic statement: an INSERT ... ON CONFLICT DO NOTHING when
 // expected.Revision is 0, an UPDATE ... WHERE revision, leader and term are
-// expected's otherwise. The timestamp is the server's clock_timestamp().
+// expected's otherwise; the statement sends the notification of the row it
+// wrote. The timestamp is the server's clock_timestamp().
 // When the statement writes nothing, Heartbeat reads the current record
 // and returns it in a *backend.ConflictError; if that record is malformed it
 // returns an error matching backend.ErrMalformedRecord instead, and the row is

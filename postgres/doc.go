@@ -2,6 +2,10 @@
 // over github.com/jackc/pgx/v5. Every election is one row of a table (by
 // default "public"."leaderfeed"), and every node learns of changes to it
 // through LISTEN/NOTIFY, sent by statement-level triggers on the table.
+// A single write of the Store sends its own notification and sets the
+// transaction-local leaderfeed.notified, which the triggers' WHEN skips;
+// every other write (a batch, an operator's, an older version's) is
+// announced by the triggers.
 //
 // The caller passes the *pgxpool.Pool it owns; the backend never closes it.
 // A Store (NewStore) is the table: any number of elections, and one

@@ -17,9 +17,11 @@ var _ backend.PresenceStore = (*Store)(nil)
 //
 // A presence row lives in the election table under backend.PresenceKey
 // (election, chr(31), node): no election name holds a control character,
-// so it never is an election's row, and the triggers skip it (a refresh
-// notifies nobody). Its leader column is the node id, its ts the server's
-// clock_timestamp() of the last refresh; term and revision are 0.
+// so it never is an election's row, and the trigger function announces
+// nothing of it (a refresh notifies nobody); Present and Absent set
+// notifiedSetting, so that the function does not even run for them. Its
+// leader column is the node id, its ts the server's clock_timestamp() of
+// the last refresh; term and revision are 0.
 type presenceValue struct {
 	Priority int    `json:"p"`
 	CanLead  bool   `json:"c"`
@@ -41,7 +43,8 @@ func (s *Store) Present(ctx context.Context, election string, p backend.Presence
 	}
 	_, err = s.pool.Exec(ctx, "INSERT INTO "+s.ddl.table+" AS t (election, leader, term, revision, ts, value)"+
 		" VALUES ($1, $2, 0, 0, clock_timestamp(), $3) ON CONFLICT (election) DO UPDATE"+
-		" SET leader = excluded.leader, value = excluded.value, ts = clock_timestamp()",
+		" SET leader = excluded.leader, value = excluded.value, ts = clock_timestamp()"+
+		" RETURNING set_config('"+notifiedSetting+"', 'on', true)",
 		backend.PresenceKey(election, p.Node), p.Node, v)
 	if err != nil {
 		return s.wrapErr(ctx, "postgres: Present", err)
@@ -64,7 +67,8 @@ func (s *Store) Absent(ctx context.Context, election, node string) error {
 	if s.closed.Load() {
 		return fmt.Errorf("postgres: Absent: %w", base.ErrClosed)
 	}
-	if _, err := s.pool.Exec(ctx, "DELETE FROM "+s.ddl.table+" WHERE election = $1", backend.PresenceKey(election, node)); err != nil {
+	if _, err := s.pool.Exec(ctx, "DELETE FROM "+s.ddl.table+" WHERE election = $1 RETURNING set_config('"+notifiedSetting+"', 'on', true)",
+		backend.PresenceKey(election, node)); err != nil {
 		return s.wrapErr(ctx, "postgres: Absent", err)
 	}
 	return nil

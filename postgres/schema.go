@@ -81,6 +81,17 @@ BEGIN
 END
 `
 
+// notifiedSetting is the transaction-local setting by which a statement
+// tells the election table's triggers that it announced every row it wrote
+// itself (ddl.announce): their WHEN (skipWhen) then skips the trigger
+// function. A writer that sets it must announce its rows, or followers
+// learn of them only by their own reads.
+const notifiedSetting = "leaderfeed.notified"
+
+// skipWhen is the WHEN condition of the election table's triggers: the
+// statement's transaction did not set notifiedSetting.
+const skipWhen = "current_setting('" + notifiedSetting + "', true) IS DISTINCT FROM 'on'"
+
 // recordTriggers are the statement-level triggers of the election table:
 // the suffix of their name (after ChannelPrefix), the event and the
 // transition tables.
@@ -170,6 +181,7 @@ func (d ddl) addColumns() []string {
 type ddl struct {
 	schema, table, recordFunc, changeFunc, trigger string
 	channel                                        string // the channel as an SQL string literal
+	head                                           string // the start of a notification of records, as an SQL string literal
 	watch                                          string // "" when no watched table
 }
 
@@ -181,6 +193,9 @@ func newDDL(o Options) ddl {
 		changeFunc: pgx.Identifier{o.Schema, o.ChannelPrefix + "_notify_change"}.Sanitize(),
 		trigger:    pgx.Identifier{o.ChannelPrefix}.Sanitize(),
 		channel:    "'" + o.ChannelPrefix + "'", // a plain identifier: nothing to escape
+		// As the trigger function's head: plain identifiers need no
+		// escaping in JSON either.
+		head: `'{"k":"b","s":"` + o.Schema + `","t":"` + o.Table + `","rs":['`,
 	}
 	if o.WatchTable != "" {
 		d.watch = pgx.Identifier{o.WatchSchema, o.WatchTable}.Sanitize()
@@ -227,7 +242,31 @@ func (d ddl) createRecordTriggers(prefix string) []string {
 func (d ddl) createRecordTrigger(prefix string, i int) string {
 	rt := recordTriggers[i]
 	return "CREATE TRIGGER " + pgx.Identifier{prefix + rt.suffix}.Sanitize() + " AFTER " + rt.event + " ON " + d.table +
-		" " + rt.referencing + " FOR EACH STATEMENT EXECUTE FUNCTION " + d.recordFunc + "(" + d.channel + ")"
+		" " + rt.referencing + " FOR EACH STATEMENT WHEN (" + skipWhen + ") EXECUTE FUNCTION " + d.recordFunc + "(" + d.channel + ")"
+}
+
+// dropRecordTrigger drops the trigger createRecordTrigger(prefix, i) makes.
+func (d ddl) dropRecordTrigger(prefix string, i int) string {
+	return "DROP TRIGGER " + pgx.Identifier{prefix + recordTriggers[i].suffix}.Sanitize() + " ON " + d.table
+}
+
+// announce returns what a write's RETURNING adds so that it announces the
+// row it wrote (alias t) itself: the notification the trigger function
+// sends for a statement that wrote that row alone, byte for byte (op "I"
+// or "U"), and notifiedSetting. RETURNING runs for every row written
+// before the statement's triggers are queued, so a WHEN that finds the
+// setting finds every row of the statement announced; a statement that
+// wrote nothing leaves it unset, and its trigger announces nothing. The
+// setting lasts until the transaction ends, and the Store's transactions
+// that set it write only with announce. A record that passes
+// heartbeat.ValidateWrite (names of at most heartbeat.MaxNameLen bytes, a
+// value of at most heartbeat.MaxValueLen) fits in one notification, so
+// none is sent "big".
+func (d ddl) announce(op string) string {
+	return "pg_notify(" + d.channel + ", " + d.head + " || json_build_object('op', '" + op + "', 'e', t.election, 'l', t.leader," +
+		" 'n', t.term, 'r', t.revision, 'ts', CASE WHEN isfinite(t.ts) THEN (extract(epoch FROM t.ts) * 1000000)::bigint END," +
+		" 'v', translate(encode(t.value, 'base64'), E'\\n', ''), 'ls', t.lease_us, 'sc', t.successor)::text || ']}') AS notified," +
+		" set_config('" + notifiedSetting + "', 'on', true) AS announced"
 }
 
 // dropRowTrigger drops the row-level trigger of older versions.
@@ -247,7 +286,8 @@ func (d ddl) createTrigger(table, function string) string {
 // statement-level triggers (DROP TRIGGER IF EXISTS), so that it upgrades
 // such a table. It fails with an error matching base.ErrInvalidConfig for
 // the names NewStore rejects. The CREATE TRIGGER statements fail if the
-// triggers exist already.
+// triggers exist already (triggers without WHEN, of earlier versions,
+// still work: Create replaces them).
 func SchemaSQL(opts Options) (string, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -499,15 +539,40 @@ func (s *Store) ensureRecordTriggers(ctx context.Context, tx pgx.Tx) error {
 		}
 	}
 	for i, rt := range recordTriggers {
-		ok, err := triggerExists(ctx, tx, o.Schema, o.Table, o.ChannelPrefix+rt.suffix)
+		def, err := triggerDef(ctx, tx, o.Schema, o.Table, o.ChannelPrefix+rt.suffix)
 		if err != nil {
 			return err
 		}
-		if !ok {
+		if def != "" && !strings.Contains(def, notifiedSetting) {
+			// A trigger of a version before skipWhen: it announces the
+			// Store's writes a second time (the server drops a
+			// notification identical to one sent before in the same
+			// transaction, but pays for it). Replaced in this
+			// transaction, so no write goes unannounced meanwhile.
+			if _, err := tx.Exec(ctx, s.ddl.dropRecordTrigger(o.ChannelPrefix, i)); err != nil {
+				return err
+			}
+			def = ""
+		}
+		if def == "" {
 			if _, err := tx.Exec(ctx, s.ddl.createRecordTrigger(o.ChannelPrefix, i)); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// triggerDef returns the definition of a trigger (pg_get_triggerdef), ""
+// when it does not exist.
+func triggerDef(ctx context.Context, q querier, schema, table, trigger string) (string, error) {
+	var def string
+	err := q.QueryRow(ctx, `SELECT pg_get_triggerdef(t.oid) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+		JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2 AND t.tgname = $3 AND NOT t.tgisinternal`,
+		schema, table, trigger).Scan(&def)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return def, err
 }

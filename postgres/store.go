@@ -71,12 +71,17 @@ func NewStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	s := &Store{pool: pool, opts: o, ddl: newDDL(o), ctx: ctx, cancel: cancel, feeds: map[*feed]uint32{}}
 	t := s.ddl.table
 	s.getSQL = "SELECT " + recordCols + " FROM " + t + " WHERE election = $1"
-	s.insertSQL = "INSERT INTO " + t + " AS t (election, leader, term, value, lease_us, successor, revision, ts)" +
-		" VALUES ($1, $2, $3, $4, $5, $6, 1, clock_timestamp()) ON CONFLICT (election) DO NOTHING RETURNING " + recordCols
+	// A single write announces its row itself (ddl.announce) and the
+	// triggers skip it: their function costs a write more than its own
+	// notification does, and a handover waits for two writes.
+	s.insertSQL = "WITH w AS (INSERT INTO " + t + " AS t (election, leader, term, value, lease_us, successor, revision, ts)" +
+		" VALUES ($1, $2, $3, $4, $5, $6, 1, clock_timestamp()) ON CONFLICT (election) DO NOTHING RETURNING " + recordCols +
+		", " + s.ddl.announce("I") + ") SELECT " + recordCols + " FROM w"
 	// The compare-and-set compares the write's identity (revision, leader,
 	// term), not the revision alone: see backend.Election.Heartbeat.
-	s.updateSQL = "UPDATE " + t + " SET leader = $2, term = $3, value = $4, lease_us = $5, successor = $9, revision = revision + 1," +
-		" ts = clock_timestamp() WHERE election = $1 AND revision = $6 AND leader = $7 AND term = $8 RETURNING " + recordCols
+	s.updateSQL = "WITH w AS (UPDATE " + t + " AS t SET leader = $2, term = $3, value = $4, lease_us = $5, successor = $9," +
+		" revision = t.revision + 1, ts = clock_timestamp() WHERE t.election = $1 AND t.revision = $6 AND t.leader = $7 AND t.term = $8" +
+		" RETURNING " + recordCols + ", " + s.ddl.announce("U") + ") SELECT " + recordCols + " FROM w"
 	// The batched compare-and-set: the same comparison, one row of unnest
 	// per write. The rows are locked first, in the order of their keys, so
 	// that two processes updating overlapping sets of elections (two
@@ -264,7 +269,8 @@ func valueOf(r heartbeat.Record) []byte {
 // Heartbeat is the compare-and-set write of the record of next.Election,
 // one atomic statement: an INSERT ... ON CONFLICT DO NOTHING when
 // expected.Revision is 0, an UPDATE ... WHERE revision, leader and term are
-// expected's otherwise. The timestamp is the server's clock_timestamp().
+// expected's otherwise; the statement sends the notification of the row it
+// wrote. The timestamp is the server's clock_timestamp().
 // When the statement writes nothing, Heartbeat reads the current record
 // and returns it in a *backend.ConflictError; if that record is malformed it
 // returns an error matching backend.ErrMalformedRecord instead, and the row is

@@ -134,17 +134,18 @@ func ruleUnderLoad(t *testing.T, sentence string, f func(t *testing.T, late bool
 
 // ruleRetried runs a rule whose leader must still lead when the rule makes
 // the call it is about (Resign, TransferTo). f returns false when that
-// leader's lease ran out first, which a loaded machine may do, and the rule
-// runs again on a fresh cluster, three times at most.
+// leader's lease ran out first, or the store did not answer the claims in
+// time, which a loaded machine may do, and the rule runs again on a fresh
+// cluster, three times at most.
 func ruleRetried(t *testing.T, sentence string, f func(t *testing.T) bool) {
 	t.Helper()
 	rule(t, sentence, func(t *testing.T) {
 		t.Helper()
 		for attempt := 1; !f(t); attempt++ {
 			if attempt == 3 {
-				t.Fatalf("the leader's lease ran out before the call in %d attempts: the machine or store is too slow for this timing (%s scales it)", attempt, ScaleEnv)
+				t.Fatalf("a lease ran out or the store did not answer in time in %d attempts: the machine or store is too slow for this timing (%s scales it)", attempt, ScaleEnv)
 			}
-			t.Logf("attempt %d: the leader's lease ran out before the call (allowed on a loaded machine); again on a fresh cluster", attempt)
+			t.Logf("attempt %d: a lease ran out or the store did not answer in time (allowed on a loaded machine); again on a fresh cluster", attempt)
 		}
 	})
 }

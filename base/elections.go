@@ -206,7 +206,9 @@ func (e *Elections) Feed(election, nodeID string, opts Options) (*Feed, error) {
 // Close closes the Store. The changefeeds of every election end with a
 // Failed notification matching ErrClosed, and every method of their
 // Backends fails with ErrClosed: their Feeds report it and keep reading
-// nothing until stopped. Close is idempotent.
+// nothing until stopped. Close waits for the goroutines the elections
+// share, so once their Feeds have stopped none is left. Close is
+// idempotent.
 func (e *Elections) Close() error {
 	e.mu.Lock()
 	if e.closed.Load() {
@@ -223,6 +225,7 @@ func (e *Elections) Close() error {
 		sf.fail(fmt.Errorf("leaderfeed: elections: %w", ErrClosed))
 	}
 	e.wg.Wait()
+	e.run.Wait()
 	return e.store.Close()
 }
 

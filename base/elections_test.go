@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -480,4 +481,46 @@ func TestElectionsSubscribeCoalescesAndFails(t *testing.T) {
 			t.Fatalf("%d changes and %d Failed, want at most 4097 changes, then one Failed", changes, failed)
 		}
 	})
+}
+
+// Close leaves no goroutine of the Elections behind once its Feeds have
+// stopped: the goroutines its elections share are waited for too.
+func TestElectionsCloseLeavesNoGoroutine(t *testing.T) {
+	before := runtime.NumGoroutine()
+	store := memory.NewStore()
+	for range 5 {
+		els := newElections(t, store)
+		feeds := make([]*base.Feed, 20)
+		for i := range feeds {
+			f, err := els.Feed(fmt.Sprintf("e%02d", i), "node", base.Options{Timing: timing})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			feeds[i] = f
+		}
+		for _, f := range feeds {
+			for !f.IsLeader() {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		var wg sync.WaitGroup
+		for _, f := range feeds {
+			wg.Go(func() {
+				if err := f.Stop(context.Background()); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if err := els.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := runtime.NumGoroutine(); n > before {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines after Close, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+		}
+	}
 }

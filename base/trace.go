@@ -10,8 +10,8 @@ import "time"
 //
 // The hooks are called on the Feed's engine goroutine, one at a time, in
 // the order the calls returned. They must not block and must not call the
-// Feed's methods that wait for the engine (Resign, Proclaim, Stop): the
-// election waits while a hook runs. Record a number and return.
+// Feed's methods that wait for the engine (Resign, Proclaim, Stop) or
+// close its Elections: the election waits while a hook runs. Record a number and return.
 //
 // Every call names its election and node, so one Trace may serve every
 // Feed of a process (all the Feeds of an Elections, say); its hooks are

@@ -252,6 +252,7 @@ type Runner struct {
 	watching bool   // watch is armed
 	seen     uint64 // turns when watch was armed
 	watch    *time.Timer
+	idle     chan struct{} // closed when workers drops to 0 (Wait)
 }
 
 // runnable is a Box, whatever its value type.
@@ -313,6 +314,10 @@ func (r *Runner) work() {
 				continue
 			}
 			r.workers--
+			if r.workers == 0 && r.idle != nil {
+				close(r.idle)
+				r.idle = nil
+			}
 			r.mu.Unlock()
 			return
 		}
@@ -321,6 +326,27 @@ func (r *Runner) work() {
 		r.mu.Unlock()
 		b.turn()
 	}
+}
+
+// Wait returns once none of r's goroutines runs, and stops its timer if
+// no Box waits: the owner of r calls it once its Boxes are closed or idle,
+// so that it leaves no goroutine behind. It must not be called from a take.
+func (r *Runner) Wait() {
+	r.mu.Lock()
+	if r.watching && r.urgent.len() == 0 && r.ready.len() == 0 {
+		r.watch.Stop()
+		r.watching = false
+	}
+	if r.workers == 0 {
+		r.mu.Unlock()
+		return
+	}
+	if r.idle == nil {
+		r.idle = make(chan struct{})
+	}
+	idle := r.idle
+	r.mu.Unlock()
+	<-idle
 }
 
 // check runs stallAfter after the watch was armed: if Boxes wait and no

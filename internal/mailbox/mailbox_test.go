@@ -3,6 +3,7 @@ package mailbox
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -188,6 +189,37 @@ func TestRunnerUrgent(t *testing.T) {
 		synctest.Wait()
 		if want := []string{"c", "a", "b"}; !slices.Equal(order, want) {
 			t.Fatalf("served %v, want %v", order, want)
+		}
+	})
+}
+
+// Wait returns only once every goroutine of the Runner has ended, a take
+// that runs included.
+func TestRunnerWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := NewRunner(2)
+		release := make(chan struct{})
+		b := NewOn(r, func(int) { <-release }, nil, nil)
+		b.Put(1)
+		synctest.Wait()
+		var waited atomic.Bool
+		go func() {
+			r.Wait()
+			waited.Store(true)
+		}()
+		synctest.Wait()
+		if waited.Load() {
+			t.Fatal("Wait returned while a take ran")
+		}
+		close(release)
+		synctest.Wait()
+		if !waited.Load() {
+			t.Fatal("Wait did not return once the take ended")
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.workers != 0 || r.watching {
+			t.Fatalf("after Wait: %d workers, watching %v", r.workers, r.watching)
 		}
 	})
 }

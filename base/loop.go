@@ -41,6 +41,7 @@ type loop struct {
 	due         [timerLease]time.Time // by timerID; zero: stopped
 	timer       *time.Timer
 	timerAt     time.Time     // what timer is armed for; zero: stopped
+	dueNow      bool          // a due time has passed: take steps it before it returns, the timer is stopped
 	clock       renewalTicker // ticks aligned renewals instead of timer; nil: none
 	clockTick   func()        // puts a clockMsg
 	clocked     time.Time     // the renewal instant clock ticks at (due[timerRenew], unless moved since)
@@ -201,6 +202,9 @@ func (l *loop) take(in input) {
 		l.step(in)
 	default:
 		panic(fmt.Sprintf("leaderfeed: unknown input %T", in))
+	}
+	for l.dueNow && !l.exited && !l.m.done() {
+		l.tick()
 	}
 	if !l.exited && l.m.done() {
 		l.exit()
@@ -510,7 +514,11 @@ func (l *loop) armTimer() {
 		return
 	}
 	l.timerAt = at
-	if at.IsZero() {
+	// A time due already (a claim at once, on a vacancy) is stepped by the
+	// take that armed it, before it returns: through the timer it would
+	// cost a handover a goroutine's wake-up and a turn in the mailbox.
+	l.dueNow = !at.IsZero() && !time.Now().Before(at)
+	if at.IsZero() || l.dueNow {
 		if l.timer != nil {
 			l.timer.Stop()
 		}
@@ -525,7 +533,7 @@ func (l *loop) armTimer() {
 
 // tick steps the timers whose due time has passed, as the timer fired.
 func (l *loop) tick() {
-	l.timerAt = time.Time{}
+	l.timerAt, l.dueNow = time.Time{}, false
 	l.stepDue()
 }
 

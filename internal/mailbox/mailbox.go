@@ -21,6 +21,7 @@ type Box[T any] struct {
 	take       func(T)
 	begin, end func()
 	runner     *Runner // nil: a goroutine of its own per run
+	keep       int     // room an idle Box keeps (maxKept, or a Pipe's)
 
 	mu      sync.Mutex
 	queue   []T
@@ -46,7 +47,7 @@ func NewOn[T any](r *Runner, take func(T), begin, end func()) *Box[T] {
 	if end == nil {
 		end = func() {}
 	}
-	return &Box[T]{take: take, begin: begin, end: end, runner: r}
+	return &Box[T]{take: take, begin: begin, end: end, runner: r, keep: maxKept}
 }
 
 // Put queues v. It reports false, and drops v, if the Box is closed.
@@ -211,7 +212,7 @@ func (b *Box[T]) next() (T, bool) {
 // idleLocked marks the Box, whose queue is empty, as not running.
 func (b *Box[T]) idleLocked() {
 	b.running = false
-	if cap(b.queue) > maxKept {
+	if cap(b.queue) > b.keep {
 		b.queue = nil
 	} else {
 		b.queue = b.queue[:0]
@@ -223,6 +224,12 @@ func (b *Box[T]) idleLocked() {
 // queue is freed once it is empty. An engine's Box mostly holds one or
 // two, and there is one per election.
 const maxKept = 2
+
+// maxKeptPipe is the room an idle Pipe keeps. A Pipe that serves a
+// changefeed gets a burst per batch written (a notification per record),
+// and a few Pipes keeping their largest burst's room, up to this, cost
+// less than growing it again every time.
+const maxKeptPipe = 1 << 14
 
 // Runner takes the values of many Boxes (NewOn) on a few goroutines. A Box
 // that gets a value while idle queues itself on the Runner instead of

@@ -47,6 +47,7 @@ type piped[T any] struct {
 func NewPipe[T any](ctx context.Context, size int, onEnd func()) *Pipe[T] {
 	p := &Pipe[T]{out: make(chan T, size), ctx: ctx, onEnd: onEnd, finished: make(chan struct{})}
 	p.box = New(p.take, p.begin, p.end)
+	p.box.keep = maxKeptPipe
 	p.mu.Lock() // Abort may run at once, on another goroutine
 	p.stop = context.AfterFunc(ctx, p.Abort)
 	p.mu.Unlock()

@@ -137,7 +137,7 @@ type traceCall struct {
 }
 
 func (publishHealth) isEffect() {}
-func (traceCall) isEffect()     {}
+func (*traceCall) isEffect()    {}
 
 func (m *machine) contact() {
 	m.health.LastContact = m.now
@@ -199,13 +199,13 @@ func (m *machine) noteResult(r *callResult) {
 	}
 	m.healthChanged = true
 	if m.traced && !r.closed && (r.kind == callClaim || r.kind == callRenew) {
-		m.do(traceCall{kind: r.kind, term: r.next.Term, latency: m.now.Sub(r.sentAt), won: leading, err: r.err})
+		m.do(m.effs.traces.add(traceCall{kind: r.kind, term: r.next.Term, latency: m.now.Sub(r.sentAt), won: leading, err: r.err}))
 	}
 }
 
 // traceCall executes a traceCall.
 func (l *loop) traceCall(eff effect) {
-	c := eff.(traceCall)
+	c := eff.(*traceCall)
 	tr := l.f.opts.Trace
 	switch {
 	case c.kind == callClaim && tr.ClaimDone != nil:

@@ -373,12 +373,12 @@ func (l *loop) exec(e effect) input {
 	// which every step stands on, holds no copy of them.
 	//lint:ignore S1034 binding e would copy every effect type into this frame
 	switch e.(type) {
-	case startCall:
+	case *startCall:
 		return l.call(e)
-	case emit:
+	case *emit:
 		l.emitEffect(e)
-	case setTimer:
-		t := e.(setTimer)
+	case *setTimer:
+		t := e.(*setTimer)
 		if t.t == timerLease {
 			panic("leaderfeed: the lease timer is armed by armLease")
 		}
@@ -405,12 +405,12 @@ func (l *loop) exec(e effect) input {
 		c := e.(cancelLeader)
 		c.ctx.cancel(c.cause)
 		l.cancelledAt = time.Now()
-	case armLease:
-		a := e.(armLease)
+	case *armLease:
+		a := e.(*armLease)
 		l.armLease(a.ctx, a.end)
-	case extendLease:
+	case *extendLease:
 		return l.extendLease(e)
-	case publish:
+	case *publish:
 		l.publish(e)
 	case reply:
 		r := e.(reply)
@@ -423,7 +423,7 @@ func (l *loop) exec(e effect) input {
 		l.f.log.Log(context.Background(), d.level, d.msg, d.args...)
 	case publishHealth:
 		l.publishHealth()
-	case traceCall:
+	case *traceCall:
 		if l.ctx.Err() == nil {
 			l.traceCall(e)
 		}
@@ -457,7 +457,7 @@ func (l *loop) exec(e effect) input {
 //
 //go:noinline // keeps exec's frame small
 func (l *loop) emitEffect(eff effect) {
-	e := eff.(emit)
+	e := eff.(*emit)
 	if e.ev.At.IsZero() && !e.notAfter.IsZero() {
 		e.ev.At = l.cancelledAt
 		if e.ev.At.After(e.notAfter) {
@@ -471,7 +471,7 @@ func (l *loop) emitEffect(eff effect) {
 //
 //go:noinline // keeps exec's frame small
 func (l *loop) extendLease(eff effect) input {
-	e := eff.(extendLease)
+	e := eff.(*extendLease)
 	return leaseExtendedInput{ok: e.ctx.extend(e.end)}
 }
 
@@ -479,7 +479,7 @@ func (l *loop) extendLease(eff effect) input {
 //
 //go:noinline // keeps exec's frame small
 func (l *loop) publish(eff effect) {
-	e := eff.(publish)
+	e := eff.(*publish)
 	l.f.mu.Lock()
 	l.f.snap = e.snap
 	l.f.leaseEnd = e.leaseEnd
@@ -635,7 +635,7 @@ func (l *loop) armLease(ctx *leaseContext, end time.Time) {
 // Elections) needs no goroutine. A vacancy whose context has ended is not
 // sent: the answer tells the machine at once.
 func (l *loop) call(eff effect) input {
-	c := eff.(startCall)
+	c := eff.(*startCall)
 	r := &callResult{kind: c.kind, expected: c.expected, next: c.next, sentAt: c.sentAt, parent: c.parent}
 	var ctx context.Context
 	var cancel context.CancelFunc

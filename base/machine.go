@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base/backend"
@@ -240,14 +241,14 @@ type (
 	closeFeed   struct{}
 )
 
-func (startCall) isEffect()    {}
-func (emit) isEffect()         {}
-func (setTimer) isEffect()     {}
+func (*startCall) isEffect()   {}
+func (*emit) isEffect()        {}
+func (*setTimer) isEffect()    {}
 func (stopTimer) isEffect()    {}
 func (cancelLeader) isEffect() {}
-func (armLease) isEffect()     {}
-func (extendLease) isEffect()  {}
-func (publish) isEffect()      {}
+func (*armLease) isEffect()    {}
+func (*extendLease) isEffect() {}
+func (*publish) isEffect()     {}
 func (reply) isEffect()        {}
 func (logDebug) isEffect()     {}
 func (logLine) isEffect()      {}
@@ -339,10 +340,54 @@ type machine struct {
 	refusals      refusals
 	traced        bool // a Trace wants ClaimDone or RenewDone
 
-	now   time.Time // of the step under way
-	out   []effect  // effects of the step under way
-	spare []effect  // a slice for out the driver is done with (recycle)
-	quiet bool      // set by the driver: Debug is not logged, so no logDebug
+	now   time.Time     // of the step under way
+	out   []effect      // effects of the step under way
+	spare []effect      // a slice for out the driver is done with (recycle)
+	quiet bool          // set by the driver: Debug is not logged, so no logDebug
+	effs  *effectArenas // from arenas, until recycle
+}
+
+// effectArenas hold the values of a step's frequent effects, which the
+// machine hands out by pointer: a pointer in an effect costs no
+// allocation, where a struct larger than a word is copied to the heap,
+// several times for every renewal. recycle empties them and hands them
+// back to the pool (so 10,000 idle machines keep none), and the driver
+// must not keep an effect once it executed it.
+type effectArenas struct {
+	calls   arena[startCall]
+	emits   arena[emit]
+	timers  arena[setTimer]
+	leases  arena[armLease]
+	extends arena[extendLease]
+	pubs    arena[publish]
+	traces  arena[traceCall]
+}
+
+var arenas = sync.Pool{New: func() any { return new(effectArenas) }}
+
+func (a *effectArenas) reset() {
+	a.calls.reset()
+	a.emits.reset()
+	a.timers.reset()
+	a.leases.reset()
+	a.extends.reset()
+	a.pubs.reset()
+	a.traces.reset()
+}
+
+// arena holds the effects of one type of a step (see effectArenas).
+type arena[T any] []T
+
+// add stores v and returns where. A later add that grows the arena leaves
+// the earlier values where they were (in the old array).
+func (a *arena[T]) add(v T) *T {
+	*a = append(*a, v)
+	return &(*a)[len(*a)-1]
+}
+
+func (a *arena[T]) reset() {
+	clear(*a)
+	*a = (*a)[:0]
 }
 
 // proclaim is a Proclaim call waiting for a renewal. Its value becomes
@@ -387,6 +432,9 @@ func newMachine(id, election string, t heartbeat.Timing, opts Options) *machine 
 // execute them.
 func (m *machine) step(now time.Time, in input) []effect {
 	m.now, m.out, m.spare = now, m.spare, nil
+	if m.effs == nil {
+		m.effs = arenas.Get().(*effectArenas)
+	}
 	switch in := in.(type) {
 	case startInput:
 		m.health = Health{Started: now, LastContact: now, FeedDownSince: now}
@@ -450,9 +498,9 @@ func (m *machine) step(now time.Time, in input) []effect {
 // effect).
 func asks(e effect) bool {
 	switch e := e.(type) {
-	case extendLease:
+	case *extendLease:
 		return true
-	case startCall:
+	case *startCall:
 		return e.kind == callVacancy
 	}
 	return false
@@ -480,19 +528,24 @@ func (m *machine) do(e effect) { m.out = append(m.out, e) }
 func (m *machine) recycle(effects []effect) {
 	clear(effects)
 	m.spare = effects[:0]
+	if m.effs != nil {
+		m.effs.reset()
+		arenas.Put(m.effs)
+		m.effs = nil
+	}
 }
 
 // setTimer arms timer t for at, or later while the store refuses the kind
 // of call it starts (refusalDelay).
 func (m *machine) setTimer(t timerID, at time.Time) {
-	m.do(setTimer{t: t, at: m.refusalDelay(t, at)})
+	m.do(m.effs.timers.add(setTimer{t: t, at: m.refusalDelay(t, at)}))
 }
 
 func (m *machine) stopTimer(t timerID) { m.do(stopTimer{t: t}) }
 
-func (m *machine) emit(e Event) { m.do(emit{ev: e}) }
+func (m *machine) emit(e Event) { m.do(m.effs.emits.add(emit{ev: e})) }
 
-func (m *machine) publish() { m.do(publish{snap: m.snap, leaseEnd: m.snapLeaseTo}) }
+func (m *machine) publish() { m.do(m.effs.pubs.add(publish{snap: m.snap, leaseEnd: m.snapLeaseTo})) }
 
 // debug logs msg at Debug, unless the driver said Debug is not logged.
 func (m *machine) debug(msg string, args ...any) {
@@ -502,7 +555,7 @@ func (m *machine) debug(msg string, args ...any) {
 }
 
 func (m *machine) call(kind callKind, expected, next heartbeat.Record, deadline time.Time, parent context.Context) {
-	m.do(startCall{kind: kind, expected: expected, next: next, sentAt: m.now, deadline: deadline, parent: parent})
+	m.do(m.effs.calls.add(startCall{kind: kind, expected: expected, next: next, sentAt: m.now, deadline: deadline, parent: parent}))
 }
 
 // exit ends the engine: the leader context is cancelled (Stop's context
@@ -1068,13 +1121,13 @@ func (m *machine) becomeLeader(res heartbeat.Record, sentAt, now time.Time) {
 	m.leaseEnd = sentAt.Add(m.t.LeaseDuration)
 	m.leaderCtx = newLeaseContext(m.leaseEnd)
 	m.stopTimer(timerClaim)
-	m.do(armLease{ctx: m.leaderCtx, end: m.leaseEnd})
+	m.do(m.effs.leases.add(armLease{ctx: m.leaderCtx, end: m.leaseEnd}))
 	m.snap.leader, m.snap.term, m.snap.leaderCtx = true, m.term, m.leaderCtx
 	m.snapLeaseTo = m.leaseEnd
 	m.publish()
 	m.emit(Event{Type: EventElected, At: now, Term: m.term, Record: res.Clone(), LeaderCtx: m.leaderCtx})
 	m.observe(res, m.current(sentAt))
-	m.do(setTimer{t: timerRenew, at: sentAt.Add(m.t.HeartbeatInterval), align: true})
+	m.do(m.effs.timers.add(setTimer{t: timerRenew, at: sentAt.Add(m.t.HeartbeatInterval), align: true}))
 }
 
 // startRenew sends the leader's heartbeat: a compare-and-set on its own
@@ -1124,7 +1177,7 @@ func (m *machine) onRenew(r callResult) bool {
 			return false
 		}
 		m.extending = extending{res: r.res, sentAt: r.sentAt}
-		m.do(extendLease{ctx: m.leaderCtx, end: newEnd})
+		m.do(m.effs.extends.add(extendLease{ctx: m.leaderCtx, end: newEnd}))
 		return true
 	case errors.As(r.err, &conflict) && m.own(conflict.Current):
 		// The store holds our own later write: an earlier renewal committed
@@ -1170,7 +1223,7 @@ func (m *machine) onLeaseExtended(res heartbeat.Record, sentAt time.Time, extend
 	}
 	newEnd := sentAt.Add(m.t.LeaseDuration)
 	m.leaseEnd, m.lastErr = newEnd, nil
-	m.do(armLease{ctx: m.leaderCtx, end: newEnd})
+	m.do(m.effs.leases.add(armLease{ctx: m.leaderCtx, end: newEnd}))
 	m.snapLeaseTo = newEnd
 	m.publish()
 	if !m.quiet {
@@ -1187,7 +1240,7 @@ func (m *machine) onLeaseExtended(res heartbeat.Record, sentAt time.Time, extend
 	}
 	m.carried = nil
 	m.observe(res, m.current(sentAt))
-	m.do(setTimer{t: timerRenew, at: sentAt.Add(m.t.HeartbeatInterval), align: true})
+	m.do(m.effs.timers.add(setTimer{t: timerRenew, at: sentAt.Add(m.t.HeartbeatInterval), align: true}))
 }
 
 // replyProclaims answers every waiting Proclaim with err; their values are
@@ -1234,7 +1287,7 @@ func (m *machine) stepDown(reason Reason, err error) {
 	m.snap.leader = false
 	m.publish()
 	m.replyProclaims(ErrNotLeader)
-	m.do(emit{ev: Event{Type: EventUnelected, At: at, Term: m.term, Reason: reason, Err: err}, notAfter: m.leaseEnd})
+	m.do(m.effs.emits.add(emit{ev: Event{Type: EventUnelected, At: at, Term: m.term, Reason: reason, Err: err}, notAfter: m.leaseEnd}))
 }
 
 // ---- handing over ----

@@ -58,8 +58,8 @@ func started(t *testing.T) *machine {
 	m := newTestMachine(t, Options{Value: []byte("a:1")})
 	expect(t, m.step(t0, startInput{}),
 		openFeed{},
-		startCall{kind: callRead, sentAt: t0, deadline: at(300 * time.Millisecond)},
-		setTimer{t: timerPoll, at: at(100 * time.Millisecond)},
+		&startCall{kind: callRead, sentAt: t0, deadline: at(300 * time.Millisecond)},
+		&setTimer{t: timerPoll, at: at(100 * time.Millisecond)},
 	)
 	return m
 }
@@ -90,13 +90,13 @@ func leader(t *testing.T) (*machine, heartbeat.Record) {
 
 // claiming is a machine whose first read found no record and whose first
 // claim (c, term 1 on no record) was sent at t0+10ms, its reply not in yet.
-func claiming(t *testing.T) (*machine, startCall, time.Time) {
+func claiming(t *testing.T) (*machine, *startCall, time.Time) {
 	t.Helper()
 	m := started(t)
 	m.step(at(5*time.Millisecond), callResult{kind: callRead, sentAt: t0, err: backend.ErrNotFound})
 	sent := at(10 * time.Millisecond)
 	effs := m.step(sent, timerInput{timerClaim})
-	c, ok := effs[0].(startCall)
+	c, ok := effs[0].(*startCall)
 	if len(effs) != 1 || !ok || c.kind != callClaim {
 		t.Fatalf("claim timer: %v, want one claim", effs)
 	}
@@ -111,13 +111,13 @@ func rec(rev uint64, leader string, term uint64, lease time.Duration) heartbeat.
 func observed(when time.Time, snap snapshot, leaseEnd time.Time, r heartbeat.Record) []effect {
 	snap.record, snap.seen = r, true
 	return []effect{
-		publish{snap: snap, leaseEnd: leaseEnd},
+		&publish{snap: snap, leaseEnd: leaseEnd},
 		logDebug{msg: "leaderfeed: record", args: []any{"leader", r.Leader, "term", r.Term, "revision", r.Revision}},
 	}
 }
 
-func newLeader(when time.Time, r heartbeat.Record) emit {
-	return emit{ev: Event{Type: EventNewLeader, At: when, Leader: r.Leader, Term: r.Term, Value: r.Value, Record: r}}
+func newLeader(when time.Time, r heartbeat.Record) *emit {
+	return &emit{ev: Event{Type: EventNewLeader, At: when, Leader: r.Leader, Term: r.Term, Value: r.Value, Record: r}}
 }
 
 func cat(parts ...any) []effect {
@@ -174,19 +174,19 @@ func TestMachineFollowerClaimsAfterTheTimeout(t *testing.T) {
 	expect(t, m.step(seen, callResult{kind: callRead, sentAt: t0, res: r}),
 		cat(observed(seen, snapshot{}, time.Time{}, r),
 			newLeader(seen, r),
-			setTimer{t: timerClaim, at: seen.Add(electionTimeout)}, // a fresh random timeout
+			&setTimer{t: timerClaim, at: seen.Add(electionTimeout)}, // a fresh random timeout
 		)...)
 
 	// The timer fires a nanosecond early (a clock jump, a stale timer):
 	// no claim, the timer is armed at the earliest instant allowed.
 	expect(t, m.step(seen.Add(300*time.Millisecond-1), timerInput{timerClaim}),
-		setTimer{t: timerClaim, at: seen.Add(300*time.Millisecond - 1).Add(timing.HeartbeatInterval)})
+		&setTimer{t: timerClaim, at: seen.Add(300*time.Millisecond - 1).Add(timing.HeartbeatInterval)})
 	if m.role != roleFollower || m.writing {
 		t.Fatalf("claimed before the timeout: role %v", m.role)
 	}
 
 	now := seen.Add(300 * time.Millisecond)
-	expect(t, m.step(now, timerInput{timerClaim}), startCall{
+	expect(t, m.step(now, timerInput{timerClaim}), &startCall{
 		kind:     callClaim,
 		expected: r,
 		next:     heartbeat.Record{Election: "e", Leader: "a", Term: 4, Value: []byte("a:1"), Lease: timing.LeaseDuration},
@@ -207,7 +207,7 @@ func TestMachineClaimTermAboveEveryTermSeen(t *testing.T) {
 	m.step(at(2*time.Millisecond), notificationInput{n: backend.Notification{Type: backend.RecordChanged, Record: rec(6, "c", 2, 0)}, ok: true})
 	now := at(2*time.Millisecond + 300*time.Millisecond)
 	effs := m.step(now, timerInput{timerClaim})
-	if len(effs) != 1 || effs[0].(startCall).next.Term != 10 || effs[0].(startCall).expected.Revision != 6 {
+	if len(effs) != 1 || effs[0].(*startCall).next.Term != 10 || effs[0].(*startCall).expected.Revision != 6 {
 		t.Fatalf("claim: %+v, want term 10 on revision 6", effs)
 	}
 }
@@ -225,18 +225,18 @@ func TestMachineLongerLeaseInTheRecordDelaysTheClaim(t *testing.T) {
 		cat(observed(seen, snapshot{}, time.Time{}, r),
 			newLeader(seen, r),
 			// the random part of the timeout, moved later as a whole
-			setTimer{t: timerClaim, at: seen.Add(electionTimeout + wait - timing.ElectionTimeoutMin)},
+			&setTimer{t: timerClaim, at: seen.Add(electionTimeout + wait - timing.ElectionTimeoutMin)},
 		)...)
 
 	// At this node's own timeout, and just before the record's lease
 	// could have ended, no claim.
 	for _, d := range []time.Duration{timing.ElectionTimeoutMin, wait - 1} {
 		now := seen.Add(d)
-		expect(t, m.step(now, timerInput{timerClaim}), setTimer{t: timerClaim, at: maxTime(now.Add(timing.HeartbeatInterval), seen.Add(wait))})
+		expect(t, m.step(now, timerInput{timerClaim}), &setTimer{t: timerClaim, at: maxTime(now.Add(timing.HeartbeatInterval), seen.Add(wait))})
 	}
 	now := seen.Add(wait)
 	effs := m.step(now, timerInput{timerClaim})
-	if len(effs) != 1 || effs[0].(startCall).kind != callClaim || effs[0].(startCall).sentAt != now {
+	if len(effs) != 1 || effs[0].(*startCall).kind != callClaim || effs[0].(*startCall).sentAt != now {
 		t.Fatalf("no claim at FollowerWait(lease): %+v", effs)
 	}
 	// The lease of a record deleted afterwards still counts.
@@ -268,12 +268,12 @@ func TestMachineClaimWonWithinTheLease(t *testing.T) {
 	snap := snapshot{leader: true, term: 1, leaderCtx: lctx, record: heartbeat.Record{Election: "e"}, seen: true}
 	expect(t, effs, cat(
 		stopTimer{timerClaim},
-		armLease{ctx: lctx, end: end},
-		publish{snap: snap, leaseEnd: end},
-		emit{ev: Event{Type: EventElected, At: now, Term: 1, Record: res, LeaderCtx: lctx}},
+		&armLease{ctx: lctx, end: end},
+		&publish{snap: snap, leaseEnd: end},
+		&emit{ev: Event{Type: EventElected, At: now, Term: 1, Record: res, LeaderCtx: lctx}},
 		observed(now, snap, end, res),
 		newLeader(now, res),
-		setTimer{t: timerRenew, at: sent.Add(timing.HeartbeatInterval), align: true},
+		&setTimer{t: timerRenew, at: sent.Add(timing.HeartbeatInterval), align: true},
 	)...)
 	if m.role != roleLeader || m.leaseEnd != end || m.myRev != 1 {
 		t.Fatalf("role %v leaseEnd %v myRev %d", m.role, m.leaseEnd, m.myRev)
@@ -292,16 +292,16 @@ func TestMachineClaimReplyAfterTheLease(t *testing.T) {
 	snap := snapshot{record: heartbeat.Record{Election: "e"}, seen: true}
 	again := sent.Add(timing.HeartbeatInterval) // passed: at once
 	expect(t, effs, cat(
-		emit{ev: Event{Type: EventError, Err: fmt.Errorf("leaderfeed: claim of term %d took %v, longer than the lease: %w", 1, timing.LeaseDuration, errLeaseOver)}},
+		&emit{ev: Event{Type: EventError, Err: fmt.Errorf("leaderfeed: claim of term %d took %v, longer than the lease: %w", 1, timing.LeaseDuration, errLeaseOver)}},
 		observed(now, snap, time.Time{}, res),
 		newLeader(now, res),
-		setTimer{t: timerClaim, at: maxTime(now, again)}, // observe
-		setTimer{t: timerClaim, at: maxTime(now, again)}, // afterWrite
+		&setTimer{t: timerClaim, at: maxTime(now, again)}, // observe
+		&setTimer{t: timerClaim, at: maxTime(now, again)}, // afterWrite
 	)...)
 	if m.role != roleFollower || m.leaderCtx != nil {
 		t.Fatalf("role %v after a late claim", m.role)
 	}
-	c2 := m.step(now, timerInput{timerClaim})[0].(startCall)
+	c2 := m.step(now, timerInput{timerClaim})[0].(*startCall)
 	if c2.kind != callClaim || c2.expected.Revision != 1 || c2.next.Term != 2 {
 		t.Fatalf("the late claim's record is not claimed again at once: %+v", c2)
 	}
@@ -314,7 +314,7 @@ func TestMachineDeposedByAConflict(t *testing.T) {
 	m, _ := leader(t)
 	lctx, end := m.leaderCtx, m.leaseEnd
 	sent := at(110 * time.Millisecond)
-	c := m.step(sent, timerInput{timerRenew})[0].(startCall)
+	c := m.step(sent, timerInput{timerRenew})[0].(*startCall)
 	if c.kind != callRenew || !reflect.DeepEqual(c.expected, heartbeat.Record{Revision: 1, Leader: "a", Term: 1}) || c.deadline != end {
 		t.Fatalf("renewal: %+v", c)
 	}
@@ -329,12 +329,12 @@ func TestMachineDeposedByAConflict(t *testing.T) {
 		cancelLeader{ctx: lctx, cause: ErrDeposed},
 		stopTimer{timerLease},
 		stopTimer{timerRenew},
-		publish{snap: snap, leaseEnd: end},
-		emit{ev: Event{Type: EventUnelected, Term: 1, Reason: ReasonDeposed, Err: err}, notAfter: end},
+		&publish{snap: snap, leaseEnd: end},
+		&emit{ev: Event{Type: EventUnelected, Term: 1, Reason: ReasonDeposed, Err: err}, notAfter: end},
 		observed(now, snap, end, foreign),
 		newLeader(now, foreign),
-		setTimer{t: timerClaim, at: now.Add(electionTimeout + wait - timing.ElectionTimeoutMin)}, // observe
-		setTimer{t: timerClaim, at: now.Add(wait)},                                               // afterWrite
+		&setTimer{t: timerClaim, at: now.Add(electionTimeout + wait - timing.ElectionTimeoutMin)}, // observe
+		&setTimer{t: timerClaim, at: now.Add(wait)},                                               // afterWrite
 	)...)
 }
 
@@ -353,11 +353,11 @@ func TestMachineDeposedByTheFeed(t *testing.T) {
 				t.Fatalf("cancelLeader %+v", e)
 			}
 			kinds = append(kinds, "cancel")
-		case emit:
+		case *emit:
 			kinds = append(kinds, e.ev.Type.String())
-		case publish:
+		case *publish:
 			kinds = append(kinds, fmt.Sprintf("publish(leader=%v)", e.snap.leader))
-		case setTimer:
+		case *setTimer:
 			kinds = append(kinds, "set-"+e.t.String())
 		case stopTimer:
 			kinds = append(kinds, "stop-"+e.t.String())
@@ -383,7 +383,7 @@ func TestMachineRenewal(t *testing.T) {
 			lctx, oldEnd := m.leaderCtx, m.leaseEnd
 			proclaim := make(chan error, 1)
 			sent := at(40 * time.Millisecond)
-			c := m.step(sent, requestInput{r: request{kind: reqProclaim, value: []byte("a:2"), reply: proclaim}})[0].(startCall)
+			c := m.step(sent, requestInput{r: request{kind: reqProclaim, value: []byte("a:2"), reply: proclaim}})[0].(*startCall)
 			if c.next.Value == nil || string(c.next.Value) != "a:2" {
 				t.Fatalf("proclaim's renewal: %+v", c)
 			}
@@ -392,20 +392,20 @@ func TestMachineRenewal(t *testing.T) {
 			r := callResult{kind: callRenew, expected: c.expected, next: c.next, sentAt: sent, res: res}
 			now := at(50 * time.Millisecond)
 			newEnd := sent.Add(timing.LeaseDuration)
-			expect(t, m.step(now, r), extendLease{ctx: lctx, end: newEnd})
+			expect(t, m.step(now, r), &extendLease{ctx: lctx, end: newEnd})
 
 			effs := m.step(now, leaseExtendedInput{ok: extended})
 			snap := snapshot{leader: true, term: 1, leaderCtx: lctx, record: rec(1, "a", 1, timing.LeaseDuration), seen: true}
 			snap.record.Value = []byte("a:1")
 			if extended {
 				expect(t, effs, cat(
-					armLease{ctx: lctx, end: newEnd},
-					publish{snap: snap, leaseEnd: newEnd},
+					&armLease{ctx: lctx, end: newEnd},
+					&publish{snap: snap, leaseEnd: newEnd},
 					logDebug{msg: "leaderfeed: renewed", args: []any{"term", uint64(1), "revision", uint64(2)}},
 					reply{to: proclaim, err: nil},
 					observed(now, snap, newEnd, res),
 					newLeader(now, res),
-					setTimer{t: timerRenew, at: sent.Add(timing.HeartbeatInterval), align: true},
+					&setTimer{t: timerRenew, at: sent.Add(timing.HeartbeatInterval), align: true},
 				)...)
 				return
 			}
@@ -414,15 +414,15 @@ func TestMachineRenewal(t *testing.T) {
 				cancelLeader{ctx: lctx, cause: ErrLeaseExpired},
 				stopTimer{timerLease},
 				stopTimer{timerRenew},
-				publish{snap: snap, leaseEnd: oldEnd},
+				&publish{snap: snap, leaseEnd: oldEnd},
 				reply{to: proclaim, err: ErrNotLeader},
-				emit{ev: Event{Type: EventUnelected, At: oldEnd, Term: 1, Reason: ReasonLeaseExpired, Err: errLeaseOver}, notAfter: oldEnd},
+				&emit{ev: Event{Type: EventUnelected, At: oldEnd, Term: 1, Reason: ReasonLeaseExpired, Err: errLeaseOver}, notAfter: oldEnd},
 				observed(now, snap, oldEnd, res),
 				newLeader(now, res),
 				// the record is its own and it does not lead on it: case 3
 				// a heartbeat after its last claim (sent at 10 ms)
-				setTimer{t: timerClaim, at: at(10*time.Millisecond + timing.HeartbeatInterval)},
-				setTimer{t: timerClaim, at: now.Add(timing.HeartbeatInterval)}, // afterWrite
+				&setTimer{t: timerClaim, at: at(10*time.Millisecond + timing.HeartbeatInterval)},
+				&setTimer{t: timerClaim, at: now.Add(timing.HeartbeatInterval)}, // afterWrite
 			)...)
 		})
 	}
@@ -434,7 +434,7 @@ func TestMachineRenewalAfterTheLease(t *testing.T) {
 	m, _ := leader(t)
 	lctx, end := m.leaderCtx, m.leaseEnd
 	sent := at(110 * time.Millisecond)
-	c := m.step(sent, timerInput{timerRenew})[0].(startCall)
+	c := m.step(sent, timerInput{timerRenew})[0].(*startCall)
 	res := c.next
 	res.Revision = 2
 	effs := m.step(sent.Add(timing.LeaseDuration), callResult{kind: callRenew, expected: c.expected, next: c.next, sentAt: sent, res: res})
@@ -442,10 +442,10 @@ func TestMachineRenewalAfterTheLease(t *testing.T) {
 		t.Fatalf("first effect %+v, want the leader context cancelled", effs)
 	}
 	for _, e := range effs {
-		if _, ok := e.(extendLease); ok {
+		if _, ok := e.(*extendLease); ok {
 			t.Fatal("a late renewal was offered to the lease context")
 		}
-		if e, ok := e.(emit); ok && e.ev.Type == EventUnelected && (e.ev.At != end || e.ev.Reason != ReasonLeaseExpired) {
+		if e, ok := e.(*emit); ok && e.ev.Type == EventUnelected && (e.ev.At != end || e.ev.Reason != ReasonLeaseExpired) {
 			t.Fatalf("unelected %+v, want at the lease's end %v", e.ev, end)
 		}
 	}
@@ -457,11 +457,11 @@ func TestMachineRenewalAfterTheLease(t *testing.T) {
 func TestMachineRenewalReplyLost(t *testing.T) {
 	m, _ := leader(t)
 	sent := at(110 * time.Millisecond)
-	c := m.step(sent, timerInput{timerRenew})[0].(startCall)
+	c := m.step(sent, timerInput{timerRenew})[0].(*startCall)
 	mine := rec(3, "a", 1, timing.LeaseDuration)
 	now := at(120 * time.Millisecond)
 	expect(t, m.step(now, callResult{kind: callRenew, expected: c.expected, next: c.next, sentAt: sent, err: backend.NewConflict(mine)}),
-		startCall{kind: callRenew, expected: heartbeat.Record{Revision: 3, Leader: "a", Term: 1}, next: c.next, sentAt: now, deadline: m.leaseEnd})
+		&startCall{kind: callRenew, expected: heartbeat.Record{Revision: 3, Leader: "a", Term: 1}, next: c.next, sentAt: now, deadline: m.leaseEnd})
 	if m.role != roleLeader {
 		t.Fatalf("role %v", m.role)
 	}
@@ -478,7 +478,7 @@ func TestMachineLeaseLost(t *testing.T) {
 	if len(effs) < 5 || effs[0] != (cancelLeader{ctx: lctx, cause: ErrLeaseExpired}) {
 		t.Fatalf("effects %+v", effs)
 	}
-	if e := effs[4].(emit); e.ev.Type != EventUnelected || e.ev.At != end || e.ev.Reason != ReasonLeaseExpired {
+	if e := effs[4].(*emit); e.ev.Type != EventUnelected || e.ev.At != end || e.ev.Reason != ReasonLeaseExpired {
 		t.Fatalf("event %+v", e.ev)
 	}
 	if m.role != roleFollower {
@@ -501,13 +501,13 @@ func TestMachineResignVacancyReplyLost(t *testing.T) {
 	effs := m.step(now, requestInput{r: request{kind: reqResign, ctx: ctx, reply: done}})
 	snap := snapshot{leader: false, term: 1, leaderCtx: lctx, record: rec(1, "a", 1, timing.LeaseDuration), seen: true}
 	snap.record.Value = []byte("a:1")
-	vac := startCall{kind: callVacancy, expected: heartbeat.Record{Revision: 1, Leader: "a", Term: 1}, next: heartbeat.Record{Election: "e", Term: 1}, sentAt: now, parent: ctx}
+	vac := &startCall{kind: callVacancy, expected: heartbeat.Record{Revision: 1, Leader: "a", Term: 1}, next: heartbeat.Record{Election: "e", Term: 1}, sentAt: now, parent: ctx}
 	expect(t, effs,
 		cancelLeader{ctx: lctx, cause: ErrResigned},
 		stopTimer{timerLease},
 		stopTimer{timerRenew},
-		publish{snap: snap, leaseEnd: end},
-		emit{ev: Event{Type: EventUnelected, Term: 1, Reason: ReasonResigned}, notAfter: end},
+		&publish{snap: snap, leaseEnd: end},
+		&emit{ev: Event{Type: EventUnelected, Term: 1, Reason: ReasonResigned}, notAfter: end},
 		vac,
 	)
 	vacant := rec(2, "", 1, 0)
@@ -515,10 +515,10 @@ func TestMachineResignVacancyReplyLost(t *testing.T) {
 	expect(t, m.step(later, callResult{kind: callVacancy, expected: vac.expected, next: vac.next, sentAt: now, parent: ctx, err: backend.NewConflict(vacant)}), cat(
 		observed(later, snap, end, vacant),
 		newLeader(later, vacant),
-		setTimer{t: timerClaim, at: later.Add(electionTimeout)}, // observe: its own vacancy is not claimable at once
+		&setTimer{t: timerClaim, at: later.Add(electionTimeout)}, // observe: its own vacancy is not claimable at once
 		reply{to: done, err: nil},
-		setTimer{t: timerClaim, at: later.Add(timing.ElectionTimeoutMin)}, // endVacancy
-		setTimer{t: timerClaim, at: later.Add(timing.ElectionTimeoutMin)}, // afterWrite
+		&setTimer{t: timerClaim, at: later.Add(timing.ElectionTimeoutMin)}, // endVacancy
+		&setTimer{t: timerClaim, at: later.Add(timing.ElectionTimeoutMin)}, // afterWrite
 	)...)
 	if m.vacancy != nil || m.writing || m.claimDue(later.Add(timing.ElectionTimeoutMin-1)) {
 		t.Fatal("the resigner may claim its own vacancy at once")
@@ -534,9 +534,9 @@ func TestMachineVacancyOfAnotherNodeIsClaimedAtOnce(t *testing.T) {
 	expect(t, m.step(seen, callResult{kind: callRead, sentAt: t0, res: vacant}), cat(
 		observed(seen, snapshot{}, time.Time{}, vacant),
 		newLeader(seen, vacant),
-		setTimer{t: timerClaim, at: seen.Add(jitter)},
+		&setTimer{t: timerClaim, at: seen.Add(jitter)},
 	)...)
-	c := m.step(seen.Add(jitter), timerInput{timerClaim})[0].(startCall)
+	c := m.step(seen.Add(jitter), timerInput{timerClaim})[0].(*startCall)
 	if c.kind != callClaim || c.expected.Revision != 7 || c.next.Term != 5 {
 		t.Fatalf("claim %+v", c)
 	}
@@ -552,14 +552,14 @@ func TestMachineResignVacancyAborted(t *testing.T) {
 	done := make(chan error, 1)
 	now := at(50 * time.Millisecond)
 	effs := m.step(now, requestInput{r: request{kind: reqResign, ctx: ctx, reply: done}})
-	if c, ok := effs[len(effs)-1].(startCall); !ok || c.kind != callVacancy || c.parent != ctx {
+	if c, ok := effs[len(effs)-1].(*startCall); !ok || c.kind != callVacancy || c.parent != ctx {
 		t.Fatalf("last effect %+v, want the vacancy", effs[len(effs)-1])
 	}
 	expect(t, m.step(now, vacancyAbortedInput{err: context.Canceled}),
 		reply{to: done, err: fmt.Errorf("leaderfeed: vacant record not written: %w", context.Canceled)},
 		// its own record of the term it gave up: a whole timeout after it
 		// was observed (the claim's reply, at 20 ms)
-		setTimer{t: timerClaim, at: at(20*time.Millisecond + timing.ElectionTimeoutMin)},
+		&setTimer{t: timerClaim, at: at(20*time.Millisecond + timing.ElectionTimeoutMin)},
 	)
 	if m.writing || m.vacancy != nil {
 		t.Fatal("a write is still counted in flight")
@@ -574,7 +574,7 @@ func TestMachineVacancyRetried(t *testing.T) {
 	done := make(chan error, 1)
 	now := at(50 * time.Millisecond)
 	effs := m.step(now, requestInput{r: request{kind: reqResign, ctx: ctx, reply: done}})
-	vac := effs[len(effs)-1].(startCall)
+	vac := effs[len(effs)-1].(*startCall)
 	boom := errors.New("boom")
 	later := at(60 * time.Millisecond)
 	again := vac
@@ -582,8 +582,8 @@ func TestMachineVacancyRetried(t *testing.T) {
 	expect(t, m.step(later, callResult{kind: callVacancy, expected: vac.expected, next: vac.next, sentAt: now, parent: ctx, err: boom}), again)
 	expect(t, m.step(later, callResult{kind: callVacancy, expected: vac.expected, next: vac.next, sentAt: later, parent: ctx, err: boom, parentDone: true}),
 		reply{to: done, err: fmt.Errorf("leaderfeed: vacant record not written (the others take over after their election timeout): %w", boom)},
-		setTimer{t: timerClaim, at: at(20*time.Millisecond + timing.ElectionTimeoutMin)},
-		setTimer{t: timerClaim, at: at(20*time.Millisecond + timing.ElectionTimeoutMin)},
+		&setTimer{t: timerClaim, at: at(20*time.Millisecond + timing.ElectionTimeoutMin)},
+		&setTimer{t: timerClaim, at: at(20*time.Millisecond + timing.ElectionTimeoutMin)},
 	)
 }
 
@@ -594,14 +594,14 @@ func TestMachineStopWhileRenewing(t *testing.T) {
 	m, _ := leader(t)
 	lctx := m.leaderCtx
 	sent := at(110 * time.Millisecond)
-	c := m.step(sent, timerInput{timerRenew})[0].(startCall)
+	c := m.step(sent, timerInput{timerRenew})[0].(*startCall)
 	stopCtx := context.Background()
 	effs := m.step(at(115*time.Millisecond), stopInput{ctx: stopCtx})
 	if effs[0] != (cancelLeader{ctx: lctx, cause: ErrStopped}) {
 		t.Fatalf("first effect %+v", effs[0])
 	}
 	for _, e := range effs {
-		if c, ok := e.(startCall); ok {
+		if c, ok := e.(*startCall); ok {
 			t.Fatalf("a write was sent while one is in flight: %+v", c)
 		}
 	}
@@ -612,7 +612,7 @@ func TestMachineStopWhileRenewing(t *testing.T) {
 	res.Revision = 2
 	now := at(120 * time.Millisecond)
 	effs = m.step(now, callResult{kind: callRenew, expected: c.expected, next: c.next, sentAt: sent, res: res})
-	want := startCall{kind: callVacancy, expected: heartbeat.Record{Revision: 2, Leader: "a", Term: 1}, next: heartbeat.Record{Election: "e", Term: 1}, sentAt: now, parent: stopCtx}
+	want := &startCall{kind: callVacancy, expected: heartbeat.Record{Revision: 2, Leader: "a", Term: 1}, next: heartbeat.Record{Election: "e", Term: 1}, sentAt: now, parent: stopCtx}
 	if got := effs[len(effs)-1]; !reflect.DeepEqual(got, want) {
 		t.Fatalf("last effect %+v, want %+v", got, want)
 	}
@@ -638,7 +638,7 @@ func TestMachineStopWhileClaiming(t *testing.T) {
 	now := at(20 * time.Millisecond)
 	effs := m.step(now, callResult{kind: callClaim, expected: c.expected, next: c.next, sentAt: sent, res: res})
 	snap := snapshot{record: heartbeat.Record{Election: "e"}, seen: true}
-	vac := startCall{kind: callVacancy, expected: heartbeat.Record{Revision: 1, Leader: "a", Term: 1}, next: heartbeat.Record{Election: "e", Term: 1}, sentAt: now, parent: stopCtx}
+	vac := &startCall{kind: callVacancy, expected: heartbeat.Record{Revision: 1, Leader: "a", Term: 1}, next: heartbeat.Record{Election: "e", Term: 1}, sentAt: now, parent: stopCtx}
 	expect(t, effs, cat(
 		observed(now, snap, time.Time{}, res),
 		newLeader(now, res),
@@ -659,13 +659,13 @@ func TestMachineOwnClaimOnTheFeedFirst(t *testing.T) {
 	res := c.next
 	res.Revision = 1
 	for _, e := range m.step(at(15*time.Millisecond), notificationInput{n: backend.Notification{Type: backend.RecordChanged, Record: res}, ok: true}) {
-		if e, ok := e.(emit); ok {
+		if e, ok := e.(*emit); ok {
 			t.Fatalf("event %v before the claim's reply", e.ev.Type)
 		}
 	}
 	var types []string
 	for _, e := range m.step(at(20*time.Millisecond), callResult{kind: callClaim, expected: c.expected, next: c.next, sentAt: sent, res: res}) {
-		if e, ok := e.(emit); ok {
+		if e, ok := e.(*emit); ok {
 			types = append(types, e.ev.Type.String())
 		}
 	}
@@ -681,19 +681,19 @@ func TestMachineFeedDownAndUp(t *testing.T) {
 	m := follower(t, rec(5, "b", 3, 0), at(time.Millisecond))
 	now := at(2 * time.Millisecond)
 	expect(t, m.step(now, subscribedInput{ok: true}),
-		useFeed{}, stopTimer{timerPoll}, emit{ev: Event{Type: EventSubscribeStarted}},
-		startCall{kind: callRead, sentAt: now, deadline: now.Add(timing.ElectionTimeoutMin)})
+		useFeed{}, stopTimer{timerPoll}, &emit{ev: Event{Type: EventSubscribeStarted}},
+		&startCall{kind: callRead, sentAt: now, deadline: now.Add(timing.ElectionTimeoutMin)})
 	expect(t, m.step(now, timerInput{timerReopen})) // up: nothing to reopen
 	boom := errors.New("boom")
 	later := at(10 * time.Millisecond)
 	backoff := timing.HeartbeatInterval / 20
 	expect(t, m.step(later, notificationInput{n: backend.Notification{Type: backend.Failed, Err: boom}, ok: true}),
-		closeFeed{}, emit{ev: Event{Type: EventSubscribeError, Err: boom}},
-		setTimer{t: timerReopen, at: later.Add(backoff + backoff/4)}, // jitter: half of backoff/2
-		setTimer{t: timerPoll, at: later.Add(timing.HeartbeatInterval)})
+		closeFeed{}, &emit{ev: Event{Type: EventSubscribeError, Err: boom}},
+		&setTimer{t: timerReopen, at: later.Add(backoff + backoff/4)}, // jitter: half of backoff/2
+		&setTimer{t: timerPoll, at: later.Add(timing.HeartbeatInterval)})
 	// The poll while down: a read is in flight already, so once more after it.
 	expect(t, m.step(later.Add(timing.HeartbeatInterval), timerInput{timerPoll}),
-		setTimer{t: timerPoll, at: later.Add(2 * timing.HeartbeatInterval)})
+		&setTimer{t: timerPoll, at: later.Add(2 * timing.HeartbeatInterval)})
 	if !m.readAgain {
 		t.Fatal("the poll's read is not queued behind the read in flight")
 	}
@@ -736,18 +736,18 @@ func TestMachineClaimReplyLost(t *testing.T) {
 	now := at(30 * time.Millisecond)
 	lost := errors.New("reply lost")
 	expect(t, m.step(now, callResult{kind: callClaim, expected: c.expected, next: c.next, sentAt: sent, err: lost}),
-		emit{ev: Event{Type: EventError, Err: fmt.Errorf("leaderfeed: claim term %d: %w", 1, lost)}},
+		&emit{ev: Event{Type: EventError, Err: fmt.Errorf("leaderfeed: claim term %d: %w", 1, lost)}},
 		// afterWrite: the store had no record when last seen
-		setTimer{t: timerClaim, at: now.Add(jitter + timing.HeartbeatInterval)},
+		&setTimer{t: timerClaim, at: now.Add(jitter + timing.HeartbeatInterval)},
 	)
 	later := at(40 * time.Millisecond)
 	snap := snapshot{record: heartbeat.Record{Election: "e"}, seen: true}
 	expect(t, m.step(later, notificationInput{n: backend.Notification{Type: backend.RecordChanged, Record: mine}, ok: true}), cat(
 		observed(later, snap, time.Time{}, mine),
 		newLeader(later, mine),
-		setTimer{t: timerClaim, at: sent.Add(timing.HeartbeatInterval)}, // a heartbeat after the last claim
+		&setTimer{t: timerClaim, at: sent.Add(timing.HeartbeatInterval)}, // a heartbeat after the last claim
 	)...)
-	c2 := m.step(sent.Add(timing.HeartbeatInterval), timerInput{timerClaim})[0].(startCall)
+	c2 := m.step(sent.Add(timing.HeartbeatInterval), timerInput{timerClaim})[0].(*startCall)
 	if c2.kind != callClaim || c2.next.Term != 2 || !c2.expected.SameWrite(mine) {
 		t.Fatalf("retry %+v, want term 2 on the committed claim", c2)
 	}
@@ -759,21 +759,21 @@ func TestMachineProclaimDuringRenewal(t *testing.T) {
 	m, _ := leader(t)
 	lctx := m.leaderCtx
 	sent := at(110 * time.Millisecond)
-	c := m.step(sent, timerInput{timerRenew})[0].(startCall)
+	c := m.step(sent, timerInput{timerRenew})[0].(*startCall)
 	proclaim := make(chan error, 1)
 	expect(t, m.step(at(112*time.Millisecond), requestInput{r: request{kind: reqProclaim, value: []byte("a:2"), reply: proclaim}}))
 	res := c.next
 	res.Revision = 2
 	r := callResult{kind: callRenew, expected: c.expected, next: c.next, sentAt: sent, res: res}
 	now := at(120 * time.Millisecond)
-	expect(t, m.step(now, r), extendLease{ctx: lctx, end: sent.Add(timing.LeaseDuration)})
+	expect(t, m.step(now, r), &extendLease{ctx: lctx, end: sent.Add(timing.LeaseDuration)})
 	effs := withoutHealth(m.step(now, leaseExtendedInput{ok: true}))
 	for _, e := range effs {
 		if _, ok := e.(reply); ok {
 			t.Fatalf("the renewal sent before Proclaim answered it: %+v", effs)
 		}
 	}
-	c2, ok := effs[len(effs)-1].(startCall)
+	c2, ok := effs[len(effs)-1].(*startCall)
 	if !ok || c2.kind != callRenew || string(c2.next.Value) != "a:2" || c2.expected.Revision != 2 {
 		t.Fatalf("last effect %+v, want a renewal carrying the new value on revision 2", effs[len(effs)-1])
 	}
@@ -786,7 +786,7 @@ func TestMachineProclaimDuringRenewal(t *testing.T) {
 		}
 	}
 	retry := at(145 * time.Millisecond)
-	c3 := m.step(retry, timerInput{timerRenew})[0].(startCall)
+	c3 := m.step(retry, timerInput{timerRenew})[0].(*startCall)
 	res3 := c3.next
 	res3.Revision = 3
 	r3 := callResult{kind: callRenew, expected: c3.expected, next: c3.next, sentAt: retry, res: res3}
@@ -816,14 +816,14 @@ func TestMachineTransferReservesTheVacancy(t *testing.T) {
 	effs := m.step(now, requestInput{r: request{kind: reqTransfer, ctx: ctx, target: "b", reply: done}})
 	snap := snapshot{leader: false, term: 1, leaderCtx: lctx, record: rec(1, "a", 1, timing.LeaseDuration), seen: true}
 	snap.record.Value = []byte("a:1")
-	vac := startCall{kind: callVacancy, expected: heartbeat.Record{Revision: 1, Leader: "a", Term: 1},
+	vac := &startCall{kind: callVacancy, expected: heartbeat.Record{Revision: 1, Leader: "a", Term: 1},
 		next: heartbeat.Record{Election: "e", Term: 1, Successor: "b"}, sentAt: now, parent: ctx}
 	expect(t, effs,
 		cancelLeader{ctx: lctx, cause: ErrTransferred},
 		stopTimer{timerLease},
 		stopTimer{timerRenew},
-		publish{snap: snap, leaseEnd: end},
-		emit{ev: Event{Type: EventUnelected, Term: 1, Reason: ReasonTransferred}, notAfter: end},
+		&publish{snap: snap, leaseEnd: end},
+		&emit{ev: Event{Type: EventUnelected, Term: 1, Reason: ReasonTransferred}, notAfter: end},
 		vac,
 	)
 	reserved := rec(2, "", 1, 0)
@@ -848,7 +848,7 @@ func TestMachineTransferOvertaken(t *testing.T) {
 	done := make(chan error, 1)
 	now := at(50 * time.Millisecond)
 	effs := m.step(now, requestInput{r: request{kind: reqTransfer, ctx: context.Background(), target: "b", reply: done}})
-	vac := effs[len(effs)-1].(startCall)
+	vac := effs[len(effs)-1].(*startCall)
 	effs = m.step(at(60*time.Millisecond), callResult{kind: callVacancy, expected: vac.expected, next: vac.next, sentAt: now, parent: vac.parent, err: backend.NewConflict(rec(2, "c", 2, timing.LeaseDuration))})
 	for _, e := range effs {
 		if r, ok := e.(reply); ok && r.to == done {
@@ -892,16 +892,16 @@ func TestMachineReservedVacancy(t *testing.T) {
 		expect(t, m.step(seen, callResult{kind: callRead, sentAt: t0, res: reserved}), cat(
 			observed(seen, snapshot{}, time.Time{}, reserved),
 			newLeader(seen, reserved),
-			setTimer{t: timerClaim, at: tc.claimAt},
+			&setTimer{t: timerClaim, at: tc.claimAt},
 		)...)
 		if tc.successor != "a" {
 			// A claim timer that fires early (a node whose own timing is
 			// shorter) is re-armed, not sent.
-			if effs := m.step(seen.Add(timing.ElectionTimeoutMin-1), timerInput{timerClaim}); len(effs) != 1 || effs[0].(setTimer).t != timerClaim {
+			if effs := m.step(seen.Add(timing.ElectionTimeoutMin-1), timerInput{timerClaim}); len(effs) != 1 || effs[0].(*setTimer).t != timerClaim {
 				t.Fatalf("successor %q: claim before the timeout: %v", tc.successor, effs)
 			}
 		}
-		c := m.step(tc.claimAt, timerInput{timerClaim})[0].(startCall)
+		c := m.step(tc.claimAt, timerInput{timerClaim})[0].(*startCall)
 		if c.kind != callClaim || c.expected.Revision != 7 || c.next.Term != 5 || c.next.Successor != "" {
 			t.Fatalf("successor %q: claim %+v", tc.successor, c)
 		}
@@ -919,7 +919,7 @@ func TestMachineEarlierClaimInTheConflict(t *testing.T) {
 	first.Revision = 1
 	m.step(at(30*time.Millisecond), callResult{kind: callClaim, expected: c.expected, next: c.next, sentAt: sent, err: errors.New("reply lost")})
 	retry := at(30*time.Millisecond + jitter + timing.HeartbeatInterval)
-	c2 := m.step(retry, timerInput{timerClaim})[0].(startCall)
+	c2 := m.step(retry, timerInput{timerClaim})[0].(*startCall)
 	if c2.kind != callClaim || c2.next.Term != 2 || c2.expected.Revision != 0 {
 		t.Fatalf("retry %+v, want term 2 on no record", c2)
 	}
@@ -927,8 +927,8 @@ func TestMachineEarlierClaimInTheConflict(t *testing.T) {
 	effs := m.step(now, callResult{kind: callClaim, expected: c2.expected, next: c2.next, sentAt: retry, err: &backend.ConflictError{Current: first}})
 	var armed []setTimer
 	for _, e := range effs {
-		if st, ok := e.(setTimer); ok && st.t == timerClaim {
-			armed = append(armed, st)
+		if st, ok := e.(*setTimer); ok && st.t == timerClaim {
+			armed = append(armed, *st)
 		}
 	}
 	// The last arming counts: a heartbeat after the failed attempt (an
@@ -936,7 +936,7 @@ func TestMachineEarlierClaimInTheConflict(t *testing.T) {
 	if want := now.Add(timing.HeartbeatInterval); len(armed) == 0 || !armed[len(armed)-1].at.Equal(want) {
 		t.Fatalf("claim timer %v, want last at %v (a heartbeat after the failed attempt); effects %v", armed, want, effs)
 	}
-	c3 := m.step(now.Add(timing.HeartbeatInterval), timerInput{timerClaim})[0].(startCall)
+	c3 := m.step(now.Add(timing.HeartbeatInterval), timerInput{timerClaim})[0].(*startCall)
 	if c3.kind != callClaim || c3.next.Term != 3 || !c3.expected.SameWrite(first) {
 		t.Fatalf("third claim %+v, want term 3 on the first claim's record", c3)
 	}
@@ -952,11 +952,11 @@ func TestMachinePriorityCheckTransfers(t *testing.T) {
 	m.pres = newPriorityCheck(Options{Participate: true, PresenceInterval: 50 * time.Millisecond,
 		PresenceTTL: 150 * time.Millisecond, PriorityHysteresis: 100 * time.Millisecond})
 	expect(t, m.step(at(50*time.Millisecond), timerInput{timerPresence}),
-		setTimer{t: timerPresence, at: at(100 * time.Millisecond)},
+		&setTimer{t: timerPresence, at: at(100 * time.Millisecond)},
 		presenceCall{term: 1, check: true},
 	)
 	expect(t, m.step(at(55*time.Millisecond), timerInput{timerPresence}),
-		setTimer{t: timerPresence, at: at(105 * time.Millisecond)}) // one call at a time
+		&setTimer{t: timerPresence, at: at(105 * time.Millisecond)}) // one call at a time
 
 	store := at(time.Hour) // the store's clock is its own
 	live := func(node string, prio int, canLead bool) backend.Presence {
@@ -990,9 +990,9 @@ func TestMachinePriorityCheckTransfers(t *testing.T) {
 	var unelected *Event
 	for _, e := range effs {
 		switch e := e.(type) {
-		case startCall:
-			vacancy = &e
-		case emit:
+		case *startCall:
+			vacancy = e
+		case *emit:
 			unelected = &e.ev
 		}
 	}
@@ -1033,7 +1033,7 @@ func TestMachinePriorityCheckTransfers(t *testing.T) {
 func TestMachineStopLeavesPresence(t *testing.T) {
 	m := newTestMachine(t, Options{Participate: true, PresenceInterval: 50 * time.Millisecond, PresenceTTL: 150 * time.Millisecond})
 	effs := withoutHealth(m.step(t0, startInput{}))
-	if got := effs[len(effs)-1]; !reflect.DeepEqual(got, setTimer{t: timerPresence, at: at(50 * time.Millisecond)}) {
+	if got := effs[len(effs)-1]; !reflect.DeepEqual(got, &setTimer{t: timerPresence, at: at(50 * time.Millisecond)}) {
 		t.Fatalf("start: last effect %v, want the presence timer", got)
 	}
 	ctx := context.Background()
@@ -1083,7 +1083,7 @@ func TestMachineHealth(t *testing.T) {
 	m.feedUp = false
 	effs = withoutHealth(m.step(at(30*time.Millisecond), timerInput{timerPoll}))
 	retry := at(20*time.Millisecond + refusalRetry(timing))
-	if want := (setTimer{t: timerPoll, at: retry}); len(effs) != 2 || effs[1] != want {
+	if want := (&setTimer{t: timerPoll, at: retry}); len(effs) != 2 || !reflect.DeepEqual(effs[1], want) {
 		t.Fatalf("poll while reads are refused: %v, want the next poll at %v", effs, retry)
 	}
 

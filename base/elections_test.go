@@ -43,7 +43,7 @@ func (c *callCounter) statements() int64 { return c.singles.Load() + c.batches.L
 
 // newElections returns an Elections on a connection of its own to store,
 // with the default options; the caller closes it.
-func newElections(t *testing.T, store *memory.Store) *base.Elections {
+func newElections(t *testing.T, store *memory.DB) *base.Elections {
 	t.Helper()
 	els, err := base.NewElections(store.Conn(), base.ElectionsOptions{})
 	if err != nil {
@@ -56,10 +56,10 @@ func TestElectionsRejectsBadInput(t *testing.T) {
 	if _, err := base.NewElections(nil, base.ElectionsOptions{}); !errors.Is(err, base.ErrInvalidConfig) {
 		t.Errorf("nil store: %v, want ErrInvalidConfig", err)
 	}
-	if _, err := base.NewElections(memory.NewStore().Conn(), base.ElectionsOptions{MaxBatch: -1}); !errors.Is(err, base.ErrInvalidConfig) {
+	if _, err := base.NewElections(memory.NewDB().Conn(), base.ElectionsOptions{MaxBatch: -1}); !errors.Is(err, base.ErrInvalidConfig) {
 		t.Errorf("negative MaxBatch: %v, want ErrInvalidConfig", err)
 	}
-	els, err := base.NewElections(memory.NewStore().Conn(), base.ElectionsOptions{})
+	els, err := base.NewElections(memory.NewDB().Conn(), base.ElectionsOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestElectionsRejectsBadInput(t *testing.T) {
 // at most two write statements per heartbeat interval, one changefeed.
 func TestElectionsBatchRenewals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		cc := &callCounter{BatchStore: store.Conn()}
 		els, err := base.NewElections(cc, base.ElectionsOptions{})
 		if err != nil {
@@ -173,7 +173,7 @@ func TestElectionsBatchRenewals(t *testing.T) {
 // it led to the other at once.
 func TestElectionsHandOverBetweenProcesses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		const n = 20
 		start := func(node string) (*base.Elections, []*base.Feed) {
 			els := newElections(t, store)
@@ -238,7 +238,7 @@ func TestElectionsHandOverBetweenProcesses(t *testing.T) {
 // with the node that campaigns, and write nothing.
 func TestElectionsObservers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		cc := &callCounter{BatchStore: store.Conn()}
 		els, err := base.NewElections(cc, base.ElectionsOptions{})
 		if err != nil {
@@ -315,7 +315,7 @@ func (c *readCounter) GetBatch(ctx context.Context, elections []string) ([]backe
 // GetBatch while a read is in flight, not one Get each.
 func TestElectionsBatchReads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rc := &readCounter{Conn: memory.NewStore().Conn(), gate: make(chan struct{})}
+		rc := &readCounter{Conn: memory.NewDB().Conn(), gate: make(chan struct{})}
 		els, err := base.NewElections(rc, base.ElectionsOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -381,7 +381,7 @@ func (c checkingStore) HeartbeatBatch(ctx context.Context, writes []backend.Writ
 
 func TestElectionsValidateBatchOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		cs := checkingStore{&callCounter{BatchStore: store.Conn()}, t}
 		els, err := base.NewElections(cs, base.ElectionsOptions{})
 		if err != nil {
@@ -428,7 +428,7 @@ func TestElectionsValidateBatchOnce(t *testing.T) {
 // Failed instead of them, after which the channel closes.
 func TestElectionsSubscribeCoalescesAndFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		els := newElections(t, store)
 		defer els.Close()
 		b, err := els.Election("e")
@@ -487,7 +487,7 @@ func TestElectionsSubscribeCoalescesAndFails(t *testing.T) {
 // stopped: the goroutines its elections share are waited for too.
 func TestElectionsCloseLeavesNoGoroutine(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	store := memory.NewStore()
+	store := memory.NewDB()
 	for range 5 {
 		els := newElections(t, store)
 		feeds := make([]*base.Feed, 20)

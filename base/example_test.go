@@ -35,7 +35,7 @@ func stop(f *base.Feed, events <-chan base.Event) {
 // a record is claimed without waiting for an election timeout.
 func Example() {
 	ctx := context.Background()
-	store := memory.NewStore() // with a database: postgres.New, mongo.New, rethink.New
+	store := memory.NewDB() // with a database: postgres.New, mongo.New, rethink.New
 	b, err := store.Election("scheduler")
 	if err != nil {
 		panic(err)
@@ -91,7 +91,7 @@ func Example() {
 // for it to return, and stops the Feed, which hands over at once: here
 // node-b takes over the moment node-a's work has returned.
 func ExampleFeed_Run() {
-	store := memory.NewStore()
+	store := memory.NewDB()
 	leading := make(chan string)
 	runNode := func(id string) (stop context.CancelFunc, done <-chan struct{}) {
 		b, err := store.Election("scheduler")
@@ -140,7 +140,7 @@ func ExampleFeed_Run() {
 // follower and does not claim the vacancy it made.
 func ExampleFeed_Resign() {
 	ctx := context.Background()
-	store := memory.NewStore()
+	store := memory.NewDB()
 	newNode := func(id string) (*base.Feed, <-chan base.Event) {
 		b, err := store.Election("scheduler")
 		if err != nil {
@@ -193,7 +193,7 @@ func ExampleFeed_Resign() {
 // what the work writes.
 func ExampleFeed_LeaderContext() {
 	ctx := context.Background()
-	b, err := memory.NewStore().Election("reports")
+	b, err := memory.NewDB().Election("reports")
 	if err != nil {
 		panic(err)
 	}
@@ -234,7 +234,7 @@ func ExampleFeed_LeaderContext() {
 // an EventNewLeader of the same leader and term.
 func ExampleFeed_Proclaim() {
 	ctx := context.Background()
-	store := memory.NewStore()
+	store := memory.NewDB()
 	newNode := func(id string, opts base.Options) (*base.Feed, <-chan base.Event) {
 		b, err := store.Election("api")
 		if err != nil {
@@ -273,7 +273,7 @@ func ExampleFeed_Proclaim() {
 // that needs to know where the leader is.
 func ExampleOptions_observeOnly() {
 	ctx := context.Background()
-	store := memory.NewStore()
+	store := memory.NewDB()
 	b, err := store.Election("scheduler")
 	if err != nil {
 		panic(err)

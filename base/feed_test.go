@@ -38,14 +38,14 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-// cluster starts n nodes on one memory store.
-func cluster(t *testing.T, store *memory.Store, tm heartbeat.Timing, n int) *basetest.Cluster {
+// cluster starts n nodes on one memory DB.
+func cluster(t *testing.T, store *memory.DB, tm heartbeat.Timing, n int) *basetest.Cluster {
 	t.Helper()
 	return basetest.NewCluster(t, func(e string) (backend.Election, error) { return store.Election(e) }, tm, n, 0)
 }
 
 func TestNewRejectsBadInput(t *testing.T) {
-	store := memory.NewStore()
+	store := memory.NewDB()
 	b, _ := store.Election("e")
 	cases := []struct {
 		name    string
@@ -88,7 +88,7 @@ func (unnamed) Name() string { return "" }
 
 func TestLifecycleErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		b, _ := store.Election("e")
 		f, err := base.New(b, "n1", base.Options{Timing: timing})
 		if err != nil {
@@ -128,7 +128,7 @@ func TestLifecycleErrors(t *testing.T) {
 
 func TestStopBeforeStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Election("e")
+		b, _ := memory.NewDB().Election("e")
 		f, _ := base.New(b, "n1", base.Options{})
 		ev := f.Events()
 		if err := f.Stop(ctx(t)); err != nil {
@@ -145,7 +145,7 @@ func TestStopBeforeStart(t *testing.T) {
 
 func TestStartFailureCanBeRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Election("e")
+		b, _ := memory.NewDB().Election("e")
 		fb := faulty.Wrap(b)
 		fb.Inject(faulty.Fault{Method: faulty.MethodCreate, Nth: 1, Err: errors.New("no permission")})
 		f, _ := base.New(fb, "n1", base.Options{Timing: timing})
@@ -168,7 +168,7 @@ func TestRenewErrorsStepDownBeforeLeaseEnds(t *testing.T) {
 	for _, mode := range []string{"fail", "hang"} {
 		t.Run(mode, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := cluster(t, memory.NewStore(), timing, 1)
+				c := cluster(t, memory.NewDB(), timing, 1)
 				l := c.WaitLeader(t, wait)
 				lctx, term, _ := l.Feed.LeaderContext()
 				ft := faulty.Fault{Method: faulty.MethodHeartbeat, Hang: mode == "hang"}
@@ -201,7 +201,7 @@ func TestRenewErrorsStepDownBeforeLeaseEnds(t *testing.T) {
 // once: on the notification, without waiting for its next renewal.
 func TestConflictStepsDownAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		slow := timing
 		slow.HeartbeatInterval, slow.LeaseDuration, slow.ElectionTimeoutMin, slow.ElectionTimeoutMax = time.Second, 1500*time.Millisecond, 2*time.Second, 4*time.Second
 		c := cluster(t, store, slow, 1)
@@ -228,7 +228,7 @@ func TestConflictStepsDownAtOnce(t *testing.T) {
 func TestVacancyClaimedAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		slow := heartbeat.Timing{} // defaults: timeouts of 2..4 s
-		c := cluster(t, memory.NewStore(), slow, 2)
+		c := cluster(t, memory.NewDB(), slow, 2)
 		l := c.WaitLeader(t, wait) // a fresh election is vacant too
 		start := time.Now()
 		if err := l.Feed.Resign(ctx(t)); err != nil {
@@ -251,7 +251,7 @@ func TestVacancyClaimedAtOnce(t *testing.T) {
 // The leader must recognise its own write and go on leading.
 func TestLostReplyKeepsLeadership(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := cluster(t, memory.NewStore(), timing, 2)
+		c := cluster(t, memory.NewDB(), timing, 2)
 		l := c.WaitLeader(t, wait)
 		term, _ := l.Feed.Term()
 		l.Faulty.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Nth: 1, After: true})
@@ -270,7 +270,7 @@ func TestLostReplyKeepsLeadership(t *testing.T) {
 // recognise the current record as its own and keep leading.
 func TestLostReplyWithFeedDownKeepsLeadership(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := cluster(t, memory.NewStore(), timing, 2)
+		c := cluster(t, memory.NewDB(), timing, 2)
 		l := c.WaitLeader(t, wait)
 		c.WaitSubscribed(t)
 		term, _ := l.Feed.Term()
@@ -297,7 +297,7 @@ func TestBrokenFeedReopensAndPolls(t *testing.T) {
 	// Under synctest: the fake clock keeps the count of polls exact on a
 	// loaded machine.
 	synctest.Test(t, func(t *testing.T) {
-		c := cluster(t, memory.NewStore(), timing, 2)
+		c := cluster(t, memory.NewDB(), timing, 2)
 		l := c.WaitLeader(t, wait)
 		var f *basetest.Node
 		for _, n := range c.Nodes {
@@ -328,10 +328,10 @@ func TestBrokenFeedReopensAndPolls(t *testing.T) {
 // beyond MaxPendingChanges are dropped and counted, transitions are not.
 func TestSlowConsumerDoesNotDelayHeartbeats(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		b, _ := store.Election("e")
 		// A longer lease than the other tests: the flood of writes below
-		// competes with the renewals for the memory store's lock.
+		// competes with the renewals for the memory DB's lock.
 		tm := heartbeat.Timing{HeartbeatInterval: 10 * time.Millisecond, LeaseDuration: 150 * time.Millisecond, ElectionTimeoutMin: 300 * time.Millisecond, ElectionTimeoutMax: 400 * time.Millisecond}
 		f, err := base.New(b, "n1", base.Options{Timing: tm, MaxPendingChanges: 10})
 		if err != nil {
@@ -401,7 +401,7 @@ func TestSlowConsumerDoesNotDelayHeartbeats(t *testing.T) {
 // (goleak checks at the end of the package).
 func TestStopBoundedByContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Election("e")
+		b, _ := memory.NewDB().Election("e")
 		fb := faulty.Wrap(b)
 		f, _ := base.New(fb, "n1", base.Options{Timing: timing})
 		if err := f.Start(ctx(t)); err != nil {
@@ -426,7 +426,7 @@ func TestStopBoundedByContext(t *testing.T) {
 
 func TestProclaimPublishesValue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := cluster(t, memory.NewStore(), timing, 2)
+		c := cluster(t, memory.NewDB(), timing, 2)
 		l := c.WaitLeader(t, wait)
 		var f *basetest.Node
 		for _, n := range c.Nodes {
@@ -460,7 +460,7 @@ func TestProclaimPublishesValue(t *testing.T) {
 // not make the node leader: it is bounded by the lease and given up.
 func TestSlowClaimDoesNotLead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Election("e")
+		b, _ := memory.NewDB().Election("e")
 		fb := faulty.Wrap(b)
 		fb.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Delay: timing.LeaseDuration + 10*time.Millisecond})
 		f, _ := base.New(fb, "n1", base.Options{Timing: timing})
@@ -485,7 +485,7 @@ func TestSlowClaimDoesNotLead(t *testing.T) {
 // claim's record from EventElected, without calling Feed.Leader.
 func TestEventsCarryTheRecord(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := cluster(t, memory.NewStore(), timing, 2)
+		c := cluster(t, memory.NewDB(), timing, 2)
 		l := c.WaitLeader(t, wait)
 		term, _ := l.Feed.Term()
 		el, _ := l.WaitEvent(t, 0, wait, "elected", func(e base.Event) bool { return e.Type == base.EventElected && e.Term == term })

@@ -20,7 +20,7 @@ import (
 )
 
 // node starts a feed named id on store's election "e", wrapped in faulty.
-func node(t *testing.T, store *memory.Store, id string, opts base.Options) (*base.Feed, *faulty.Backend) {
+func node(t *testing.T, store *memory.DB, id string, opts base.Options) (*base.Feed, *faulty.Backend) {
 	t.Helper()
 	b, _ := store.Election("e")
 	fb := faulty.Wrap(b)
@@ -44,7 +44,7 @@ func waitLeader(f *base.Feed) {
 
 func TestHealthyLifecycle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Election("e")
+		b, _ := memory.NewDB().Election("e")
 		f, err := base.New(b, "n", base.Options{Timing: timing})
 		if err != nil {
 			t.Fatal(err)
@@ -79,7 +79,7 @@ func TestHealthyLifecycle(t *testing.T) {
 // a healthy election is healthy.
 func TestHealthyRenewalsFailing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		l, fb := node(t, store, "a", base.Options{})
 		waitLeader(l)
 		fol, _ := node(t, store, "b", base.Options{})
@@ -109,7 +109,7 @@ func TestHealthyRenewalsFailing(t *testing.T) {
 // unhealthy after the bound, and healthy again once the store answers.
 func TestHealthyPartitioned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		l, _ := node(t, store, "a", base.Options{})
 		waitLeader(l)
 		f, fb := node(t, store, "b", base.Options{})
@@ -140,7 +140,7 @@ func TestHealthyPartitioned(t *testing.T) {
 // silent) is unhealthy for want of any answer.
 func TestHealthyNoContact(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		f, fb := node(t, store, "a", base.Options{})
 		waitLeader(f)
 		fb.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Hang: true})
@@ -185,7 +185,7 @@ func (tl *traceLog) trace() *base.Trace {
 
 func TestTrace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		var ta, tb traceLog
 		a, fa := node(t, store, "a", base.Options{Trace: ta.trace()})
 		waitLeader(a)

@@ -19,7 +19,7 @@ import (
 // queue without bound.
 func TestFeedFallsBehindFailsAndReopens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		els := newElections(t, store)
 		defer els.Close()
 		block := make(chan struct{})

@@ -59,7 +59,7 @@ func TestRefusedClaims(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var logs logLines
 		var tl traceLog
-		store := memory.NewStore()
+		store := memory.NewDB()
 		b, _ := store.Election("e")
 		fb := faulty.Wrap(b)
 		fb.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Err: errRefusedWrite})
@@ -123,7 +123,7 @@ func TestRefusedClaims(t *testing.T) {
 // reopens only every refusalRetry, and reports the refusal.
 func TestRefusedReadsAndFeed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		b, _ := store.Election("e")
 		fb := faulty.Wrap(b)
 		refused := fmt.Errorf("test: %w: permission denied for table t", base.ErrRefused)
@@ -158,7 +158,7 @@ func TestRefusedReadsAndFeed(t *testing.T) {
 // process that cannot lead says so rather than run on silently.
 func TestRunReturnsRefusal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		b, _ := store.Election("e")
 		fb := faulty.Wrap(b)
 		fb.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Err: errRefusedWrite})

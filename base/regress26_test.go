@@ -24,7 +24,7 @@ import (
 // and nothing is dropped.
 func TestRegress26StopKeepsEventsForReader(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		b, _ := store.Election("e")
 		f, err := base.New(b, "n", base.Options{Timing: timing})
 		if err != nil {
@@ -75,7 +75,7 @@ func TestRegress26StopKeepsEventsForReader(t *testing.T) {
 // force before it.
 func TestRegress26RefusedProclaimHasNoEffect(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		b, _ := store.Election("e")
 		fb := faulty.Wrap(b)
 		f, err := base.New(fb, "n", base.Options{Timing: timing, Value: []byte("v1")})
@@ -125,7 +125,7 @@ func btoi(b bool) int {
 // announce its own vacancy after B, nor show it in Leader().
 func TestRegress26ViewNeverGoesBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		c := cluster(t, store, timing, 2)
 		a := c.WaitLeader(t, wait)
 		b := other(c, a)
@@ -163,9 +163,9 @@ func TestRegress26ViewNeverGoesBack(t *testing.T) {
 }
 
 // batchProcess is one process with a batching Elections on a faulty
-// wrapper of a memory store's connection, and a Feed of node "p" in each
+// wrapper of a memory DB's connection, and a Feed of node "p" in each
 // of the elections named.
-func batchProcess(t *testing.T, store *memory.Store, timings map[string]heartbeat.Timing) (*faulty.Store, map[string]*base.Feed) {
+func batchProcess(t *testing.T, store *memory.DB, timings map[string]heartbeat.Timing) (*faulty.Store, map[string]*base.Feed) {
 	t.Helper()
 	fs := faulty.WrapStore(store.Conn())
 	els, err := base.NewElections(fs, base.ElectionsOptions{})
@@ -203,7 +203,7 @@ func batchProcess(t *testing.T, store *memory.Store, timings map[string]heartbea
 // hanging until its context ends, holds up no write of y.
 func TestRegress26HungWriteHoldsUpNoOtherElection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fs, feeds := batchProcess(t, memory.NewStore(), map[string]heartbeat.Timing{"x": timing, "y": timing})
+		fs, feeds := batchProcess(t, memory.NewDB(), map[string]heartbeat.Timing{"x": timing, "y": timing})
 		fs.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Hang: true})
 		fs.Inject(faulty.Fault{Method: faulty.MethodHeartbeatBatch, Hang: true})
 		resigned := make(chan error, 1)
@@ -233,7 +233,7 @@ func TestRegress26HungWriteHoldsUpNoOtherElection(t *testing.T) {
 // never faulted, keeps its lease all along.
 func TestRegress26HungClaimHoldsUpNoRenewal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		// The other process leads x, then crashes: it never writes again.
 		other, _ := store.Election("x")
 		defer other.Close()
@@ -285,7 +285,7 @@ func TestRegress26RenewalWaitsByItsOwnTiming(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		slow := heartbeat.Timing{HeartbeatInterval: 4 * time.Second, LeaseDuration: 8 * time.Second, ElectionTimeoutMin: 10 * time.Second, ElectionTimeoutMax: 12 * time.Second}
 		fast := heartbeat.Timing{HeartbeatInterval: 100 * time.Millisecond, LeaseDuration: 150 * time.Millisecond, ElectionTimeoutMin: 200 * time.Millisecond, ElectionTimeoutMax: 300 * time.Millisecond}
-		_, feeds := batchProcess(t, memory.NewStore(), map[string]heartbeat.Timing{"slow": slow, "fast": fast})
+		_, feeds := batchProcess(t, memory.NewDB(), map[string]heartbeat.Timing{"slow": slow, "fast": fast})
 		term, _ := feeds["fast"].Term()
 		for start := time.Now(); time.Since(start) < 60*time.Second; {
 			if got, ok := feeds["fast"].Term(); !ok || got != term {

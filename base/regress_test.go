@@ -38,7 +38,7 @@ func TestRegressLostRenewReplyThenResign(t *testing.T) {
 	for _, how := range []string{"resign", "stop"} {
 		t.Run(how, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				store := memory.NewStore()
+				store := memory.NewDB()
 				c := cluster(t, store, timing, 2)
 				l := c.WaitLeader(t, wait)
 				// With the feed down, the leader learns of its own
@@ -74,7 +74,7 @@ func TestRegressLostRenewReplyThenResign(t *testing.T) {
 // solo starts one node on a faulty-wrapped memory backend and returns it
 // with a subscription to its events; the test stops it.
 func solo(t *testing.T) (*base.Feed, *faulty.Backend, *base.Subscription) {
-	b, _ := memory.NewStore().Election("e")
+	b, _ := memory.NewDB().Election("e")
 	fb := faulty.Wrap(b)
 	f, err := base.New(fb, "n", base.Options{Timing: timing})
 	if err != nil {
@@ -114,7 +114,7 @@ func TestRegressStopDuringHungCallKeepsUnelected(t *testing.T) {
 // node must poll the record.
 func TestRegressPollsWhileFirstSubscribeHangs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		b, _ := store.Election("e")
 		fb := faulty.Wrap(b)
 		fb.Inject(faulty.Fault{Method: faulty.MethodSubscribe, Hang: true})
@@ -155,7 +155,7 @@ func (g *gatedClose) Close() error {
 // Fault 4: a second, concurrent Stop waits for the first to finish.
 func TestRegressConcurrentStopWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Election("e")
+		b, _ := memory.NewDB().Election("e")
 		g := &gatedClose{Election: b, entered: make(chan struct{}), gate: make(chan struct{})}
 		f, _ := base.New(g, "n", base.Options{Timing: timing})
 		if err := f.Start(context.Background()); err != nil {
@@ -187,7 +187,7 @@ func TestRegressConcurrentStopWaits(t *testing.T) {
 // returns nil and the resigner does not claim its own vacancy.
 func TestRegressLostVacancyReply(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := cluster(t, memory.NewStore(), timing, 2)
+		c := cluster(t, memory.NewDB(), timing, 2)
 		l := c.WaitLeader(t, wait)
 		synctest.Wait()
 		l.Faulty.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Nth: 1, After: true})
@@ -205,7 +205,7 @@ func TestRegressLostVacancyReply(t *testing.T) {
 // EventNewLeader of the node that took over.
 func TestRegressUnelectedBeforeNewLeader(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		c := cluster(t, store, timing, 1)
 		l := c.WaitLeader(t, wait)
 		rec, _ := l.Feed.Leader()
@@ -247,7 +247,7 @@ func (s *lateReply) Heartbeat(ctx context.Context, rev, next heartbeat.Record) (
 // not stall the election for another election timeout.
 func TestRegressLateClaimDoesNotStall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Election("e")
+		b, _ := memory.NewDB().Election("e")
 		lb := &lateReply{Election: b, n: 1, delay: timing.LeaseDuration + 5*time.Millisecond}
 		f, _ := base.New(lb, "n", base.Options{Timing: timing})
 		if err := f.Start(context.Background()); err != nil {
@@ -294,7 +294,7 @@ func TestRegressResignOnHungStore(t *testing.T) {
 // Fault 9: Stop does not wait for a reader of Events that never reads.
 func TestRegressStopWithUnreadEvents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Election("e")
+		b, _ := memory.NewDB().Election("e")
 		f, _ := base.New(b, "n", base.Options{Timing: timing})
 		events := f.Events()
 		sctx, cancel := context.WithCancel(context.Background())
@@ -333,7 +333,7 @@ func TestRegressStopWithUnreadEvents(t *testing.T) {
 // as the new leader (found as an ordering flake of the Example functions).
 func TestRegressElectedBeforeOwnNewLeader(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		b, _ := store.Election("e")
 		// A leader that never renews: the node claims only after its
 		// election timeout, when its feed is surely open, so the feed
@@ -380,7 +380,7 @@ func TestRegressMixedTimingsNeverOverlap(t *testing.T) {
 	short := heartbeat.Timing{HeartbeatInterval: 10 * time.Millisecond, LeaseDuration: 20 * time.Millisecond,
 		ElectionTimeoutMin: 40 * time.Millisecond, ElectionTimeoutMax: 50 * time.Millisecond}
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		checker := basetest.NewChecker()
 		start := func(id string, tm heartbeat.Timing) (*base.Feed, *faulty.Backend) {
 			b, _ := store.Election("e")

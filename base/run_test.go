@@ -30,7 +30,7 @@ type runNode struct {
 }
 
 // newRunNode makes a node of election e on store (not started).
-func newRunNode(t *testing.T, store *memory.Store, id string) *runNode {
+func newRunNode(t *testing.T, store *memory.DB, id string) *runNode {
 	t.Helper()
 	b, err := store.Election("e")
 	if err != nil {
@@ -154,7 +154,7 @@ func next[T any](t *testing.T, c <-chan T, what string) T {
 // other node, and on a partition, which the other node outlasts).
 func TestRunFnOnlyWhileLeading(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		j := newJournal()
 		a := newRunNode(t, store, "a")
 		a.run(t, j.fn(t, a))
@@ -202,18 +202,18 @@ func TestRunFnOnlyWhileLeading(t *testing.T) {
 func TestRunCancelsFnWhenLeadershipEnds(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		end   func(t *testing.T, store *memory.Store, n *runNode)
+		end   func(t *testing.T, store *memory.DB, n *runNode)
 		heal  func(n *runNode)
 		cause error
 		// bound is how long after end the ctx must be done.
 		bound time.Duration
 	}{
-		{"resigned", func(t *testing.T, _ *memory.Store, n *runNode) {
+		{"resigned", func(t *testing.T, _ *memory.DB, n *runNode) {
 			if err := n.feed.Resign(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 		}, nil, base.ErrResigned, 0},
-		{"deposed", func(t *testing.T, store *memory.Store, n *runNode) {
+		{"deposed", func(t *testing.T, store *memory.DB, n *runNode) {
 			rec, _ := n.feed.Leader()
 			w, _ := store.Election("e")
 			defer w.Close()
@@ -221,13 +221,13 @@ func TestRunCancelsFnWhenLeadershipEnds(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, nil, base.ErrDeposed, 0},
-		{"lease expired", func(t *testing.T, _ *memory.Store, n *runNode) {
+		{"lease expired", func(t *testing.T, _ *memory.DB, n *runNode) {
 			n.link.Partition()
 		}, func(n *runNode) { n.link.Heal() }, base.ErrLeaseExpired, timing.LeaseDuration},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				store := memory.NewStore()
+				store := memory.NewDB()
 				j := newJournal()
 				n := newRunNode(t, store, "n")
 				n.run(t, j.fn(t, n))
@@ -263,7 +263,7 @@ func TestRunCancelsFnWhenLeadershipEnds(t *testing.T) {
 // once that one has returned: one fn at a time on a node.
 func TestRunWaitsForThePreviousFn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newRunNode(t, memory.NewStore(), "n")
+		n := newRunNode(t, memory.NewDB(), "n")
 		var mu sync.Mutex
 		var running int
 		var terms []uint64
@@ -318,7 +318,7 @@ func TestRunPanic(t *testing.T) {
 	for _, value := range []any{"boom", errBoom} {
 		t.Run(fmt.Sprint(value), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				store := memory.NewStore()
+				store := memory.NewDB()
 				j := newJournal()
 				a := newRunNode(t, store, "a")
 				panicNow := make(chan struct{})
@@ -370,7 +370,7 @@ func TestRunFnReturnsWhileLeading(t *testing.T) {
 	for _, ret := range []error{errBoom, nil} {
 		t.Run(fmt.Sprint(ret), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				store := memory.NewStore()
+				store := memory.NewDB()
 				j := newJournal()
 				a := newRunNode(t, store, "a")
 				quit := make(chan struct{})
@@ -404,7 +404,7 @@ var errShutdown = errors.New("shutting down")
 // the node leading until fn returned, then stops the Feed and returns nil.
 func TestRunContextEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		j := newJournal()
 		a := newRunNode(t, store, "a")
 		windDown := 30 * time.Millisecond // under the lease: renewals go on
@@ -451,7 +451,7 @@ func TestRunContextEnd(t *testing.T) {
 // partitions of the leader and restarts of nodes.
 func TestRunOneFnAtATimeInACluster(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		j := newJournal()
 		nodes := map[string]*runNode{}
 		start := func(id string) {
@@ -500,7 +500,7 @@ func TestRunOneFnAtATimeInACluster(t *testing.T) {
 // left unread) stops in milliseconds when Run's ctx ends.
 func TestRunStopsAtOnceWithUnreadEvents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		n := newRunNode(t, store, "n")
 		_ = n.feed.Events()
 		sctx, cancel := context.WithCancel(context.Background())
@@ -534,7 +534,7 @@ func TestRunStopsAtOnceWithUnreadEvents(t *testing.T) {
 
 // The same on the clock of the machine, with the default timing.
 func TestRunStopsAtOnceRealTime(t *testing.T) {
-	b, _ := memory.NewStore().Election("e")
+	b, _ := memory.NewDB().Election("e")
 	f, err := base.New(b, "n", base.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -568,7 +568,7 @@ func TestRunStopsAtOnceRealTime(t *testing.T) {
 // returns ErrClosed.
 func TestRunFeedStoppedUnderIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newRunNode(t, memory.NewStore(), "n")
+		n := newRunNode(t, memory.NewDB(), "n")
 		j := newJournal()
 		n.run(t, j.fn(t, n))
 		next(t, j.started, "start")
@@ -586,7 +586,7 @@ func TestRunFeedStoppedUnderIt(t *testing.T) {
 
 func TestRunRejectsBadUse(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
+		store := memory.NewDB()
 		noop := func(ctx context.Context, term uint64) error { <-ctx.Done(); return nil }
 		ctx := context.Background()
 
@@ -634,7 +634,7 @@ func TestRunRejectsBadUse(t *testing.T) {
 // term, once.
 func TestRunOnAStartedFeed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newRunNode(t, memory.NewStore(), "n")
+		n := newRunNode(t, memory.NewDB(), "n")
 		if err := n.feed.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,7 @@ package base_test
 // Randomized schedules of faults against the engine on the memory backend,
 // under testing/synctest (a fake clock: exact timings, no real sleeps).
 //
-// Each schedule is one seed: 3 to 5 nodes on one memory store (in a third
+// Each schedule is one seed: 3 to 5 nodes on one memory DB (in a third
 // of the schedules each incarnation on a batching base.Elections of its
 // own: writes through the batcher, reads through the batched reader,
 // renewals on its grid; in two thirds of those, every incarnation also
@@ -163,7 +163,7 @@ type world struct {
 	brng   *rand.Rand
 	incs   []*incarnation // every incarnation so far (owned by the driver)
 	maxDel time.Duration  // the longest injected delay
-	store  *memory.Store
+	store  *memory.DB
 	raw    backend.Election // commits writes after their caller gave up
 	start  time.Time
 	nodes  []*schedNode
@@ -230,7 +230,7 @@ func newWorld(seed uint64) *world {
 	if err := tm.Validate(); err != nil {
 		panic(err)
 	}
-	store := memory.NewStore()
+	store := memory.NewDB()
 	raw, _ := store.Election(schedElection)
 	w := &world{
 		seed: seed, rng: rng, trng: rand.New(rand.NewPCG(seed, 0x7a5)), timing: tm, maxDel: 2 * tm.LeaseDuration,
@@ -1571,7 +1571,7 @@ func TestScheduleRegressProclaimDuringFailingRenewals(t *testing.T) {
 	for _, lose := range []bool{false, true} {
 		t.Run(fmt.Sprintf("lose=%v", lose), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b, _ := memory.NewStore().Election("e")
+				b, _ := memory.NewDB().Election("e")
 				g := &spinGuard{Election: b}
 				f, _ := base.New(g, "n", base.Options{Timing: spinTiming})
 				if err := f.Start(context.Background()); err != nil {
@@ -1601,7 +1601,7 @@ func TestScheduleRegressProclaimDuringFailingRenewals(t *testing.T) {
 // heartbeat interval.
 func TestScheduleRegressLostClaimRepliesDoNotStorm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Election("e")
+		b, _ := memory.NewDB().Election("e")
 		g := &spinGuard{Election: b, fail: true, lose: true}
 		f, _ := base.New(g, "n", base.Options{Timing: spinTiming})
 		if err := f.Start(context.Background()); err != nil {
@@ -1625,7 +1625,7 @@ func TestScheduleRegressLostClaimRepliesDoNotStorm(t *testing.T) {
 // never campaigned.
 func TestScheduleRegressFailedFirstReadIsRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := memory.NewStore().Election("e")
+		b, _ := memory.NewDB().Election("e")
 		g := &spinGuard{Election: b, failReads: 2}
 		f, _ := base.New(g, "n", base.Options{Timing: spinTiming})
 		if err := f.Start(context.Background()); err != nil {

@@ -15,12 +15,12 @@ import (
 	"github.com/leaderfeed/leaderfeed/memory"
 )
 
-// participants starts n participating nodes on one memory store, node i
+// participants starts n participating nodes on one memory DB, node i
 // with priority prio(i) (nil: all 0), under the unit tests' timing and a
 // presence interval of 50 ms, TTL 150 ms, hysteresis 200 ms.
 func participants(t *testing.T, n int, prio func(int) int) *basetest.Cluster {
 	t.Helper()
-	store := memory.NewStore()
+	store := memory.NewDB()
 	return basetest.NewClusterWith(t, func(e string) (backend.Election, error) { return store.Election(e) }, timing, n, 0, func(i int, o *base.Options) {
 		o.Participate = true
 		o.PresenceInterval, o.PresenceTTL, o.PriorityHysteresis = 50*time.Millisecond, 150*time.Millisecond, 200*time.Millisecond
@@ -188,7 +188,7 @@ func TestPriorityHandoverAfterHysteresis(t *testing.T) {
 
 // TransferTo on a Feed that does not run fails as Resign does.
 func TestTransferLifecycle(t *testing.T) {
-	store := memory.NewStore()
+	store := memory.NewDB()
 	b, _ := store.Election("e")
 	f, _ := base.New(b, "n", base.Options{Timing: timing})
 	if err := f.TransferTo(ctx(t), "m"); !errors.Is(err, base.ErrNotStarted) {
@@ -206,7 +206,7 @@ func TestTransferLifecycle(t *testing.T) {
 // fails Start with ErrUnsupported; a Feed that does not participate writes
 // no presence record.
 func TestParticipateNeedsPresence(t *testing.T) {
-	store := memory.NewStore()
+	store := memory.NewDB()
 	b, _ := store.Election("e")
 	f, err := base.New(plain{b}, "n", base.Options{Timing: timing, Participate: true})
 	if err != nil {

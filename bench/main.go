@@ -214,7 +214,7 @@ func logf(format string, args ...any) {
 }
 
 func memorySystem() *lfSystem {
-	store := memory.NewStore()
+	store := memory.NewDB()
 	return &lfSystem{name: "leaderfeed/memory", open: func(_ context.Context, election string, _ bool) (backend.Election, func(), error) {
 		b, err := store.Election(election)
 		return b, func() {}, err

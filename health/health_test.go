@@ -32,7 +32,7 @@ var timing = heartbeat.Timing{
 // than the bound.
 func TestHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := memory.NewStore().Election("e")
+		b, err := memory.NewDB().Election("e")
 		if err != nil {
 			t.Fatal(err)
 		}

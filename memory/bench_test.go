@@ -21,7 +21,7 @@ import (
 	"github.com/leaderfeed/leaderfeed/memory"
 )
 
-// benchNodes starts n nodes of one election on a memory store and returns
+// benchNodes starts n nodes of one election on a memory DB and returns
 // them with a channel of every node's Elected events.
 func benchNodes(b *testing.B, tm heartbeat.Timing, n int) ([]*benchNode, <-chan elected) {
 	b.Helper()
@@ -31,7 +31,7 @@ func benchNodes(b *testing.B, tm heartbeat.Timing, n int) ([]*benchNode, <-chan 
 // benchNodesWith is benchNodes with the options of every node.
 func benchNodesWith(b *testing.B, opts base.Options, n int) ([]*benchNode, <-chan elected) {
 	b.Helper()
-	store := memory.NewStore()
+	store := memory.NewDB()
 	ch := make(chan elected, 64)
 	var nodes []*benchNode
 	for i := range n {
@@ -258,7 +258,7 @@ func (r *renewals) done(ri base.RenewInfo) {
 }
 
 func benchManyElections(b *testing.B, tm heartbeat.Timing, n int, batch bool) {
-	store := memory.NewStore()
+	store := memory.NewDB()
 	sc := &statementCounter{BatchStore: store.Conn()}
 	els, err := base.NewElections(sc, base.ElectionsOptions{NoBatch: !batch})
 	if err != nil {

@@ -28,12 +28,12 @@ func stop(f *base.Feed, events <-chan base.Event) {
 	}
 }
 
-// Several feeds of one process share a Store; each needs a Backend of its
+// Several feeds of one process share a DB; each needs a Backend of its
 // own. When the leader stops, it writes a vacant record and the other node
 // takes over at once.
-func ExampleStore() {
+func ExampleDB() {
 	ctx := context.Background()
-	store := memory.NewStore()
+	store := memory.NewDB()
 	start := func(id string) (*base.Feed, <-chan base.Event) {
 		b, err := store.Election("jobs")
 		if err != nil {
@@ -64,10 +64,10 @@ func ExampleStore() {
 }
 
 // Put and Delete write records of the application beside the election
-// records; every feed on the Store receives them as EventChange events.
-func ExampleStore_Put() {
+// records; every feed on the DB receives them as EventChange events.
+func ExampleDB_Put() {
 	ctx := context.Background()
-	store := memory.NewStore()
+	store := memory.NewDB()
 	b, err := store.Election("jobs")
 	if err != nil {
 		panic(err)

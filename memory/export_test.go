@@ -12,21 +12,21 @@ import (
 // compare-and-set and without validation. Tests use it to plant malformed
 // records; subscribers see the record, or an Ignored notification if it
 // breaks the record rules.
-func (s *Store) WriteRaw(r heartbeat.Record) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (db *DB) WriteRaw(r heartbeat.Record) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
 	r = r.Clone()
-	s.records[r.Election] = r
-	s.publishRecord(r)
+	db.records[r.Election] = r
+	db.publishRecord(r)
 }
 
 // DeleteRecord deletes the record of election, as a foreign client would.
-func (s *Store) DeleteRecord(election string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.records[election]; !ok {
+func (db *DB) DeleteRecord(election string) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if _, ok := db.records[election]; !ok {
 		return
 	}
-	delete(s.records, election)
-	s.publish(backend.Notification{Type: backend.RecordDeleted, Election: election, Record: heartbeat.Record{Election: election}})
+	delete(db.records, election)
+	db.publish(backend.Notification{Type: backend.RecordDeleted, Election: election, Record: heartbeat.Record{Election: election}})
 }

@@ -3,12 +3,13 @@
 // backend.BatchReader, backend.PresenceStore) and the embedded default of
 // the examples and unit tests.
 //
-// A Store holds any number of election records and other records, and feeds
-// every change to every subscriber in commit order. Many feeds in one
-// process can share a Store safely. It is NOT for use across processes: a
-// Store lives in one process's memory, so nodes in other processes cannot
-// see it, and it is gone when the process exits. Use the postgres, mongo or
-// rethink backend for real deployments.
+// A DB holds any number of election records and other records, and feeds
+// every change to every subscriber in commit order; each of its Conns is a
+// backend.Store over it. Many feeds in one process can share a DB safely.
+// It is NOT for use across processes: a DB lives in one process's memory,
+// so nodes in other processes cannot see it, and it is gone when the
+// process exits. Use the postgres, mongo or rethink backend for real
+// deployments.
 package memory
 
 import (
@@ -29,9 +30,9 @@ import (
 // Table is the name memory reports as Change.Table.
 const Table = "memory"
 
-// Store is an in-memory table of election records and other records, with
-// a changefeed. The zero value is not usable; call NewStore.
-type Store struct {
+// DB is an in-process database: a table of election records and other
+// records, with a changefeed. The zero value is not usable; call NewDB.
+type DB struct {
 	mu      sync.Mutex
 	records map[string]heartbeat.Record
 	others  map[string]json.RawMessage
@@ -41,9 +42,9 @@ type Store struct {
 	writes  uint64
 }
 
-// NewStore returns an empty Store.
-func NewStore() *Store {
-	return &Store{
+// NewDB returns an empty DB.
+func NewDB() *DB {
+	return &DB{
 		records: make(map[string]heartbeat.Record),
 		others:  make(map[string]json.RawMessage),
 		present: make(map[string]map[string]backend.Presence),
@@ -51,75 +52,75 @@ func NewStore() *Store {
 	}
 }
 
-// Conn returns a new connection to s: a backend.Store (and backend.BatchStore,
+// Conn returns a new connection to db: a backend.Store (and backend.BatchStore,
 // backend.BatchReader) of its own, as a database client would be. Each
 // base.Elections needs a Conn of its own; all of them share the records
-// of s.
-func (s *Store) Conn() *Conn {
-	return &Conn{store: s, subs: make(map[*subscription]struct{})}
+// of db.
+func (db *DB) Conn() *Conn {
+	return &Conn{db: db, subs: make(map[*subscription]struct{})}
 }
 
-// Election returns the backend.Election of one election on s, on a Conn of its own
+// Election returns the backend.Election of one election on db, on a Conn of its own
 // (base.Open): for one Feed. Nodes of one election in one process each take
-// a Backend; all of them share the records of s.
-func (s *Store) Election(election string) (backend.Election, error) {
-	b, err := base.Open(s.Conn(), election)
+// a Backend; all of them share the records of db.
+func (db *DB) Election(election string) (backend.Election, error) {
+	b, err := base.Open(db.Conn(), election)
 	if err != nil {
 		return nil, fmt.Errorf("memory: %w", err)
 	}
 	return b, nil
 }
 
-// now returns the store's clock, which never goes backwards.
-func (s *Store) now() time.Time {
+// now returns the database's clock, which never goes backwards.
+func (db *DB) now() time.Time {
 	t := time.Now().Round(0)
-	if !t.After(s.lastTS) {
-		t = s.lastTS.Add(time.Nanosecond)
+	if !t.After(db.lastTS) {
+		t = db.lastTS.Add(time.Nanosecond)
 	}
-	s.lastTS = t
+	db.lastTS = t
 	return t
 }
 
 // Put inserts or replaces the other record with key, whose content doc is
 // marshalled to JSON, and notifies every subscriber with a change.
-func (s *Store) Put(key string, doc any) error {
+func (db *DB) Put(key string, doc any) error {
 	data, err := json.Marshal(doc)
 	if err != nil {
 		return fmt.Errorf("memory: record %q: %w", key, err)
 	}
 	keyJSON, _ := json.Marshal(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old, ok := s.others[key]
-	s.others[key] = data
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	old, ok := db.others[key]
+	db.others[key] = data
 	c := backend.Change{Table: Table, Op: backend.Insert, Key: keyJSON, New: data}
 	if ok {
 		c.Op, c.Old = backend.Update, old
 	}
-	s.publish(backend.Notification{Type: backend.OtherChanged, Change: c})
+	db.publish(backend.Notification{Type: backend.OtherChanged, Change: c})
 	return nil
 }
 
 // Delete deletes the other record with key and notifies every subscriber.
 // Deleting a missing record does nothing.
-func (s *Store) Delete(key string) {
+func (db *DB) Delete(key string) {
 	keyJSON, _ := json.Marshal(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old, ok := s.others[key]
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	old, ok := db.others[key]
 	if !ok {
 		return
 	}
-	delete(s.others, key)
-	s.publish(backend.Notification{Type: backend.OtherChanged, Change: backend.Change{Table: Table, Op: backend.Delete, Key: keyJSON, Old: old}})
+	delete(db.others, key)
+	db.publish(backend.Notification{Type: backend.OtherChanged, Change: backend.Change{Table: Table, Op: backend.Delete, Key: keyJSON, Old: old}})
 }
 
 // Keys returns the keys of the other records, sorted.
-func (s *Store) Keys() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	keys := make([]string, 0, len(s.others))
-	for k := range s.others {
+func (db *DB) Keys() []string {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	keys := make([]string, 0, len(db.others))
+	for k := range db.others {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
@@ -127,27 +128,27 @@ func (s *Store) Keys() []string {
 }
 
 // publishRecord sends r to every subscriber, as a record or, when it is
-// malformed, as an Ignored notification. s.mu is held.
-func (s *Store) publishRecord(r heartbeat.Record) {
+// malformed, as an Ignored notification. db.mu is held.
+func (db *DB) publishRecord(r heartbeat.Record) {
 	n := backend.Notification{Type: backend.RecordChanged, Record: r}
 	if err := r.Validate(); err != nil {
 		n = backend.Notification{Type: backend.Ignored, Election: r.Election, Err: fmt.Errorf("memory: %w: %w", backend.ErrMalformedRecord, err)}
 	}
-	s.publish(n)
+	db.publish(n)
 }
 
-// publish queues n for every subscriber. s.mu is held, which keeps the
+// publish queues n for every subscriber. db.mu is held, which keeps the
 // order of commits and notifications the same.
-func (s *Store) publish(n backend.Notification) {
-	for sub := range s.subs {
+func (db *DB) publish(n backend.Notification) {
+	for sub := range db.subs {
 		sub.Put(n)
 	}
 }
 
-// Conn is a connection to a Store: the backend.Store, backend.BatchStore and
+// Conn is a connection to a DB: the backend.Store, backend.BatchStore and
 // backend.BatchReader of package memory. Its methods are safe for concurrent use.
 type Conn struct {
-	store *Store
+	db *DB
 
 	mu     sync.Mutex
 	closed bool
@@ -172,10 +173,10 @@ func (c *Conn) check(ctx context.Context) error {
 	return nil
 }
 
-// Start checks ctx and that c is open; a Store needs no connection.
+// Start checks ctx and that c is open; a DB needs no connection.
 func (c *Conn) Start(ctx context.Context) error { return c.check(ctx) }
 
-// Create does nothing but checks: a Store needs no tables.
+// Create does nothing but checks: a DB needs no tables.
 func (c *Conn) Create(ctx context.Context) error { return c.check(ctx) }
 
 // Get returns the record of election.
@@ -183,9 +184,9 @@ func (c *Conn) Get(ctx context.Context, election string) (heartbeat.Record, erro
 	if err := c.check(ctx); err != nil {
 		return heartbeat.Record{}, err
 	}
-	c.store.mu.Lock()
-	r, ok := c.store.records[election]
-	c.store.mu.Unlock()
+	c.db.mu.Lock()
+	r, ok := c.db.records[election]
+	c.db.mu.Unlock()
 	return readResult(election, r, ok)
 }
 
@@ -200,22 +201,22 @@ func readResult(election string, r heartbeat.Record, ok bool) (heartbeat.Record,
 }
 
 // GetBatch returns the records of elections, read in one step under the
-// Store's lock, each as Get would.
+// DB's lock, each as Get would.
 func (c *Conn) GetBatch(ctx context.Context, elections []string) ([]backend.ReadResult, error) {
 	if err := c.check(ctx); err != nil {
 		return nil, err
 	}
 	out := make([]backend.ReadResult, len(elections))
-	c.store.mu.Lock()
-	defer c.store.mu.Unlock()
+	c.db.mu.Lock()
+	defer c.db.mu.Unlock()
 	for i, e := range elections {
-		r, ok := c.store.records[e]
+		r, ok := c.db.records[e]
 		out[i].Record, out[i].Err = readResult(e, r, ok)
 	}
 	return out, nil
 }
 
-// Heartbeat is the compare-and-set write, atomic under the Store's lock.
+// Heartbeat is the compare-and-set write, atomic under the DB's lock.
 func (c *Conn) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	if err := c.check(ctx); err != nil {
 		return heartbeat.Record{}, err
@@ -223,13 +224,13 @@ func (c *Conn) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (
 	if err := next.Validate(); err != nil {
 		return heartbeat.Record{}, fmt.Errorf("memory: %w: %w", base.ErrInvalidConfig, err)
 	}
-	s := c.store
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.write(expected, next)
+	db := c.db
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.write(expected, next)
 }
 
-// HeartbeatBatch performs writes as one atomic step under the Store's lock,
+// HeartbeatBatch performs writes as one atomic step under the DB's lock,
 // each with the semantics of Heartbeat. Writes that break
 // heartbeat.Record.Validate fail alone.
 func (c *Conn) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]backend.WriteResult, error) {
@@ -237,22 +238,22 @@ func (c *Conn) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]ba
 		return nil, err
 	}
 	out := make([]backend.WriteResult, len(writes))
-	s := c.store
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	db := c.db
+	db.mu.Lock()
+	defer db.mu.Unlock()
 	for i, w := range writes {
 		if err := w.Next.Validate(); err != nil {
 			out[i].Err = fmt.Errorf("memory: %w: %w", base.ErrInvalidConfig, err)
 			continue
 		}
-		out[i].Record, out[i].Err = s.write(w.Expected, w.Next)
+		out[i].Record, out[i].Err = db.write(w.Expected, w.Next)
 	}
 	return out, nil
 }
 
-// write is one compare-and-set; s.mu is held and next is valid.
-func (s *Store) write(expected, next heartbeat.Record) (heartbeat.Record, error) {
-	cur, ok := s.records[next.Election]
+// write is one compare-and-set; db.mu is held and next is valid.
+func (db *DB) write(expected, next heartbeat.Record) (heartbeat.Record, error) {
+	cur, ok := db.records[next.Election]
 	if !ok {
 		cur = heartbeat.Record{Election: next.Election}
 	}
@@ -269,18 +270,18 @@ func (s *Store) write(expected, next heartbeat.Record) (heartbeat.Record, error)
 		Leader:    next.Leader,
 		Term:      next.Term,
 		Revision:  expected.Revision + 1,
-		Timestamp: s.now(),
+		Timestamp: db.now(),
 		Value:     next.Value,
 		Lease:     next.Lease,
 		Successor: next.Successor,
 	}.Clone()
-	s.records[next.Election] = rec
-	s.writes++
-	s.publishRecord(rec)
+	db.records[next.Election] = rec
+	db.writes++
+	db.publishRecord(rec)
 	return rec.Clone(), nil
 }
 
-// Subscribe returns the changefeed of the Store: every election's record
+// Subscribe returns the changefeed of the DB: every election's record
 // changes and all other records' changes, in commit order. Nothing is
 // dropped: each subscription queues what its reader has not taken yet.
 func (c *Conn) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
@@ -294,21 +295,21 @@ func (c *Conn) Subscribe(ctx context.Context) (<-chan backend.Notification, erro
 	}
 	// Both locks are held until sub is in both sets: its end (when ctx
 	// ends, on a goroutine of its own) takes them to remove it.
-	c.store.mu.Lock()
-	defer c.store.mu.Unlock()
+	c.db.mu.Lock()
+	defer c.db.mu.Unlock()
 	// The channel holds a burst of commits (a batch of writes), so that
 	// they reach a reader that keeps up without the pipe's goroutine.
 	var sub *subscription
 	sub = mailbox.NewPipe[backend.Notification](ctx, 64, func() {
-		c.store.mu.Lock()
-		delete(c.store.subs, sub)
-		c.store.mu.Unlock()
+		c.db.mu.Lock()
+		delete(c.db.subs, sub)
+		c.db.mu.Unlock()
 		c.mu.Lock()
 		delete(c.subs, sub)
 		c.mu.Unlock()
 	})
 	c.subs[sub] = struct{}{}
-	c.store.subs[sub] = struct{}{}
+	c.db.subs[sub] = struct{}{}
 	return sub.C(), nil
 }
 
@@ -333,7 +334,7 @@ func (c *Conn) Close() error {
 }
 
 // Present writes the presence record of p.Node in election, stamped with
-// the Store's clock. Presence records are not announced on the changefeed.
+// the DB's clock. Presence records are not announced on the changefeed.
 func (c *Conn) Present(ctx context.Context, election string, p backend.Presence) error {
 	if err := c.check(ctx); err != nil {
 		return err
@@ -341,16 +342,16 @@ func (c *Conn) Present(ctx context.Context, election string, p backend.Presence)
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("memory: %w: %w", base.ErrInvalidConfig, err)
 	}
-	s := c.store
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := s.present[election]
+	db := c.db
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	m := db.present[election]
 	if m == nil {
 		m = make(map[string]backend.Presence)
-		s.present[election] = m
+		db.present[election] = m
 	}
 	p.Value = bytes.Clone(p.Value)
-	p.Timestamp = s.now()
+	p.Timestamp = db.now()
 	m[p.Node] = p
 	return nil
 }
@@ -360,39 +361,39 @@ func (c *Conn) Absent(ctx context.Context, election, node string) error {
 	if err := c.check(ctx); err != nil {
 		return err
 	}
-	s := c.store
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.present[election], node)
-	if len(s.present[election]) == 0 {
-		delete(s.present, election)
+	db := c.db
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	delete(db.present[election], node)
+	if len(db.present[election]) == 0 {
+		delete(db.present, election)
 	}
 	return nil
 }
 
-// Participants returns every presence record of election and the Store's
+// Participants returns every presence record of election and the DB's
 // clock.
 func (c *Conn) Participants(ctx context.Context, election string) ([]backend.Presence, time.Time, error) {
 	if err := c.check(ctx); err != nil {
 		return nil, time.Time{}, err
 	}
-	s := c.store
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]backend.Presence, 0, len(s.present[election]))
-	for _, p := range s.present[election] {
+	db := c.db
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	out := make([]backend.Presence, 0, len(db.present[election]))
+	for _, p := range db.present[election] {
 		p.Value = bytes.Clone(p.Value)
 		out = append(out, p)
 	}
-	return out, s.now(), nil
+	return out, db.now(), nil
 }
 
-// Writes returns how many records the Store has written (every successful
+// Writes returns how many records the DB has written (every successful
 // compare-and-set, batched or not), for benchmarks.
-func (s *Store) Writes() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.writes
+func (db *DB) Writes() uint64 {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.writes
 }
 
 // subscription hands notifications to its reader in order, queueing

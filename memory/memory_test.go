@@ -15,7 +15,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
-	store := memory.NewStore()
+	store := memory.NewDB()
 	basetest.Run(t, basetest.Harness{
 		Open:      func(_ *testing.T, election string) (backend.Election, error) { return store.Election(election) },
 		OpenStore: func(*testing.T) (backend.Store, error) { return store.Conn(), nil },

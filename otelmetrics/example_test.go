@@ -24,7 +24,7 @@ func Example() {
 		panic(err)
 	}
 
-	els, err := base.NewElections(memory.NewStore().Conn(), base.ElectionsOptions{})
+	els, err := base.NewElections(memory.NewDB().Conn(), base.ElectionsOptions{})
 	if err != nil {
 		panic(err)
 	}

@@ -130,7 +130,7 @@ func (c collected) value(name string, want ...attribute.KeyValue) (float64, bool
 func TestMetrics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, reader := newMetrics(t)
-		store := memory.NewStore()
+		store := memory.NewDB()
 		b, _ := store.Election("e")
 		fb := faulty.Wrap(b)
 		f, err := base.New(fb, "n1", base.Options{Timing: timing, Trace: m.Trace(), MaxPendingChanges: 1})
@@ -215,7 +215,7 @@ func TestManyFeeds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 20
 		m, reader := newMetrics(t)
-		store := memory.NewStore()
+		store := memory.NewDB()
 		type key struct{ election, node string }
 		feeds := map[key]*base.Feed{}
 		for _, id := range []string{"a", "b"} {
@@ -304,7 +304,7 @@ func TestManyFeeds(t *testing.T) {
 func TestObserve(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, reader := newMetrics(t)
-		store := memory.NewStore()
+		store := memory.NewDB()
 		newFeed := func() *base.Feed {
 			b, _ := store.Election("e")
 			f, err := base.New(b, "n1", base.Options{Timing: timing, Trace: m.Trace()})
@@ -359,7 +359,7 @@ func TestObserve(t *testing.T) {
 func TestClaimConflict(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, reader := newMetrics(t)
-		store := memory.NewStore()
+		store := memory.NewDB()
 		start := func(id string) (*base.Feed, *faulty.Backend) {
 			b, _ := store.Election("e")
 			fb := faulty.Wrap(b)
@@ -408,7 +408,7 @@ func TestNewNilProvider(t *testing.T) {
 // not a goroutine (the old Observe subscribed to each Feed's events).
 func TestObserveStartsNoGoroutine(t *testing.T) {
 	m, _ := newMetrics(t)
-	store := memory.NewStore()
+	store := memory.NewDB()
 	els, err := base.NewElections(store.Conn(), base.ElectionsOptions{})
 	if err != nil {
 		t.Fatal(err)

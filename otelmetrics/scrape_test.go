@@ -97,7 +97,7 @@ func BenchmarkScrape(b *testing.B) {
 
 func benchScrape(b *testing.B, opts ...sdkmetric.Option) {
 	n := *scrapeElections
-	store := memory.NewStore()
+	store := memory.NewDB()
 	els, err := base.NewElections(store.Conn(), base.ElectionsOptions{})
 	if err != nil {
 		b.Fatal(err)

@@ -26,11 +26,11 @@ var testTiming = heartbeat.Timing{
 	LeaseDuration:      40 * time.Millisecond,
 }
 
-// memoryCluster starts a Cluster of n campaigners on a fresh memory store
+// memoryCluster starts a Cluster of n campaigners on a fresh memory DB
 // and waits for its first leader.
 func memoryCluster(t *testing.T, n int) (*Cluster, *Node) {
 	t.Helper()
-	store := memory.NewStore()
+	store := memory.NewDB()
 	c := NewCluster(t, func(e string) (backend.Election, error) { return store.Election(e) }, testTiming, n, 0)
 	return c, c.WaitLeader(t, 2*testTiming.ElectionTimeoutMax)
 }

@@ -44,7 +44,7 @@ type Order struct {
 func run(w io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store := memory.NewStore()
+	store := memory.NewDB()
 
 	// node-1 leads. Nobody reads its events, so it does not ask for them:
 	// a Feed queues events only once Events has been called.

@@ -127,7 +127,7 @@ func run(w io.Writer) error {
 		fmt.Fprintf(w, format+"\n", args...)
 	}
 
-	store := memory.NewStore()
+	store := memory.NewDB()
 	ledger := NewLedger()
 
 	elected := make(chan *node, 4)

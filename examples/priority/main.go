@@ -58,7 +58,7 @@ type node struct {
 func run(out io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	store := memory.NewStore()
+	store := memory.NewDB()
 	var nodes []*node
 	defer func() {
 		for _, n := range nodes {

@@ -54,7 +54,7 @@ func run(out io.Writer) error {
 		fmt.Fprintf(out, "%6.3fs  %-7s %s\n", time.Since(start).Seconds(), who, fmt.Sprintf(format, args...))
 	}
 
-	store := memory.NewStore()
+	store := memory.NewDB()
 	var nodes []*node
 	var wg sync.WaitGroup
 	for i := 1; i <= 3; i++ {

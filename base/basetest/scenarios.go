@@ -241,6 +241,23 @@ func (c *Cluster) tryWaitLeader(t testing.TB, d time.Duration, exclude ...*Node)
 	}
 }
 
+// waitLeaderOrStall is WaitLeader that returns nil, and logs why, when no
+// node leads in time because claims ran out of time in the store (see
+// claimsTimedOut): the caller's rule then runs again on a fresh cluster.
+// Without such claims it fails t.
+func (c *Cluster) waitLeaderOrStall(t testing.TB, d time.Duration, exclude ...*Node) *Node {
+	t.Helper()
+	if l := c.tryWaitLeader(t, d, exclude...); l != nil {
+		return l
+	}
+	if n := c.claimsTimedOut(exclude...); n > 0 {
+		t.Logf("no new leader within %v: %d claims ran out of time in the store (a loaded machine)", d, n)
+		return nil
+	}
+	t.Fatalf("no new leader within %v (leaders now: %v)", d, ids(c.Leaders()))
+	return nil
+}
+
 // claimsTimedOut returns how many claims of the nodes other than the
 // excluded ran out of time in the store (EventError of a claim that
 // matches context.DeadlineExceeded): a store that does not answer, as on

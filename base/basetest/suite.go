@@ -141,13 +141,21 @@ func ruleRetried(t *testing.T, sentence string, f func(t *testing.T) bool) {
 	t.Helper()
 	rule(t, sentence, func(t *testing.T) {
 		t.Helper()
-		for attempt := 1; !f(t); attempt++ {
-			if attempt == 3 {
-				t.Fatalf("a lease ran out or the store did not answer in time in %d attempts: the machine or store is too slow for this timing (%s scales it)", attempt, ScaleEnv)
-			}
-			t.Logf("attempt %d: a lease ran out or the store did not answer in time (allowed on a loaded machine); again on a fresh cluster", attempt)
-		}
+		retried(t, f)
 	})
+}
+
+// retried runs f until it returns true, three times at most: f returns
+// false when a lease ran out or the store did not answer in time, and
+// builds a fresh cluster each time.
+func retried(t *testing.T, f func(t *testing.T) bool) {
+	t.Helper()
+	for attempt := 1; !f(t); attempt++ {
+		if attempt == 3 {
+			t.Fatalf("a lease ran out or the store did not answer in time in %d attempts: the machine or store is too slow for this timing (%s scales it)", attempt, ScaleEnv)
+		}
+		t.Logf("attempt %d: a lease ran out or the store did not answer in time (allowed on a loaded machine); again on a fresh cluster", attempt)
+	}
 }
 
 // Election returns a fresh election name, safe for every backend.

@@ -231,14 +231,10 @@ func (s *suite) transfers(t *testing.T) {
 			t.Fatalf("TransferTo(%s): %v", target.ID, err)
 		}
 		bound := c.Timing.ElectionTimeoutMax + c.Timing.HeartbeatInterval + margin
-		l2 := c.tryWaitLeader(t, bound, target)
+		l2 := c.waitLeaderOrStall(t, bound, target)
 		if l2 == nil {
-			if n := c.claimsTimedOut(target); n > 0 {
-				t.Logf("no new leader within %v: %d claims ran out of time in the store (a loaded machine)", bound, n)
-				target.Faulty.Heal()
-				return false
-			}
-			t.Fatalf("no new leader within %v (leaders now: %v)", bound, ids(c.Leaders()))
+			target.Faulty.Heal()
+			return false
 		}
 		t.Logf("%s leads %v after the transfer to the dead %s (election timeout %v..%v)", l2.ID, time.Since(start), target.ID, c.Timing.ElectionTimeoutMin, c.Timing.ElectionTimeoutMax)
 		if d := time.Since(start); d < c.Timing.ElectionTimeoutMin {
@@ -250,83 +246,107 @@ func (s *suite) transfers(t *testing.T) {
 
 	ruleUnderLoad(t, "A leader hands over to a live participant of higher priority once it has been present for the hysteresis, and only to it; the node of highest priority never hands over", func(t *testing.T, late bool) {
 		s.needPresence(t)
-		c := NewClusterWith(t, s.open1(t), s.h.Timing, 3, 0, participate(func(i int) int {
-			if i == 2 {
-				return 5
-			}
-			return 0
-		}))
-		preferred := c.Nodes[2]
-		// The preferred node leads by winning an election or by a handover
-		// after the hysteresis; after a lease ran out, again so.
-		waitPreferred := func(what string) {
-			t.Helper()
-			deadline := time.Now().Add(c.Timing.ElectionTimeoutMax + hysteresis + 3*presenceInterval + 2*margin)
-			for !preferred.Feed.IsLeader() {
-				if time.Now().After(deadline) {
-					t.Fatalf("the node of higher priority does not lead %s (leaders: %v)", what, ids(c.Leaders()))
+		retried(t, func(t *testing.T) bool {
+			c := NewClusterWith(t, s.open1(t), s.h.Timing, 3, 0, participate(func(i int) int {
+				if i == 2 {
+					return 5
 				}
-				time.Sleep(2 * time.Millisecond)
-			}
-		}
-		waitPreferred("at first")
-		if late {
-			c.DelayRenewal(preferred)
-			c.WaitLeaseEnd(t, preferred)
-			waitPreferred("again after its lease ran out")
-		}
-		// It keeps leading: nobody has a higher priority.
-		time.Sleep(hysteresis + 3*presenceInterval)
-		waitPreferred("after the hysteresis")
-		handovers := 0
-		for _, n := range c.Nodes {
-			var elected time.Time
-			for _, e := range n.Events() {
-				switch {
-				case e.Type == base.EventElected:
-					elected = e.At
-				case e.Type == base.EventUnelected && e.Reason == base.ReasonTransferred:
-					if n == preferred {
-						t.Fatalf("the node of highest priority transferred leadership away")
+				return 0
+			}))
+			preferred := c.Nodes[2]
+			// The preferred node leads by winning an election or by a handover
+			// after the hysteresis; after a lease ran out, again so. It
+			// reports false when it did not because the store did not answer
+			// the claims (a loaded machine): the rule runs again.
+			waitPreferred := func(what string) bool {
+				t.Helper()
+				deadline := time.Now().Add(c.Timing.ElectionTimeoutMax + hysteresis + 3*presenceInterval + 2*margin)
+				for !preferred.Feed.IsLeader() {
+					if time.Now().After(deadline) {
+						if n := c.claimsTimedOut(); n > 0 {
+							t.Logf("the node of higher priority does not lead %s: %d claims ran out of time in the store (a loaded machine)", what, n)
+							return false
+						}
+						t.Fatalf("the node of higher priority does not lead %s (leaders: %v)", what, ids(c.Leaders()))
 					}
-					handovers++
-					if d := e.At.Sub(elected); d < hysteresis {
-						t.Fatalf("%s handed over %v after it was elected, before the hysteresis %v", n.ID, d, hysteresis)
+					time.Sleep(2 * time.Millisecond)
+				}
+				return true
+			}
+			if !waitPreferred("at first") {
+				return false
+			}
+			if late {
+				c.DelayRenewal(preferred)
+				c.WaitLeaseEnd(t, preferred)
+				if !waitPreferred("again after its lease ran out") {
+					return false
+				}
+			}
+			// It keeps leading: nobody has a higher priority.
+			time.Sleep(hysteresis + 3*presenceInterval)
+			if !waitPreferred("after the hysteresis") {
+				return false
+			}
+			handovers := 0
+			for _, n := range c.Nodes {
+				var elected time.Time
+				for _, e := range n.Events() {
+					switch {
+					case e.Type == base.EventElected:
+						elected = e.At
+					case e.Type == base.EventUnelected && e.Reason == base.ReasonTransferred:
+						if n == preferred {
+							t.Fatalf("the node of highest priority transferred leadership away")
+						}
+						handovers++
+						if d := e.At.Sub(elected); d < hysteresis {
+							t.Fatalf("%s handed over %v after it was elected, before the hysteresis %v", n.ID, d, hysteresis)
+						}
+					}
+				}
+				for _, w := range n.Faulty.Writes() {
+					if w.Next.Successor != "" && w.Next.Successor != preferred.ID {
+						t.Fatalf("%s reserved the vacancy for %s, want only the preferred %s", n.ID, w.Next.Successor, preferred.ID)
 					}
 				}
 			}
-			for _, w := range n.Faulty.Writes() {
-				if w.Next.Successor != "" && w.Next.Successor != preferred.ID {
-					t.Fatalf("%s reserved the vacancy for %s, want only the preferred %s", n.ID, w.Next.Successor, preferred.ID)
-				}
-			}
-		}
-		// node-0 usually wins first and hands over; none when the
-		// preferred node won the first election itself, more when a lease
-		// ran out and a node of priority 0 won again.
-		t.Logf("%d handover(s) by priority", handovers)
+			// node-0 usually wins first and hands over; none when the
+			// preferred node won the first election itself, more when a lease
+			// ran out and a node of priority 0 won again.
+			t.Logf("%d handover(s) by priority", handovers)
+			return true
+		})
 	})
 
 	ruleUnderLoad(t, "Two participants of equal priority never hand leadership to each other (no flapping)", func(t *testing.T, late bool) {
 		s.needPresence(t)
-		c := NewClusterWith(t, s.open1(t), s.h.Timing, 2, 0, participate(func(int) int { return 3 }))
-		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
-		if late {
-			c.DelayRenewal(l)
-			c.WaitLeaseEnd(t, l)
-		}
-		time.Sleep(hysteresis + 4*presenceInterval)
-		c.WaitLeader(t, c.Timing.ElectionTimeoutMax+c.Timing.HeartbeatInterval+margin)
-		// A transfer would end a leadership with reason transferred; only
-		// a lease that ran out may move it.
-		c.RequireLeaseEndsOnly(t)
-		for _, n := range c.Nodes {
-			for _, w := range n.Faulty.Writes() {
-				if w.Next.Successor != "" {
-					t.Fatalf("%s reserved a vacancy for %s, a participant of equal priority", n.ID, w.Next.Successor)
+		retried(t, func(t *testing.T) bool {
+			c := NewClusterWith(t, s.open1(t), s.h.Timing, 2, 0, participate(func(int) int { return 3 }))
+			l := c.waitLeaderOrStall(t, c.Timing.ElectionTimeoutMax+margin)
+			if l == nil {
+				return false
+			}
+			if late {
+				c.DelayRenewal(l)
+				c.WaitLeaseEnd(t, l)
+			}
+			time.Sleep(hysteresis + 4*presenceInterval)
+			if c.waitLeaderOrStall(t, c.Timing.ElectionTimeoutMax+c.Timing.HeartbeatInterval+margin) == nil {
+				return false
+			}
+			// A transfer would end a leadership with reason transferred; only
+			// a lease that ran out may move it.
+			c.RequireLeaseEndsOnly(t)
+			for _, n := range c.Nodes {
+				for _, w := range n.Faulty.Writes() {
+					if w.Next.Successor != "" {
+						t.Fatalf("%s reserved a vacancy for %s, a participant of equal priority", n.ID, w.Next.Successor)
+					}
 				}
 			}
-		}
+			return true
+		})
 	})
 }
 

@@ -41,6 +41,41 @@ func (c *callCounter) Subscribe(ctx context.Context) (<-chan backend.Notificatio
 
 func (c *callCounter) statements() int64 { return c.singles.Load() + c.batches.Load() }
 
+// startFeeds starts n Feeds of node "node" on els, elections e00, e01...
+func startFeeds(t *testing.T, els *base.Elections, n int) []*base.Feed {
+	t.Helper()
+	feeds := make([]*base.Feed, n)
+	for i := range feeds {
+		f, err := els.Feed(fmt.Sprintf("e%02d", i), "node", base.Options{Timing: timing})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		feeds[i] = f
+	}
+	return feeds
+}
+
+// stopAndClose stops feeds at once, as a process that shuts down would,
+// then closes els.
+func stopAndClose(t *testing.T, els *base.Elections, feeds []*base.Feed) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, f := range feeds {
+		wg.Go(func() {
+			if err := f.Stop(context.Background()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := els.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // newElections returns an Elections on a connection of its own to store,
 // with the default options; the caller closes it.
 func newElections(t *testing.T, store *memory.DB) *base.Elections {
@@ -152,18 +187,7 @@ func TestElectionsBatchRenewals(t *testing.T) {
 				t.Fatalf("election %d lost its term (%d, %v) while renewals were batched", i, term, ok)
 			}
 		}
-		var wg sync.WaitGroup
-		for _, f := range feeds {
-			wg.Go(func() {
-				if err := f.Stop(context.Background()); err != nil {
-					t.Error(err)
-				}
-			})
-		}
-		wg.Wait()
-		if err := els.Close(); err != nil {
-			t.Fatal(err)
-		}
+		stopAndClose(t, els, feeds)
 		t.Logf("%d elections: %d statements for %d records in %d intervals", n, stmts, written, intervals)
 	})
 }
@@ -321,17 +345,7 @@ func TestElectionsBatchReads(t *testing.T) {
 			t.Fatal(err)
 		}
 		const n = 40
-		feeds := make([]*base.Feed, n)
-		for i := range feeds {
-			f, err := els.Feed(fmt.Sprintf("e%02d", i), "node", base.Options{Timing: timing})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			feeds[i] = f
-		}
+		feeds := startFeeds(t, els, n)
 		synctest.Wait() // every Feed waits for its read; the reads in flight hold the store
 		held := rc.gets.Load()
 		if held >= n {
@@ -352,14 +366,7 @@ func TestElectionsBatchReads(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 		}
-		var wg sync.WaitGroup
-		for _, f := range feeds {
-			wg.Go(func() { _ = f.Stop(context.Background()) })
-		}
-		wg.Wait()
-		if err := els.Close(); err != nil {
-			t.Fatal(err)
-		}
+		stopAndClose(t, els, feeds)
 	})
 }
 
@@ -490,33 +497,12 @@ func TestElectionsCloseLeavesNoGoroutine(t *testing.T) {
 	store := memory.NewDB()
 	for range 5 {
 		els := newElections(t, store)
-		feeds := make([]*base.Feed, 20)
-		for i := range feeds {
-			f, err := els.Feed(fmt.Sprintf("e%02d", i), "node", base.Options{Timing: timing})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			feeds[i] = f
-		}
+		feeds := startFeeds(t, els, 20)
 		for _, f := range feeds {
 			for !f.IsLeader() {
 				time.Sleep(time.Millisecond)
 			}
 		}
-		var wg sync.WaitGroup
-		for _, f := range feeds {
-			wg.Go(func() {
-				if err := f.Stop(context.Background()); err != nil {
-					t.Error(err)
-				}
-			})
-		}
-		wg.Wait()
-		if err := els.Close(); err != nil {
-			t.Fatal(err)
-		}
+		stopAndClose(t, els, feeds)
 	}
 }

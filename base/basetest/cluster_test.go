@@ -11,28 +11,18 @@ import (
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/faulty"
-	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/memory"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// testTiming is short, and the tests run in a synctest bubble, so its
-// durations pass on the fake clock.
-var testTiming = heartbeat.Timing{
-	HeartbeatInterval:  10 * time.Millisecond,
-	ElectionTimeoutMin: 100 * time.Millisecond,
-	ElectionTimeoutMax: 200 * time.Millisecond,
-	LeaseDuration:      40 * time.Millisecond,
-}
 
 // memoryCluster starts a Cluster of n campaigners on a fresh memory DB
 // and waits for its first leader.
 func memoryCluster(t *testing.T, n int) (*Cluster, *Node) {
 	t.Helper()
 	store := memory.NewDB()
-	c := NewCluster(t, func(e string) (backend.Election, error) { return store.Election(e) }, testTiming, n, 0)
-	return c, c.WaitLeader(t, 2*testTiming.ElectionTimeoutMax)
+	c := NewCluster(t, func(e string) (backend.Election, error) { return store.Election(e) }, FastTiming, n, 0)
+	return c, c.WaitLeader(t, 2*FastTiming.ElectionTimeoutMax)
 }
 
 // crash partitions l, the leader, and makes every other node's Heartbeat
@@ -54,7 +44,7 @@ func TestClaimsTimedOut(t *testing.T) {
 	// The rule's bound (ElectionTimeoutMax and a heartbeat) with the
 	// claim's deadline (the lease) for its margin: by then every follower
 	// has claimed and its claim has run out of time.
-	bound := testTiming.ElectionTimeoutMax + testTiming.HeartbeatInterval + testTiming.LeaseDuration
+	bound := FastTiming.ElectionTimeoutMax + FastTiming.HeartbeatInterval + FastTiming.LeaseDuration
 
 	t.Run("claims the store never answers are counted", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
@@ -90,7 +80,7 @@ func TestClaimsTimedOut(t *testing.T) {
 	t.Run("a healthy election counts none", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c, _ := memoryCluster(t, 3)
-			time.Sleep(10 * testTiming.HeartbeatInterval)
+			time.Sleep(10 * FastTiming.HeartbeatInterval)
 			if n := c.claimsTimedOut(); n != 0 {
 				t.Fatalf("%d claims counted as timed out in a healthy election", n)
 			}

@@ -1000,13 +1000,32 @@ func TestCreate(t *testing.T) {
 		}
 	})
 
-	t.Run("SchemaSQL makes what Create checks", func(t *testing.T) {
+	t.Run("SchemaSQL makes what Create checks, and runs again over its own or older triggers", func(t *testing.T) {
 		opts := Options{Table: uniqueName(t), ChannelPrefix: "lf_sql"}
 		script, err := SchemaSQL(opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		mustExec(t, pool, script)
+		mustExec(t, pool, script)
+		// The triggers as versions before skipWhen made them: the script
+		// replaces them.
+		o, err := opts.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := newDDL(o)
+		for i := range recordTriggers {
+			mustExec(t, pool, d.dropRecordTrigger(opts.ChannelPrefix, i))
+			mustExec(t, pool, strings.Replace(d.createRecordTrigger(opts.ChannelPrefix, i), " WHEN ("+skipWhen+")", "", 1))
+		}
+		mustExec(t, pool, script)
+		for _, rt := range recordTriggers {
+			def, err := triggerDef(ctx, pool, "public", opts.Table, opts.ChannelPrefix+rt.suffix)
+			if err != nil || !strings.Contains(def, notifiedSetting) {
+				t.Fatalf("trigger %s after the script: %q, %v", rt.suffix, def, err)
+			}
+		}
 		b, _ := New(pool, "e", opts)
 		defer b.Close()
 		if err := b.Create(ctx); err != nil {
@@ -1016,6 +1035,24 @@ func TestCreate(t *testing.T) {
 		r := hb(t, b, heartbeat.Record{}, "a", 1, nil)
 		if n := recv(t, ch); !n.Record.Equal(r) {
 			t.Fatalf("notification %v %+v, want %+v", n.Type, n.Record, r)
+		}
+	})
+
+	t.Run("SchemaSQL with a watched table runs twice and makes what Create checks", func(t *testing.T) {
+		watched := uniqueName(t)
+		mustExec(t, pool, "CREATE TABLE "+pgx.Identifier{"public", watched}.Sanitize()+" (id int PRIMARY KEY)")
+		opts := Options{Table: uniqueName(t), ChannelPrefix: "lf_sqlw", WatchTable: watched}
+		script, err := SchemaSQL(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, pool, script)
+		mustExec(t, pool, script)
+		opts.NoCreate = true
+		b, _ := New(pool, "e", opts)
+		defer b.Close()
+		if err := b.Create(ctx); err != nil {
+			t.Fatalf("NoCreate check after SchemaSQL twice: %v", err)
 		}
 	})
 

@@ -229,16 +229,6 @@ func createFunction(name, body string) string {
 // named ChannelPrefix, which Create drops.
 const recordFuncSuffix = "_notify_rows"
 
-// createRecordTriggers returns the CREATE TRIGGER statements of the
-// election table.
-func (d ddl) createRecordTriggers(prefix string) []string {
-	out := make([]string, len(recordTriggers))
-	for i := range recordTriggers {
-		out[i] = d.createRecordTrigger(prefix, i)
-	}
-	return out
-}
-
 func (d ddl) createRecordTrigger(prefix string, i int) string {
 	rt := recordTriggers[i]
 	return "CREATE TRIGGER " + pgx.Identifier{prefix + rt.suffix}.Sanitize() + " AFTER " + rt.event + " ON " + d.table +
@@ -248,6 +238,12 @@ func (d ddl) createRecordTrigger(prefix string, i int) string {
 // dropRecordTrigger drops the trigger createRecordTrigger(prefix, i) makes.
 func (d ddl) dropRecordTrigger(prefix string, i int) string {
 	return "DROP TRIGGER " + pgx.Identifier{prefix + recordTriggers[i].suffix}.Sanitize() + " ON " + d.table
+}
+
+// dropRecordTriggerIfExists is dropRecordTrigger for a script that may
+// run on a table without it.
+func (d ddl) dropRecordTriggerIfExists(prefix string, i int) string {
+	return "DROP TRIGGER IF EXISTS " + pgx.Identifier{prefix + recordTriggers[i].suffix}.Sanitize() + " ON " + d.table
 }
 
 // announce returns what a write's RETURNING adds so that it announces the
@@ -282,24 +278,28 @@ func (d ddl) createTrigger(table, function string) string {
 // SchemaSQL returns the SQL script that creates what a Store with opts
 // needs (schema, election table, trigger functions, triggers), for a
 // database administrator to run when the application runs with NoCreate.
-// It also drops the row-level trigger of versions before the
-// statement-level triggers (DROP TRIGGER IF EXISTS), so that it upgrades
-// such a table. It fails with an error matching base.ErrInvalidConfig for
-// the names NewStore rejects. The CREATE TRIGGER statements fail if the
-// triggers exist already (triggers without WHEN, of earlier versions,
-// still work: Create replaces them).
+// The script is one transaction and may be run again: it replaces each
+// trigger (DROP TRIGGER IF EXISTS, then CREATE TRIGGER), which also
+// upgrades the triggers of earlier versions (the row-level one, and
+// statement-level ones without WHEN), and no write commits between the
+// drop and the create. It fails with an error matching
+// base.ErrInvalidConfig for the names NewStore rejects.
 func SchemaSQL(opts Options) (string, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return "", err
 	}
 	d := newDDL(o)
-	stmts := append([]string{d.createSchema(), d.createTable()}, d.addColumns()...)
+	stmts := append([]string{"BEGIN", d.createSchema(), d.createTable()}, d.addColumns()...)
 	stmts = append(stmts, createFunction(d.recordFunc, recordFunctionBody), d.dropRowTrigger())
-	stmts = append(stmts, d.createRecordTriggers(o.ChannelPrefix)...)
-	if d.watch != "" {
-		stmts = append(stmts, createFunction(d.changeFunc, changeFunctionBody), d.createTrigger(d.watch, d.changeFunc))
+	for i := range recordTriggers {
+		stmts = append(stmts, d.dropRecordTriggerIfExists(o.ChannelPrefix, i), d.createRecordTrigger(o.ChannelPrefix, i))
 	}
+	if d.watch != "" {
+		stmts = append(stmts, createFunction(d.changeFunc, changeFunctionBody),
+			"DROP TRIGGER IF EXISTS "+d.trigger+" ON "+d.watch, d.createTrigger(d.watch, d.changeFunc))
+	}
+	stmts = append(stmts, "COMMIT")
 	return strings.Join(stmts, ";\n\n") + ";\n", nil
 }
 

@@ -491,7 +491,8 @@ func TestElectionsSubscribeCoalescesAndFails(t *testing.T) {
 }
 
 // Close leaves no goroutine of the Elections behind once its Feeds have
-// stopped: the goroutines its elections share are waited for too.
+// stopped: the goroutines its elections share have ended when it returns
+// (goleak, which waits for goroutines on their way out, checks the rest).
 func TestElectionsCloseLeavesNoGoroutine(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	store := memory.NewDB()
@@ -504,5 +505,8 @@ func TestElectionsCloseLeavesNoGoroutine(t *testing.T) {
 			}
 		}
 		stopAndClose(t, els, feeds)
+		if n := base.SharedGoroutines(els); n != 0 {
+			t.Fatalf("%d shared goroutines still serve after Close", n)
+		}
 	}
 }

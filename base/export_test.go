@@ -5,3 +5,7 @@ var (
 	DefaultHealthBound = defaultHealthBound
 	RefusalRetry       = refusalRetry
 )
+
+// SharedGoroutines returns how many goroutines e's elections share now
+// (its Runner's).
+func SharedGoroutines(e *Elections) int { return e.run.Workers() }

@@ -199,7 +199,7 @@ func (m *machine) noteResult(r *callResult) {
 	}
 	m.healthChanged = true
 	if m.traced && !r.closed && (r.kind == callClaim || r.kind == callRenew) {
-		m.do(m.effs.traces.add(traceCall{kind: r.kind, term: r.next.Term, latency: m.now.Sub(r.sentAt), won: leading, err: r.err}))
+		m.do(m.arena().traces.add(traceCall{kind: r.kind, term: r.next.Term, latency: m.now.Sub(r.sentAt), won: leading, err: r.err}))
 	}
 }
 

@@ -25,8 +25,9 @@ import (
 // store call (claim, renewal, vacancy, read, Subscribe) runs on a
 // goroutine of its own, or is handed to a batching Elections without one,
 // and its result comes back as an input, so Resign, Proclaim, Stop and
-// the getters are answered whatever the store does. Why there is never more than one leader is told next to the
-// machine's claim logic (see claimDue in machine.go).
+// the getters are answered whatever the store does. Why there is never
+// more than one leader is told next to the machine's claim logic (see
+// claimDue in machine.go).
 type loop struct {
 	f      *Feed
 	m      *machine
@@ -41,7 +42,7 @@ type loop struct {
 	due         [timerLease]time.Time // by timerID; zero: stopped
 	timer       *time.Timer
 	timerAt     time.Time     // what timer is armed for; zero: stopped
-	dueNow      bool          // a due time has passed: take steps it before it returns, the timer is stopped
+	dueNow      bool          // timerAt has passed: take steps it before it returns (timer stopped)
 	clock       renewalTicker // ticks aligned renewals instead of timer; nil: none
 	clockTick   func()        // puts a clockMsg
 	clocked     time.Time     // the renewal instant clock ticks at (due[timerRenew], unless moved since)

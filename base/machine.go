@@ -365,6 +365,15 @@ type effectArenas struct {
 
 var arenas = sync.Pool{New: func() any { return new(effectArenas) }}
 
+// arena returns the arenas of the step under way, taken from the pool
+// when the step adds its first effect.
+func (m *machine) arena() *effectArenas {
+	if m.effs == nil {
+		m.effs = arenas.Get().(*effectArenas)
+	}
+	return m.effs
+}
+
 func (a *effectArenas) reset() {
 	a.calls.reset()
 	a.emits.reset()
@@ -432,9 +441,6 @@ func newMachine(id, election string, t heartbeat.Timing, opts Options) *machine 
 // execute them.
 func (m *machine) step(now time.Time, in input) []effect {
 	m.now, m.out, m.spare = now, m.spare, nil
-	if m.effs == nil {
-		m.effs = arenas.Get().(*effectArenas)
-	}
 	switch in := in.(type) {
 	case startInput:
 		m.health = Health{Started: now, LastContact: now, FeedDownSince: now}
@@ -538,14 +544,14 @@ func (m *machine) recycle(effects []effect) {
 // setTimer arms timer t for at, or later while the store refuses the kind
 // of call it starts (refusalDelay).
 func (m *machine) setTimer(t timerID, at time.Time) {
-	m.do(m.effs.timers.add(setTimer{t: t, at: m.refusalDelay(t, at)}))
+	m.do(m.arena().timers.add(setTimer{t: t, at: m.refusalDelay(t, at)}))
 }
 
 func (m *machine) stopTimer(t timerID) { m.do(stopTimer{t: t}) }
 
-func (m *machine) emit(e Event) { m.do(m.effs.emits.add(emit{ev: e})) }
+func (m *machine) emit(e Event) { m.do(m.arena().emits.add(emit{ev: e})) }
 
-func (m *machine) publish() { m.do(m.effs.pubs.add(publish{snap: m.snap, leaseEnd: m.snapLeaseTo})) }
+func (m *machine) publish() { m.do(m.arena().pubs.add(publish{snap: m.snap, leaseEnd: m.snapLeaseTo})) }
 
 // debug logs msg at Debug, unless the driver said Debug is not logged.
 func (m *machine) debug(msg string, args ...any) {
@@ -555,7 +561,7 @@ func (m *machine) debug(msg string, args ...any) {
 }
 
 func (m *machine) call(kind callKind, expected, next heartbeat.Record, deadline time.Time, parent context.Context) {
-	m.do(m.effs.calls.add(startCall{kind: kind, expected: expected, next: next, sentAt: m.now, deadline: deadline, parent: parent}))
+	m.do(m.arena().calls.add(startCall{kind: kind, expected: expected, next: next, sentAt: m.now, deadline: deadline, parent: parent}))
 }
 
 // exit ends the engine: the leader context is cancelled (Stop's context
@@ -1121,13 +1127,13 @@ func (m *machine) becomeLeader(res heartbeat.Record, sentAt, now time.Time) {
 	m.leaseEnd = sentAt.Add(m.t.LeaseDuration)
 	m.leaderCtx = newLeaseContext(m.leaseEnd)
 	m.stopTimer(timerClaim)
-	m.do(m.effs.leases.add(armLease{ctx: m.leaderCtx, end: m.leaseEnd}))
+	m.do(m.arena().leases.add(armLease{ctx: m.leaderCtx, end: m.leaseEnd}))
 	m.snap.leader, m.snap.term, m.snap.leaderCtx = true, m.term, m.leaderCtx
 	m.snapLeaseTo = m.leaseEnd
 	m.publish()
 	m.emit(Event{Type: EventElected, At: now, Term: m.term, Record: res.Clone(), LeaderCtx: m.leaderCtx})
 	m.observe(res, m.current(sentAt))
-	m.do(m.effs.timers.add(setTimer{t: timerRenew, at: sentAt.Add(m.t.HeartbeatInterval), align: true}))
+	m.do(m.arena().timers.add(setTimer{t: timerRenew, at: sentAt.Add(m.t.HeartbeatInterval), align: true}))
 }
 
 // startRenew sends the leader's heartbeat: a compare-and-set on its own
@@ -1177,7 +1183,7 @@ func (m *machine) onRenew(r callResult) bool {
 			return false
 		}
 		m.extending = extending{res: r.res, sentAt: r.sentAt}
-		m.do(m.effs.extends.add(extendLease{ctx: m.leaderCtx, end: newEnd}))
+		m.do(m.arena().extends.add(extendLease{ctx: m.leaderCtx, end: newEnd}))
 		return true
 	case errors.As(r.err, &conflict) && m.own(conflict.Current):
 		// The store holds our own later write: an earlier renewal committed
@@ -1223,7 +1229,7 @@ func (m *machine) onLeaseExtended(res heartbeat.Record, sentAt time.Time, extend
 	}
 	newEnd := sentAt.Add(m.t.LeaseDuration)
 	m.leaseEnd, m.lastErr = newEnd, nil
-	m.do(m.effs.leases.add(armLease{ctx: m.leaderCtx, end: newEnd}))
+	m.do(m.arena().leases.add(armLease{ctx: m.leaderCtx, end: newEnd}))
 	m.snapLeaseTo = newEnd
 	m.publish()
 	if !m.quiet {
@@ -1240,7 +1246,7 @@ func (m *machine) onLeaseExtended(res heartbeat.Record, sentAt time.Time, extend
 	}
 	m.carried = nil
 	m.observe(res, m.current(sentAt))
-	m.do(m.effs.timers.add(setTimer{t: timerRenew, at: sentAt.Add(m.t.HeartbeatInterval), align: true}))
+	m.do(m.arena().timers.add(setTimer{t: timerRenew, at: sentAt.Add(m.t.HeartbeatInterval), align: true}))
 }
 
 // replyProclaims answers every waiting Proclaim with err; their values are
@@ -1287,7 +1293,7 @@ func (m *machine) stepDown(reason Reason, err error) {
 	m.snap.leader = false
 	m.publish()
 	m.replyProclaims(ErrNotLeader)
-	m.do(m.effs.emits.add(emit{ev: Event{Type: EventUnelected, At: at, Term: m.term, Reason: reason, Err: err}, notAfter: m.leaseEnd}))
+	m.do(m.arena().emits.add(emit{ev: Event{Type: EventUnelected, At: at, Term: m.term, Reason: reason, Err: err}, notAfter: m.leaseEnd}))
 }
 
 // ---- handing over ----

@@ -335,6 +335,13 @@ func (r *Runner) work() {
 	}
 }
 
+// Workers returns how many goroutines serve r now.
+func (r *Runner) Workers() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.workers
+}
+
 // Wait returns once none of r's goroutines runs, and stops its timer if
 // no Box waits: the owner of r calls it once its Boxes are closed or idle,
 // so that it leaves no goroutine behind. It must not be called from a take.

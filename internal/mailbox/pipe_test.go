@@ -193,3 +193,40 @@ func TestPipeContextEndedBefore(t *testing.T) {
 		}
 	})
 }
+
+// A Pipe keeps the room of its last burst once the reader took it all
+// (maxKeptPipe), where an engine's Box frees it (maxKept): a changefeed's
+// Pipe gets a burst per batch written.
+func TestPipeKeepsBurstRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewPipe[int](context.Background(), 1, nil)
+		const burst = 100
+		for i := range burst {
+			p.Put(i)
+		}
+		for range burst {
+			<-p.C()
+		}
+		synctest.Wait() // the pipe's goroutine ended: the box is idle
+		p.box.mu.Lock()
+		room := cap(p.box.queue)
+		p.box.mu.Unlock()
+		if room < burst-1 {
+			t.Fatalf("an idle Pipe kept room for %d values after a burst of %d", room, burst)
+		}
+		p.End(0, false)
+		<-p.C()
+
+		b := New(func(int) {}, nil, nil)
+		for i := range burst {
+			b.Put(i)
+		}
+		synctest.Wait()
+		b.mu.Lock()
+		room = cap(b.queue)
+		b.mu.Unlock()
+		if room > maxKept {
+			t.Fatalf("an idle Box kept room for %d values, want at most %d", room, maxKept)
+		}
+	})
+}

@@ -182,7 +182,11 @@ func logCut(r *cmpResult) {
 // in which the leadership changed before the resign, or no other node led
 // within -slack bounds, is counted and retried.
 func cmpHandover(ctx context.Context, cfg config, r *cmpResult) error {
-	c, err := newCluster(ctx, cfg, r.kind, "cmphand", 1, false)
+	var extra []string
+	if r.kind == kindLeaderfeed && cfg.presence > 0 {
+		extra = []string{"-presence", cfg.presence.String()}
+	}
+	c, err := newCluster(ctx, cfg, r.kind, "cmphand", 1, false, extra...)
 	if err != nil {
 		return err
 	}
@@ -218,12 +222,18 @@ func cmpHandover(ctx context.Context, cfg config, r *cmpResult) error {
 			return err
 		}
 		deadline := monotonic() + int64(wait)
-		var t0 int64
-		ev, err := c.next(ctx, deadline, func(ev nodeEvent) bool {
-			if ev.kind == 'S' && ev.p == leader {
+		// The events of different processes come through pipes of their
+		// own, so the next leader's may come in before the resigning
+		// leader's: the sample needs both, in either order.
+		var t0, t1 int64
+		_, err = c.next(ctx, deadline, func(ev nodeEvent) bool {
+			switch {
+			case ev.kind == 'S' && ev.p == leader && t0 == 0:
 				t0 = ev.mono
+			case ev.kind == 'E' && ev.p != leader && t1 == 0:
+				t1 = ev.mono
 			}
-			return ev.kind == 'E' && ev.p != leader && t0 != 0
+			return t0 != 0 && t1 != 0
 		})
 		switch {
 		case ctx.Err() != nil:
@@ -231,7 +241,7 @@ func cmpHandover(ctx context.Context, cfg config, r *cmpResult) error {
 		case err != nil:
 			r.handover.lose(fmt.Sprintf("no other node led within %v of the resign", wait))
 		default:
-			r.handover.samples = append(r.handover.samples, time.Duration(ev.mono-t0))
+			r.handover.samples = append(r.handover.samples, time.Duration(t1-t0))
 		}
 	}
 	return nil

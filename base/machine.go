@@ -417,8 +417,9 @@ type extending struct {
 	sentAt time.Time
 }
 
-// vacancyWrite is a vacancy to write after stepping down, for Resign or a
-// transfer (reply set) or Stop.
+// vacancyWrite is the write that ends a term after stepping down, for
+// Resign or a transfer (reply set) or Stop: a vacancy, or a handover in
+// one write (to).
 type vacancyWrite struct {
 	ctx       context.Context // nil: the engine's, each attempt bounded by timeout
 	timeout   time.Duration
@@ -1209,10 +1210,11 @@ func (m *machine) handleClaim(r callResult) {
 // ---- leading ----
 
 // becomeLeader starts a term won by a claim sent at sentAt (or handed
-// over, case 5), whose lease ends at end, checked against the lease at now. EventElected is stamped now, the instant
-// the lease was known to run: a later clock reading could fall after the
-// lease's end, and the lease-expired EventUnelected (stamped at that end)
-// would then precede the term's start.
+// over, case 5), whose lease ends at end, checked against the lease at
+// now. EventElected is stamped now, the instant the lease was known to
+// run: a later clock reading could fall after the lease's end, and the
+// lease-expired EventUnelected (stamped at that end) would then precede
+// the term's start.
 func (m *machine) becomeLeader(res heartbeat.Record, sentAt, end, now time.Time) {
 	m.role = roleLeader
 	m.term, m.myRev, m.lastErr = res.Term, res.Revision, nil
@@ -1501,9 +1503,10 @@ func (m *machine) onRequest(r request) {
 	}
 }
 
-// transfer steps down (EventUnelected before anything else), then writes
-// the vacancy v reserved for target: only the target may claim it at once
-// (see claimableAtOnce). The node leads.
+// transfer steps down (EventUnelected before anything else), then hands
+// the election to target in one write if it read a token of target, else
+// writes the vacancy v reserved for target: only the target may claim it
+// at once (see claimableAtOnce). The node leads.
 func (m *machine) transfer(target string, v *vacancyWrite) {
 	v.to, _ = m.successor(target)
 	m.stepDown(ReasonTransferred, nil)

@@ -262,3 +262,33 @@ func TestMachineHandoverResignedNotReclaimed(t *testing.T) {
 		t.Fatal("the node claims at once the handed record it led on and resigned")
 	}
 }
+
+// A participating node that wins a term refreshes its presence and reads
+// the participants at once, so that it can hand over in one write from
+// the start of its term.
+func TestMachinePresenceReadOnElection(t *testing.T) {
+	m, c, _ := claiming(t)
+	participating(m)
+	res := c.next
+	res.Revision = 1
+	now := at(20 * time.Millisecond)
+	effs := m.step(now, callResult{kind: callClaim, expected: c.expected, next: c.next, sentAt: c.sentAt, res: res})
+	var due time.Time
+	for _, e := range effs {
+		if st, ok := e.(*setTimer); ok && st.t == timerPresence {
+			due = st.at
+		}
+	}
+	if m.role != roleLeader || !due.Equal(now) {
+		t.Fatalf("role %v, presence timer at %v; want leading and due at once (%v)", m.role, due, now)
+	}
+	var call presenceCall
+	for _, e := range m.step(now, timerInput{timerPresence}) {
+		if pc, ok := e.(presenceCall); ok {
+			call = pc
+		}
+	}
+	if !call.check || call.term != 1 {
+		t.Fatalf("presence call %+v, want a read of the participants in term 1", call)
+	}
+}

@@ -1228,6 +1228,11 @@ func (m *machine) becomeLeader(res heartbeat.Record, sentAt, end, now time.Time)
 	m.emit(Event{Type: EventElected, At: now, Term: m.term, Record: res.Clone(), LeaderCtx: m.leaderCtx})
 	m.observe(res, m.current(sentAt))
 	m.do(m.arena().timers.add(setTimer{t: timerRenew, at: sentAt.Add(m.t.HeartbeatInterval), align: true}))
+	if m.pres != nil {
+		// Read the participants at once, not a presence interval into the
+		// term: a term that ends early hands over in one write too.
+		m.setTimer(timerPresence, now)
+	}
 }
 
 // startRenew sends the leader's heartbeat: a compare-and-set on its own

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -400,20 +401,28 @@ func (s *suite) transfers(t *testing.T) {
 	})
 }
 
+// storeAs opens a Store of the harness as capability T, and skips the
+// rule when the harness opens no Stores or its Stores lack T.
+func storeAs[T backend.Store](t *testing.T, s *suite) T {
+	t.Helper()
+	if s.h.OpenStore == nil {
+		t.Skip("harness has no OpenStore")
+	}
+	st := s.openStore(t)
+	c, ok := st.(T)
+	if !ok {
+		t.Skipf("the store (%T) is not a %v", st, reflect.TypeFor[T]())
+	}
+	return c
+}
+
 // presenceStore runs the PresenceStore rules when the harness opens Stores
 // that keep presence records.
 func (s *suite) presenceStore(t *testing.T) {
 	rule(t, "Presence records are kept per election and node, stamped by the store, never announced on the changefeed, and deleted by Absent", func(t *testing.T) {
-		if s.h.OpenStore == nil {
-			t.Skip("harness has no OpenStore")
-		}
-		st := s.openStore(t)
-		ps, ok := st.(backend.PresenceStore)
-		if !ok {
-			t.Skipf("the store (%T) is not a backend.PresenceStore", st)
-		}
+		ps := storeAs[backend.PresenceStore](t, s)
 		e, other := Election(), Election()
-		ch := storeSubscribe(t, st)
+		ch := storeSubscribe(t, ps)
 		before := time.Now()
 		for _, p := range []backend.Presence{
 			{Node: "node-a", Value: []byte("a"), Priority: base.MaxPriority, CanLead: true},
@@ -445,7 +454,7 @@ func (s *suite) presenceStore(t *testing.T) {
 		}
 		// Presence writes are not election records: the first notification
 		// after them is the record written next.
-		storeWrite(t, st, heartbeat.Record{}, e, "node-a", 1)
+		storeWrite(t, ps, heartbeat.Record{}, e, "node-a", 1)
 		n := nextStore(t, ch, "the election record", func(n backend.Notification) bool { return n.Type != backend.OtherChanged })
 		if n.Type != backend.RecordChanged || n.Record.Election != e {
 			t.Fatalf("the changefeed brought %v (election %q) first, want the election record of %s: a presence record was announced", n.Type, n.Election+n.Record.Election, e)
@@ -460,20 +469,13 @@ func (s *suite) presenceStore(t *testing.T) {
 		if err != nil || len(got) != 1 || got[0].Node != "node-b" {
 			t.Fatalf("Participants after Absent(node-a) = %+v, %v; want node-b alone", got, err)
 		}
-		if r, err := st.Get(ctxFor(t), e); err != nil || r.Leader != "node-a" || r.Revision != 1 {
+		if r, err := ps.Get(ctxFor(t), e); err != nil || r.Leader != "node-a" || r.Revision != 1 {
 			t.Fatalf("the election record after presence writes: %v, %v", r, err)
 		}
 	})
 
 	rule(t, "A presence record's token is stored and returned as written, exactly up to MaxToken, 0 as 0; each write replaces it, and a token over MaxToken is refused", func(t *testing.T) {
-		if s.h.OpenStore == nil {
-			t.Skip("harness has no OpenStore")
-		}
-		st := s.openStore(t)
-		ps, ok := st.(backend.PresenceStore)
-		if !ok {
-			t.Skipf("the store (%T) is not a backend.PresenceStore", st)
-		}
+		ps := storeAs[backend.PresenceStore](t, s)
 		e := Election()
 		tokens := func(want map[string]uint64) {
 			t.Helper()
@@ -517,16 +519,9 @@ func (s *suite) presenceStore(t *testing.T) {
 // HeartbeatBatch.
 func (s *suite) batchSuccessor(t *testing.T) {
 	rule(t, "HeartbeatBatch stores and returns the successor of a reserved vacancy, as Heartbeat does", func(t *testing.T) {
-		if s.h.OpenStore == nil {
-			t.Skip("harness has no OpenStore")
-		}
-		st := s.openStore(t)
-		bs, ok := st.(backend.BatchStore)
-		if !ok {
-			t.Skipf("the store (%T) is not a backend.BatchStore", st)
-		}
+		bs := storeAs[backend.BatchStore](t, s)
 		e1, e2 := Election(), Election()
-		r1 := storeWrite(t, st, heartbeat.Record{}, e1, "node-a", 1)
+		r1 := storeWrite(t, bs, heartbeat.Record{}, e1, "node-a", 1)
 		res, err := bs.HeartbeatBatch(ctxFor(t), []backend.Write{
 			{Expected: r1, Next: heartbeat.Record{Election: e1, Term: 1, Successor: "node-b"}},
 			{Next: heartbeat.Record{Election: e2, Term: 4, Successor: "node-c"}},
@@ -538,7 +533,7 @@ func (s *suite) batchSuccessor(t *testing.T) {
 			if res[i].Err != nil || res[i].Record.Successor != want || !res[i].Record.Vacant() {
 				t.Fatalf("write %d: %+v, %v; want a vacancy reserved for %s", i, res[i].Record, res[i].Err, want)
 			}
-			got, err := st.Get(ctxFor(t), res[i].Record.Election)
+			got, err := bs.Get(ctxFor(t), res[i].Record.Election)
 			if err != nil || !got.Equal(res[i].Record) {
 				t.Fatalf("Get = %v, %v; the batch returned %v", got, err, res[i].Record)
 			}
@@ -550,17 +545,10 @@ func (s *suite) batchSuccessor(t *testing.T) {
 // HeartbeatBatch and GetBatch.
 func (s *suite) batchHandover(t *testing.T) {
 	rule(t, "HeartbeatBatch and GetBatch store and return the handover token of a led record, as Heartbeat and Get do; a write with an invalid token fails alone", func(t *testing.T) {
-		if s.h.OpenStore == nil {
-			t.Skip("harness has no OpenStore")
-		}
-		st := s.openStore(t)
-		bs, ok := st.(backend.BatchStore)
-		if !ok {
-			t.Skipf("the store (%T) is not a backend.BatchStore", st)
-		}
+		bs := storeAs[backend.BatchStore](t, s)
 		e1, e2, e3, e4 := Election(), Election(), Election(), Election()
-		r1 := storeWrite(t, st, heartbeat.Record{}, e1, "node-a", 1)
-		r3 := storeWrite(t, st, heartbeat.Record{}, e3, "node-a", 1)
+		r1 := storeWrite(t, bs, heartbeat.Record{}, e1, "node-a", 1)
+		r3 := storeWrite(t, bs, heartbeat.Record{}, e3, "node-a", 1)
 		res, err := bs.HeartbeatBatch(ctxFor(t), []backend.Write{
 			{Expected: r1, Next: heartbeat.Record{Election: e1, Leader: "node-b", Term: 2, Lease: time.Second, Handover: heartbeat.MaxToken}},
 			{Next: heartbeat.Record{Election: e2, Leader: "node-c", Term: 1, Handover: 1}},
@@ -574,7 +562,7 @@ func (s *suite) batchHandover(t *testing.T) {
 			if res[i].Err != nil || res[i].Record.Handover != want || res[i].Record.Vacant() {
 				t.Fatalf("write %d: %+v, %v; want a led record with handover token %d", i, res[i].Record, res[i].Err, want)
 			}
-			got, err := st.Get(ctxFor(t), res[i].Record.Election)
+			got, err := bs.Get(ctxFor(t), res[i].Record.Election)
 			if err != nil || !got.Equal(res[i].Record) {
 				t.Fatalf("Get = %v, %v; the batch returned %v", got, err, res[i].Record)
 			}
@@ -584,7 +572,7 @@ func (s *suite) batchHandover(t *testing.T) {
 				t.Fatalf("write %d: %+v, %v; want an error matching heartbeat.ErrInvalidRecord", i, res[i].Record, res[i].Err)
 			}
 		}
-		if got, err := st.Get(ctxFor(t), e3); err != nil || !got.Equal(r3) {
+		if got, err := bs.Get(ctxFor(t), e3); err != nil || !got.Equal(r3) {
 			t.Fatalf("Get(%s) = %v, %v after a refused write; want %v unchanged", e3, got, err, r3)
 		}
 		// A stale write in a batch gets a conflict carrying the handover.
@@ -593,7 +581,7 @@ func (s *suite) batchHandover(t *testing.T) {
 		if err != nil || len(stale) != 1 || !errors.As(stale[0].Err, &ce) || !ce.Current.Equal(res[0].Record) {
 			t.Fatalf("stale write in a batch: %+v, %v; want a conflict carrying %v", stale, err, res[0].Record)
 		}
-		br, ok := st.(backend.BatchReader)
+		br, ok := bs.(backend.BatchReader)
 		if !ok {
 			return
 		}

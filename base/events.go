@@ -84,7 +84,8 @@ const (
 	ReasonLeaseExpired
 	// ReasonTransferred: TransferTo was called (or the leader handed over
 	// to a participant of higher Priority): the node stepped down and
-	// reserved the vacancy for the successor.
+	// handed the election to the successor, or reserved the vacancy for
+	// it.
 	ReasonTransferred
 )
 

@@ -62,7 +62,12 @@ type Options struct {
 	// Default false: the node writes nothing but the election record.
 	Participate bool
 	// PresenceInterval is how often a participant refreshes its presence
-	// record. Default: Timing.ElectionTimeoutMin.
+	// record. Default: Timing.ElectionTimeoutMin. A leader hands the
+	// election over in one write (Resign) only to a successor that can
+	// still lead from a presence write the leader read: at most two
+	// intervals old, so one write needs PresenceInterval below half of
+	// LeaseDuration (a third leaves room for scheduling); a longer one
+	// costs the successor a claim of its own.
 	PresenceInterval time.Duration
 	// PresenceTTL is how long a presence record stays live without a
 	// refresh, judged by the store's own clock (the record's timestamp
@@ -332,7 +337,7 @@ func (f *Feed) Start(ctx context.Context) error {
 			err = fmt.Errorf("leaderfeed: Participate: the backend (%T) has no presence capability: %w", f.b, backend.ErrUnsupported)
 		} else {
 			pres = f.newPresence(pb)
-			err = pres.write(ctx, f.opts.PresenceInterval)
+			err = pres.write(ctx, f.opts.PresenceInterval, 0)
 		}
 	}
 	f.mu.Lock()
@@ -385,8 +390,9 @@ func (f *Feed) closeUnstarted() {
 }
 
 // Stop ends the Feed: if it leads, it cancels the leader context first
-// (EventUnelected with ReasonStopped), then writes the vacant record so
-// that another node is elected at once; then it stops the changefeed,
+// (EventUnelected with ReasonStopped), then hands the election over or
+// writes the vacant record as Resign does, so that another node leads at
+// once; then it stops the changefeed,
 // waits for the goroutines it started and closes the backend. ctx bounds
 // all of it: when ctx ends, Stop cancels what is left (the store calls end
 // at once, as the backend contract requires), closes the backend and
@@ -457,12 +463,21 @@ func (f *Feed) Stop(ctx context.Context) error {
 }
 
 // Resign gives up leadership: it cancels the leader context, then writes
-// the vacant record (bounded by ctx) so that another node is elected at
-// once. This node goes on as a follower and does not claim the vacancy it
-// made; it may win a later election. It returns ErrNotLeader if the node
-// does not lead, and the write's error if the vacant record could not be
-// written (the node has stepped down all the same; the others take over
-// after their election timeout).
+// one record (bounded by ctx) so that another node leads at once. When
+// this node participates and read the participants in this term within
+// two presence intervals, the record hands the election to the live
+// participant of the highest priority (then the lowest node id) that can
+// lead: it names it leader with a new term and the token of its presence
+// write (heartbeat.Record.Handover), and the successor leads from the
+// notification, without a write of its own (its lease runs from when it
+// sent that presence write, so PresenceInterval must be well under
+// LeaseDuration for it to still run; else the successor claims at once).
+// Otherwise the record is vacant, and the first follower to claim it
+// leads. This node goes on as a follower and claims neither at once; it
+// may win a later election. It returns ErrNotLeader if the node does not
+// lead, and the write's error if the record could not be written (the
+// node has stepped down all the same; the others take over after their
+// election timeout).
 func (f *Feed) Resign(ctx context.Context) error {
 	return f.request(ctx, request{kind: reqResign, ctx: ctx})
 }

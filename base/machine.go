@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -297,6 +298,7 @@ type machine struct {
 		ok     bool
 	}
 	claimTerm    uint64    // the term of this node's last claim; a record naming it with it is its own
+	claimToken   uint64    // the handover token of claimTerm when it was handed over (0: claimed)
 	claimedTerms [3]uint64 // the terms of this node's claims before claimTerm, newest first (0: none)
 	vacancyTerm  uint64    // a vacant record with this term was written by this node (0: none)
 	handedOver   bool      // Resign or Stop gave up the last term: its record is not claimed at once
@@ -415,16 +417,21 @@ type extending struct {
 	sentAt time.Time
 }
 
-// vacancyWrite is a vacancy to write after stepping down, for Resign or a
-// transfer (reply set) or Stop.
+// vacancyWrite is the write that ends a term after stepping down, for
+// Resign or a transfer (reply set) or Stop: a vacancy, or a handover in
+// one write (to).
 type vacancyWrite struct {
 	ctx       context.Context // nil: the engine's, each attempt bounded by timeout
 	timeout   time.Duration
 	reply     chan<- error
 	term      uint64
 	successor string // a transfer: the node the vacancy is reserved for
-	attempts  int
-	inFlight  bool
+	// to, when set, is the participant the election is handed to in one
+	// write: the record names it leader with a new term and the token of
+	// its presence (heartbeat.Record.Handover), instead of a vacancy.
+	to       backend.Presence
+	attempts int
+	inFlight bool
 }
 
 func newMachine(id, election string, t heartbeat.Timing, opts Options) *machine {
@@ -766,10 +773,52 @@ func (m *machine) onRead(r callResult) {
 	}
 }
 
-// own reports whether r is a record this node wrote in this process: it
-// names this node with the term of its last claim.
+// own reports whether r is a record of this node's last term in this
+// process: it names this node with the term of its last claim, and is its
+// own write (no handover token) or the handover it took (claimToken).
 func (m *machine) own(r heartbeat.Record) bool {
-	return r.Revision != 0 && m.claimTerm != 0 && r.Leader == m.id && r.Term == m.claimTerm
+	return r.Revision != 0 && m.claimTerm != 0 && r.Leader == m.id && r.Term == m.claimTerm && (r.Handover == 0 || r.Handover == m.claimToken)
+}
+
+// handedToMe reports whether r hands the election to this process in one
+// write (case 5 of the safety argument, see claimDue): it names this node,
+// with the token of one of its recent presence writes, and when that write
+// was sent.
+func (m *machine) handedToMe(r heartbeat.Record) (time.Time, bool) {
+	if m.pres == nil || r.Handover == 0 || r.Leader != m.id || r.Revision == 0 {
+		return time.Time{}, false
+	}
+	return m.pres.tokenSent(r.Handover)
+}
+
+// takeHandover leads on the known record if it hands the election to this
+// process and the lease it grants still runs (case 5): from the send of
+// the presence write whose token it carries, for the shorter of this
+// node's LeaseDuration and the record's Lease. It reports whether it did.
+// A follower whose lease on it is over claims it at once instead
+// (claimableAtOnce).
+func (m *machine) takeHandover() bool {
+	if m.role != roleFollower || m.writing || m.vacancy != nil || !m.seen || m.missing {
+		return false
+	}
+	sentAt, ok := m.handedToMe(m.rec)
+	if !ok {
+		return false
+	}
+	end := sentAt.Add(min(m.t.LeaseDuration, m.rec.Lease))
+	if !m.now.Before(end) {
+		return false
+	}
+	if m.claimTerm != 0 {
+		copy(m.claimedTerms[1:], m.claimedTerms[:])
+		m.claimedTerms[0] = m.claimTerm
+	}
+	m.claimTerm, m.claimToken = m.rec.Term, m.rec.Handover
+	m.claimSoon, m.handedOver = false, false
+	rec := m.rec
+	m.becomeLeader(rec, sentAt, end, m.now)
+	m.announce(rec, rec.Term, m.now)
+	return true
 }
 
 // current reports whether the reply to a call sent at sentAt (a read, a
@@ -827,12 +876,15 @@ func (m *machine) observe(r heartbeat.Record, authoritative bool) {
 	if m.vacancy != nil && m.own(r) {
 		m.myRev = max(m.myRev, r.Revision)
 	}
-	if m.role == roleCandidate && r.Leader == m.id && r.Term == m.claimTerm {
-		// The feed brought this node's claim before the claim's reply:
-		// announce it when the reply is in (onClaim), after EventElected
-		// if it won, so that no reader sees this node as the new leader
-		// before its own elected event.
+	if _, handed := m.handedToMe(r); m.role == roleCandidate && r.Leader == m.id && (r.Term == m.claimTerm || handed) {
+		// The feed brought this node's claim, or a handover to it, before
+		// the claim's reply: announce it when the reply is in (onClaim),
+		// after EventElected if it leads, so that no reader sees this node
+		// as the new leader before its own elected event.
 		m.armClaim(true)
+		return
+	}
+	if m.takeHandover() {
 		return
 	}
 	m.announce(r, r.Term, now)
@@ -880,9 +932,11 @@ func (m *machine) announce(rec heartbeat.Record, term uint64, at time.Time) {
 // (claim or renewal) that wrote R until s+LeaseDuration, on its own
 // monotonic clock, and only if the reply came back before that (the lease
 // context's Err checks the clock; every transition to leading checks it).
-// Any other node's successful compare-and-set must be on R or a later
-// revision, so it happens after R was committed, hence after s. A node
-// sends a claim on revision R only in these cases (claimDue):
+// A handover written by the previous leader (case 5) grants its lease from
+// an s that also precedes R's commit, for at most R.Lease. Any other
+// node's successful compare-and-set must be on R or a later revision, so
+// it happens after R was committed, hence after s. A node sends a claim on
+// revision R only in these cases (claimDue):
 //
 //  1. It first observed R at least W ago, and has seen no newer revision
 //     since, where W is the larger of its own ElectionTimeoutMin and
@@ -910,11 +964,30 @@ func (m *machine) announce(rec heartbeat.Record, term uint64, at time.Time) {
 //     dead, and a dead successor costs no more than a crashed leader.
 //  3. R was written by this node itself (a record naming it with the term
 //     of its last claim or of one of the few claims it sent before that,
-//     see ownClaim), and it does not lead on R: a claim or renewal whose
-//     reply came after its lease, or was lost, or a lease that ran out
-//     while a renewal was in flight. The only lease R can have granted is
-//     this node's own, which it does not hold; it claims with a new term.
+//     and no handover token, see ownClaim), and it does not lead on R: a
+//     claim or renewal whose reply came after its lease, or was lost, or a
+//     lease that ran out while a renewal was in flight. The only lease R
+//     can have granted is this node's own, which it does not hold; it
+//     claims with a new term. (R naming it with the term of a claim of its
+//     own but a handover token was written by another node: case 5 or
+//     case 1.)
 //  4. The store never had a record (Revision 0): nobody ever led.
+//  5. R hands the election to this process: the leader of R-1 wrote R
+//     naming this node with a new term, R.Lease its own LeaseDuration, and
+//     R.Handover the token of a presence write of this node that it read
+//     before (successor). Only this process drew that token (one of its
+//     last few, tokenSent), and it sent that write at p before it was
+//     committed, which is before the leader read it, before R was
+//     written. So p precedes R's commit like the send of a claim, and the
+//     node leads on R from p until p+min(LeaseDuration, R.Lease) if it
+//     observes R before then (takeHandover). Every other node observes R
+//     after its commit and treats it as a heartbeat (case 1: it waits W
+//     > R.Lease), and the writer stepped down before sending R, as for a
+//     vacancy. If this node observes R too late, or does not take it (it
+//     is stopping), no lease runs on R: the only one R grants is this
+//     process's; it claims R at once, with a new term. A token of another
+//     process (an earlier one with the same node id) grants it nothing:
+//     case 1.
 //
 // A claim on an older revision than the store's fails the compare-and-set.
 // The known revision only goes forward (observe): an older record replaces
@@ -932,10 +1005,10 @@ func (m *machine) claimDue(now time.Time) bool {
 	return m.claimableAtOnce() || !now.Before(m.observedAt.Add(m.claimWait()))
 }
 
-// claimableAtOnce: cases 2 to 4 of the safety argument (see claimDue): a
+// claimableAtOnce: cases 2 to 5 of the safety argument (see claimDue): a
 // vacancy made by another node (not reserved for a third one), a record
-// this node wrote and does not lead on, or an election whose record never
-// existed.
+// this node wrote or was handed and does not lead on, or an election whose
+// record never existed.
 func (m *machine) claimableAtOnce() bool {
 	if m.missing {
 		return !m.deleted
@@ -946,19 +1019,28 @@ func (m *machine) claimableAtOnce() bool {
 		}
 		return m.vacancyTerm == 0 || m.rec.Term != m.vacancyTerm
 	}
+	if _, ok := m.handedToMe(m.rec); ok && !m.own(m.rec) {
+		// Handed to this node, which never led on it (whether or not it
+		// gave up a term of its own before).
+		return true
+	}
 	return m.ownClaim(m.rec) && !m.handedOver
 }
 
 // ownClaim reports whether r is the write of one of this node's own recent
 // claims: its last (own) or one of the few before it, whose reply was lost
-// while a later claim was already sent. Only this node writes its id with a
-// term it chose, so the only lease r can have granted is this node's own
-// (case 3 of the safety argument, see claimDue).
+// while a later claim was already sent, or a handover to this process.
+// Only this node writes its id with a term it chose and no token, and only
+// this process drew its tokens, so the only lease r can have granted is
+// this node's own (cases 3 and 5 of the safety argument, see claimDue).
 func (m *machine) ownClaim(r heartbeat.Record) bool {
 	if m.own(r) {
 		return true
 	}
-	if r.Revision == 0 || r.Leader != m.id || r.Term == 0 {
+	if _, ok := m.handedToMe(r); ok {
+		return true
+	}
+	if r.Revision == 0 || r.Leader != m.id || r.Term == 0 || r.Handover != 0 {
 		return false
 	}
 	for _, t := range m.claimedTerms {
@@ -994,7 +1076,7 @@ func (m *machine) armClaim(fresh bool) {
 			d += m.t.HeartbeatInterval
 		}
 		at = m.now.Add(d)
-		if m.ownClaim(m.rec) {
+		if _, handed := m.handedToMe(m.rec); !handed && m.ownClaim(m.rec) {
 			at = m.now.Add(m.t.HeartbeatInterval) // after a failed attempt
 			if fresh || m.claimSoon {
 				// At once, but not sooner than a heartbeat after the
@@ -1017,6 +1099,14 @@ func (m *machine) armClaim(fresh bool) {
 		at = m.now
 	}
 	m.setTimer(timerClaim, at)
+}
+
+// randN draws from [0, n) with Options.Rand, or math/rand/v2's source.
+func (m *machine) randN(n int64) int64 {
+	if m.rand != nil {
+		return m.rand.Int64N(n)
+	}
+	return rand.Int64N(n)
 }
 
 func (m *machine) jitter(d time.Duration) time.Duration {
@@ -1049,7 +1139,7 @@ func (m *machine) onClaimTimer() {
 		copy(m.claimedTerms[1:], m.claimedTerms[:])
 		m.claimedTerms[0] = m.claimTerm
 	}
-	m.claimTerm = next.Term
+	m.claimTerm, m.claimToken = next.Term, 0
 	m.claimSentAt = m.now
 	m.maxTerm = next.Term
 	m.role, m.writing = roleCandidate, true
@@ -1058,6 +1148,9 @@ func (m *machine) onClaimTimer() {
 
 func (m *machine) onClaim(r callResult) {
 	m.handleClaim(r)
+	if m.takeHandover() {
+		return // handed over while the claim was in flight
+	}
 	// A record that observe held back while the claim was in flight (its
 	// own claim, seen on the feed first) is announced now; announce skips
 	// what was announced already.
@@ -1102,7 +1195,7 @@ func (m *machine) handleClaim(r callResult) {
 			// over (only after its lease, case 1); the view stays.
 			return
 		}
-		m.becomeLeader(r.res, r.sentAt, now)
+		m.becomeLeader(r.res, r.sentAt, r.sentAt.Add(m.t.LeaseDuration), now)
 	case errors.As(r.err, &conflict):
 		if !m.quiet {
 			m.do(logDebug{msg: "leaderfeed: claim lost", args: []any{"term", r.next.Term, "current_revision", conflict.Current.Revision}})
@@ -1116,15 +1209,16 @@ func (m *machine) handleClaim(r callResult) {
 
 // ---- leading ----
 
-// becomeLeader starts a term won by a claim sent at sentAt whose reply was
-// checked against the lease at now. EventElected is stamped now, the instant
-// the lease was known to run: a later clock reading could fall after the
-// lease's end, and the lease-expired EventUnelected (stamped at that end)
-// would then precede the term's start.
-func (m *machine) becomeLeader(res heartbeat.Record, sentAt, now time.Time) {
+// becomeLeader starts a term won by a claim sent at sentAt (or handed
+// over, case 5), whose lease ends at end, checked against the lease at
+// now. EventElected is stamped now, the instant the lease was known to
+// run: a later clock reading could fall after the lease's end, and the
+// lease-expired EventUnelected (stamped at that end) would then precede
+// the term's start.
+func (m *machine) becomeLeader(res heartbeat.Record, sentAt, end, now time.Time) {
 	m.role = roleLeader
 	m.term, m.myRev, m.lastErr = res.Term, res.Revision, nil
-	m.leaseEnd = sentAt.Add(m.t.LeaseDuration)
+	m.leaseEnd = end
 	m.leaderCtx = newLeaseContext(m.leaseEnd)
 	m.stopTimer(timerClaim)
 	m.do(m.arena().leases.add(armLease{ctx: m.leaderCtx, end: m.leaseEnd}))
@@ -1134,6 +1228,11 @@ func (m *machine) becomeLeader(res heartbeat.Record, sentAt, now time.Time) {
 	m.emit(Event{Type: EventElected, At: now, Term: m.term, Record: res.Clone(), LeaderCtx: m.leaderCtx})
 	m.observe(res, m.current(sentAt))
 	m.do(m.arena().timers.add(setTimer{t: timerRenew, at: sentAt.Add(m.t.HeartbeatInterval), align: true}))
+	if m.pres != nil {
+		// Read the participants at once, not a presence interval into the
+		// term: a term that ends early hands over in one write too.
+		m.setTimer(timerPresence, now)
+	}
 }
 
 // startRenew sends the leader's heartbeat: a compare-and-set on its own
@@ -1312,7 +1411,12 @@ func (m *machine) startVacancy() {
 	if v.timeout > 0 {
 		deadline = m.now.Add(v.timeout)
 	}
-	m.call(callVacancy, heartbeat.Record{Revision: m.myRev, Leader: m.id, Term: v.term}, heartbeat.Record{Election: m.election, Term: v.term, Successor: v.successor}, deadline, v.ctx)
+	next := heartbeat.Record{Election: m.election, Term: v.term, Successor: v.successor}
+	if v.to.Node != "" {
+		next = heartbeat.Record{Election: m.election, Leader: v.to.Node, Term: v.term + 1, Value: v.to.Value, Lease: m.t.LeaseDuration, Handover: v.to.Token}
+		m.maxTerm = max(m.maxTerm, next.Term)
+	}
+	m.call(callVacancy, heartbeat.Record{Revision: m.myRev, Leader: m.id, Term: v.term}, next, deadline, v.ctx)
 }
 
 func (m *machine) endVacancy(err error) {
@@ -1374,9 +1478,10 @@ func (m *machine) onRequest(r request) {
 			m.do(reply{to: r.reply, err: ErrNotLeader})
 			return
 		}
+		to, _ := m.successor("")
 		m.stepDown(ReasonResigned, nil)
 		m.handedOver = true
-		m.vacancy = &vacancyWrite{ctx: r.ctx, reply: r.reply, term: m.term}
+		m.vacancy = &vacancyWrite{ctx: r.ctx, reply: r.reply, term: m.term, to: to}
 		m.vacancyTerm = m.term
 		m.startVacancy()
 	case reqTransfer:
@@ -1403,10 +1508,12 @@ func (m *machine) onRequest(r request) {
 	}
 }
 
-// transfer steps down (EventUnelected before anything else), then writes
-// the vacancy v reserved for target: only the target may claim it at once
-// (see claimableAtOnce). The node leads.
+// transfer steps down (EventUnelected before anything else), then hands
+// the election to target in one write if it read a token of target, else
+// writes the vacancy v reserved for target: only the target may claim it
+// at once (see claimableAtOnce). The node leads.
 func (m *machine) transfer(target string, v *vacancyWrite) {
+	v.to, _ = m.successor(target)
 	m.stepDown(ReasonTransferred, nil)
 	m.handedOver = true
 	v.term, v.successor = m.term, target
@@ -1423,6 +1530,7 @@ func (m *machine) onStop(ctx context.Context) {
 	}
 	m.stopCtx = ctx
 	wasLeader := m.role == roleLeader
+	to, _ := m.successor("")
 	m.stepDown(ReasonStopped, nil)
 	m.role = roleStopping
 	m.stopTimer(timerClaim)
@@ -1434,7 +1542,7 @@ func (m *machine) onStop(ctx context.Context) {
 	}
 	if wasLeader {
 		m.handedOver = true
-		m.vacancy = &vacancyWrite{ctx: m.stopCtx, term: m.term}
+		m.vacancy = &vacancyWrite{ctx: m.stopCtx, term: m.term, to: to}
 		m.vacancyTerm = m.term
 		m.startVacancy()
 	}

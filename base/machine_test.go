@@ -953,8 +953,11 @@ func TestMachinePriorityCheckTransfers(t *testing.T) {
 		PresenceTTL: 150 * time.Millisecond, PriorityHysteresis: 100 * time.Millisecond})
 	expect(t, m.step(at(50*time.Millisecond), timerInput{timerPresence}),
 		&setTimer{t: timerPresence, at: at(100 * time.Millisecond)},
-		presenceCall{term: 1, check: true},
+		presenceCall{term: 1, check: true, token: m.pres.sent[0].token},
 	)
+	if tok := m.pres.sent[0].token; tok == 0 || tok > heartbeat.MaxToken {
+		t.Fatalf("presence token %d, want one in [1, MaxToken]", tok)
+	}
 	expect(t, m.step(at(55*time.Millisecond), timerInput{timerPresence}),
 		&setTimer{t: timerPresence, at: at(105 * time.Millisecond)}) // one call at a time
 

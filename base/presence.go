@@ -115,11 +115,13 @@ func livePresences(ps []backend.Presence, now time.Time, ttl time.Duration) []ba
 
 // TransferTo hands leadership to the node nodeID, in milliseconds: this
 // node steps down first (its leader context is cancelled with cause
-// ErrTransferred, EventUnelected with ReasonTransferred), then writes the
-// vacant record reserved for nodeID (heartbeat.Record.Successor) with the
-// ordinary compare-and-set. The target claims it at once; any other node
-// claims it only after its election timeout, so a target that died since
-// costs no more than a crashed leader.
+// ErrTransferred, EventUnelected with ReasonTransferred), then writes,
+// with the ordinary compare-and-set, the record that hands the election
+// to nodeID (see Resign) when it read a presence token of nodeID in this
+// term, else the vacant record reserved for nodeID
+// (heartbeat.Record.Successor), which the target claims at once. Any other
+// node claims either only after its election timeout, so a target that
+// died since costs no more than a crashed leader.
 //
 // The target must be a live participant that can lead (Participants).
 // Bad input leaves the leader leading and fails with an error matching:
@@ -186,11 +188,13 @@ func (f *Feed) newPresence(pb backend.PresenceElection) *presence {
 	return &presence{pb: pb, p: backend.Presence{Node: f.id, Value: f.opts.Value, Priority: f.opts.Priority, CanLead: !f.opts.ObserveOnly}}
 }
 
-// write writes the presence record once, bounded by timeout.
-func (p *presence) write(ctx context.Context, timeout time.Duration) error {
+// write writes the presence record once with token, bounded by timeout.
+func (p *presence) write(ctx context.Context, timeout time.Duration, token uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return p.pb.Present(ctx, p.p)
+	rec := p.p
+	rec.Token = token
+	return p.pb.Present(ctx, rec)
 }
 
 // ---- the machine's side ----
@@ -202,12 +206,13 @@ func (p *presence) write(ctx context.Context, timeout time.Duration) error {
 // as a presenceResult, on which the machine runs the Priority check. Stop
 // deletes the presence record (leavePresence).
 
-// presenceCall refreshes the node's presence record off the engine's
-// goroutine and, if check, reads the participants; the result comes back as
-// a presenceResult carrying term and check.
+// presenceCall refreshes the node's presence record with token off the
+// engine's goroutine and, if check, reads the participants; the result
+// comes back as a presenceResult carrying term and check.
 type presenceCall struct {
 	term  uint64
 	check bool
+	token uint64
 }
 
 // leavePresence deletes the node's presence record, bounded by ctx and a
@@ -242,6 +247,29 @@ type priorityCheck struct {
 	// term (0: not leading).
 	term  uint64
 	since map[string]time.Time
+
+	// The tokens of this node's last presence writes and when each was
+	// sent (a handover names one: case 5 of the safety argument), newest
+	// at sent[next-1].
+	sent [presenceTokens]sentToken
+	next int
+
+	// The participants the leader read last, the store's time of the
+	// read, and when its result came in (zero: none in this term).
+	read     []backend.Presence
+	readNow  time.Time
+	readTerm uint64
+	readAt   time.Time
+}
+
+// presenceTokens is how many presence writes a node remembers the token
+// of. A leader hands over with a token at most two presence intervals old
+// (successor), which is at most the third-newest of the successor's.
+const presenceTokens = 8
+
+type sentToken struct {
+	token  uint64
+	sentAt time.Time
 }
 
 func newPriorityCheck(opts Options) *priorityCheck {
@@ -262,7 +290,41 @@ func (m *machine) onPresenceTimer() {
 		return
 	}
 	p.busy = true
-	m.do(presenceCall{term: m.term, check: m.role == roleLeader})
+	token := uint64(1 + m.randN(heartbeat.MaxToken))
+	p.sent[p.next] = sentToken{token: token, sentAt: m.now}
+	p.next = (p.next + 1) % presenceTokens
+	m.do(presenceCall{term: m.term, check: m.role == roleLeader, token: token})
+}
+
+// tokenSent returns when this node sent the presence write of token, if it
+// is one of the last presenceTokens it drew.
+func (p *priorityCheck) tokenSent(token uint64) (time.Time, bool) {
+	for _, s := range p.sent {
+		if s.token == token && token != 0 {
+			return s.sentAt, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// successor returns the participant a leader hands over to in one write
+// (heartbeat.Record.Handover): the live participant of the highest
+// priority (then the lowest node id) that can lead and wrote a token, as
+// the leader read them in this term at most two presence intervals ago.
+// The token must be that recent for the successor to still remember it
+// (presenceTokens) and, on a PresenceInterval well under the lease, to
+// still lead on it when the handover reaches it. false: none.
+func (m *machine) successor(node string) (backend.Presence, bool) {
+	p := m.pres
+	if p == nil || p.readTerm != m.term || m.now.Sub(p.readAt) > 2*p.interval {
+		return backend.Presence{}, false
+	}
+	for _, c := range livePresences(p.read, p.readNow, p.ttl) {
+		if c.Node != m.id && c.CanLead && c.Token != 0 && (node == "" || c.Node == node) {
+			return c, true
+		}
+	}
+	return backend.Presence{}, false
 }
 
 // onPresence is the leader's Priority check: it transfers to the live
@@ -293,6 +355,7 @@ func (m *machine) onPresence(r presenceResult) {
 		clear(p.since) // present continuously means seen at every check
 		return
 	}
+	p.read, p.readNow, p.readTerm, p.readAt = r.ps, r.storeNow, m.term, m.now
 	seen := make(map[string]bool)
 	var best *backend.Presence
 	for _, c := range livePresences(r.ps, r.storeNow, p.ttl) {
@@ -330,7 +393,7 @@ func (l *loop) presenceCall(eff effect) {
 	go func() {
 		defer l.f.goroutineEnds()
 		r := presenceResult{term: c.term, check: c.check}
-		r.writeErr = l.pres.write(l.ctx, l.f.opts.PresenceInterval)
+		r.writeErr = l.pres.write(l.ctx, l.f.opts.PresenceInterval, c.token)
 		if c.check {
 			ctx, cancel := context.WithTimeout(l.ctx, l.f.opts.PresenceInterval)
 			r.ps, r.storeNow, r.readErr = l.pres.pb.Participants(ctx)

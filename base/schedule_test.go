@@ -209,6 +209,7 @@ type leaderCtx struct {
 	key  string
 	term uint64
 	ctx  context.Context
+	rec  heartbeat.Record // EventElected's
 }
 
 func newWorld(seed uint64) *world {
@@ -340,7 +341,7 @@ func (w *world) committed(r heartbeat.Record, how string) {
 	w.history[r.Revision] = r.Clone()
 	w.lastRev = max(w.lastRev, r.Revision)
 	w.mu.Unlock()
-	w.tracef("store", "%s rev=%d leader=%q term=%d", how, r.Revision, r.Leader, r.Term)
+	w.tracef("store", "%s rev=%d leader=%q term=%d handover=%d", how, r.Revision, r.Leader, r.Term, r.Handover)
 }
 
 // staleRecord returns a record the store held some revisions ago
@@ -475,9 +476,10 @@ type incarnation struct {
 	sides  map[string]*base.Feed // multi: the Feeds of the side elections
 	slow   chan []base.Event     // the leadership events of a slow reader of Events, once it ended
 
-	mu     sync.Mutex
-	writes []writeRec
-	events []base.Event // leadership events, as the judges' reader took them
+	mu       sync.Mutex
+	writes   []writeRec
+	presents map[uint64]time.Time // presence token -> when its write was sent
+	events   []base.Event         // leadership events, as the judges' reader took them
 }
 
 // writeRec is one Heartbeat call of an incarnation, as its wrapper saw it.
@@ -489,12 +491,21 @@ type writeRec struct {
 
 // leaseBound is the end of the lease of term by the engine's rule judged
 // from outside: the latest send time + LeaseDuration of a write of term
-// whose successful reply came back before that end.
-func (inc *incarnation) leaseBound(term uint64) time.Time {
+// whose successful reply came back before that end, or, when the term
+// began with a record handed to this node (elected: EventElected's record
+// names it with term and the token of one of its presence writes), the
+// send time of that presence write + the shorter of LeaseDuration and the
+// record's Lease.
+func (inc *incarnation) leaseBound(term uint64, elected heartbeat.Record) time.Time {
 	inc.mu.Lock()
 	defer inc.mu.Unlock()
 	var end time.Time
 	lease := inc.timing.LeaseDuration
+	if r := elected; r.Leader == inc.n.id && r.Term == term && r.Handover != 0 {
+		if sent, ok := inc.presents[r.Handover]; ok {
+			end = sent.Add(min(lease, r.Lease))
+		}
+	}
 	for _, wr := range inc.writes {
 		if wr.ok && wr.next.Leader == inc.n.id && wr.next.Term == term {
 			if e := wr.sent.Add(lease); wr.replied.Before(e) && e.After(end) {
@@ -622,6 +633,12 @@ func (c *chaos) Get(ctx context.Context) (heartbeat.Record, error) {
 // Present, Absent and Participants: the presence capability of the
 // memory backend, behind the node's partition.
 func (c *chaos) Present(ctx context.Context, p backend.Presence) error {
+	c.inc.mu.Lock()
+	if c.inc.presents == nil {
+		c.inc.presents = make(map[uint64]time.Time)
+	}
+	c.inc.presents[p.Token] = time.Now()
+	c.inc.mu.Unlock()
 	f, healed := c.n.faults()
 	if err := c.gate(ctx, f, healed); err != nil {
 		return err
@@ -924,7 +941,7 @@ func (w *world) onEvent(inc *incarnation, e base.Event) {
 		return
 	case base.EventElected:
 		w.mu.Lock()
-		w.ctxs = append(w.ctxs, leaderCtx{key: inc.key, term: e.Term, ctx: e.LeaderCtx})
+		w.ctxs = append(w.ctxs, leaderCtx{key: inc.key, term: e.Term, ctx: e.LeaderCtx, rec: e.Record})
 		w.mu.Unlock()
 	}
 	if leadership(e) {
@@ -1270,7 +1287,7 @@ func (w *world) checkNow() {
 			w.failf("%s: leader context of term %d live after a later incarnation started", c.key, c.term)
 			continue
 		}
-		if end := inc.leaseBound(c.term); !now.Before(end) {
+		if end := inc.leaseBound(c.term, c.rec); !now.Before(end) {
 			w.failf("%s: leader context of term %d live at %v, past its lease by the engine's rule (%v)", c.key, c.term, now.Sub(w.start), end.Sub(w.start))
 		}
 	}

@@ -71,13 +71,13 @@ type cluster struct {
 // through a silentProxy of its own (the cut needs one); without, directly,
 // as the floor's connections do: a proxy adds a hop through this process
 // to every statement and notification of a handover.
-func newCluster(ctx context.Context, cfg config, kind, scenario string, elections int, proxied bool) (*cluster, error) {
+func newCluster(ctx context.Context, cfg config, kind, scenario string, elections int, proxied bool, extra ...string) (*cluster, error) {
 	u, err := url.Parse(cfg.pgURL)
 	if err != nil {
 		return nil, fmt.Errorf("-postgres: %w", err)
 	}
 	c := &cluster{kind: kind, election: electionName(scenario + "-" + shortKind(kind)), elections: elections, cfg: cfg, pgURL: u,
-		events: make(chan nodeEvent, 65536), open: map[string]*belief{}}
+		events: make(chan nodeEvent, 65536), open: map[string]*belief{}, extra: extra}
 	for slot := range 3 {
 		if proxied {
 			px, err := newSilentProxy(u.Host, cfg.serverKeepalive)

@@ -182,7 +182,11 @@ func logCut(r *cmpResult) {
 // in which the leadership changed before the resign, or no other node led
 // within -slack bounds, is counted and retried.
 func cmpHandover(ctx context.Context, cfg config, r *cmpResult) error {
-	c, err := newCluster(ctx, cfg, r.kind, "cmphand", 1, false)
+	var extra []string
+	if r.kind == kindLeaderfeed && cfg.presence > 0 {
+		extra = []string{"-presence", cfg.presence.String()}
+	}
+	c, err := newCluster(ctx, cfg, r.kind, "cmphand", 1, false, extra...)
 	if err != nil {
 		return err
 	}
@@ -218,12 +222,18 @@ func cmpHandover(ctx context.Context, cfg config, r *cmpResult) error {
 			return err
 		}
 		deadline := monotonic() + int64(wait)
-		var t0 int64
-		ev, err := c.next(ctx, deadline, func(ev nodeEvent) bool {
-			if ev.kind == 'S' && ev.p == leader {
+		// The events of different processes come through pipes of their
+		// own, so the next leader's may come in before the resigning
+		// leader's: the sample needs both, in either order.
+		var t0, t1 int64
+		_, err = c.next(ctx, deadline, func(ev nodeEvent) bool {
+			switch {
+			case ev.kind == 'S' && ev.p == leader && t0 == 0:
 				t0 = ev.mono
+			case ev.kind == 'E' && ev.p != leader && t1 == 0:
+				t1 = ev.mono
 			}
-			return ev.kind == 'E' && ev.p != leader && t0 != 0
+			return t0 != 0 && t1 != 0
 		})
 		switch {
 		case ctx.Err() != nil:
@@ -231,7 +241,7 @@ func cmpHandover(ctx context.Context, cfg config, r *cmpResult) error {
 		case err != nil:
 			r.handover.lose(fmt.Sprintf("no other node led within %v of the resign", wait))
 		default:
-			r.handover.samples = append(r.handover.samples, time.Duration(ev.mono-t0))
+			r.handover.samples = append(r.handover.samples, time.Duration(t1-t0))
 		}
 	}
 	return nil
@@ -512,10 +522,17 @@ func measureCost(ctx context.Context, cfg config, pool *pgxpool.Pool, kind strin
 
 // floorResult is the bare-pgx handover: the vacancy write (with its
 // NOTIFY, one statement), the notification reaching one listener, and the
-// listener's claim write.
+// listener's claim write; crowded is the same with floorCrowd more
+// connections listening, as many as the other nodes of the handover
+// scenario have (PostgreSQL wakes every listening backend of the database
+// on a commit that notifies).
 type floorResult struct {
-	total, vacancy, notified series
+	total, vacancy, notified, crowded series
 }
+
+// floorCrowd is how many LISTEN connections the one-process handover has
+// besides the next leader's: the other two candidates' and the observer's.
+const floorCrowd = 3
 
 func measureFloor(ctx context.Context, cfg config, pool *pgxpool.Pool) (floorResult, error) {
 	res := floorResult{total: series{scenario: "floor", system: "bare pgx"}}
@@ -544,7 +561,14 @@ func measureFloor(ctx context.Context, cfg config, pool *pgxpool.Pool) (floorRes
 	const vacate = `WITH u AS (UPDATE bench_floor SET leader = '', rev = rev + 1 WHERE name = $1 RETURNING rev)
 		SELECT pg_notify($2, rev::text) FROM u`
 	const claim = `UPDATE bench_floor SET leader = 'b', rev = rev + 1 WHERE name = $1 AND rev = $2 RETURNING rev`
-	for range cfg.samples {
+	for i := range 2 * cfg.samples {
+		if i == cfg.samples {
+			stop, err := crowd(ctx, pool, channel)
+			if err != nil {
+				return res, err
+			}
+			defer stop()
+		}
 		if err := sleep(ctx, 10*time.Millisecond+rand.N(10*time.Millisecond)); err != nil {
 			return res, err
 		}
@@ -568,9 +592,42 @@ func measureFloor(ctx context.Context, cfg config, pool *pgxpool.Pool) (floorRes
 			return res, fmt.Errorf("floor: claim: %w", err)
 		}
 		t3 := time.Now()
+		if i >= cfg.samples {
+			res.crowded.samples = append(res.crowded.samples, t3.Sub(t0))
+			continue
+		}
 		res.total.samples = append(res.total.samples, t3.Sub(t0))
 		res.vacancy.samples = append(res.vacancy.samples, t1.Sub(t0))
 		res.notified.samples = append(res.notified.samples, t2.Sub(t0))
 	}
 	return res, nil
+}
+
+// crowd opens floorCrowd connections of their own that LISTEN on channel
+// and read its notifications until stop.
+func crowd(ctx context.Context, pool *pgxpool.Pool, channel string) (stop func(), err error) {
+	cctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	stop = func() { cancel(); wg.Wait() }
+	for range floorCrowd {
+		c, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+			_ = c.Close(context.Background())
+			stop()
+			return nil, err
+		}
+		wg.Go(func() {
+			defer c.Close(context.Background())
+			for cctx.Err() == nil {
+				if _, err := c.WaitForNotification(cctx); err != nil && cctx.Err() == nil {
+					return
+				}
+			}
+		})
+	}
+	return stop, nil
 }

@@ -165,7 +165,7 @@ func (r *report) compareMarkdown() string {
 		p("Failed: %v.\n\n", c.floorErr)
 	} else {
 		f := c.floor
-		p("The same two writes and one notification a leaderfeed handover needs, with nothing else: connection A writes the vacancy and notifies in one statement (`WITH u AS (UPDATE ...) SELECT pg_notify(...) FROM u`), connection B (LISTENing) receives the notification and writes its claim (`UPDATE ... WHERE rev = $n`); from before A's statement until B has read its claim's reply. %d samples.\n\n", len(f.total.samples))
+		p("The two writes and one notification of a handover through a vacancy (what leaderfeed does without participants, -no-presence; with them it writes once), with nothing else: connection A writes the vacancy and notifies in one statement (`WITH u AS (UPDATE ...) SELECT pg_notify(...) FROM u`), connection B (LISTENing) receives the notification and writes its claim (`UPDATE ... WHERE rev = $n`); from before A's statement until B has read its claim's reply. %d samples.\n\n", len(f.total.samples))
 		p("| what | p50 | p99 | max | p50 ÷ floor |\n| --- | ---: | ---: | ---: | ---: |\n")
 		fs := summarize(f.total.samples)
 		line := func(name string, s []time.Duration) {
@@ -179,11 +179,15 @@ func (r *report) compareMarkdown() string {
 		line("floor: vacancy write, notification, claim", f.total.samples)
 		line("… of which the vacancy write (A's reply)", f.vacancy.samples)
 		line("… until B has the notification", f.notified.samples)
+		line(fmt.Sprintf("floor with %d more connections listening (the one-process handover's other nodes)", floorCrowd), f.crowded.samples)
 		lfIn, _ := r.find("handover", "leaderfeed/postgres")
 		et, _ := r.find("handover", "etcd")
 		line("leaderfeed handover, one process (Resign → EventElected read)", lfIn.samples)
 		line("leaderfeed handover, node processes (table above)", lf.handover.samples)
 		line("etcd handover (Resign → Campaign returns)", et.samples)
+		if len(lfIn.samples) > 0 && len(f.crowded.samples) > 0 {
+			p("\nPostgreSQL wakes every backend that listens in the database on a commit that notifies, and each sends the notification on to its client: the one-process handover's four listening connections against the floor's one. Its p50 ÷ the crowded floor's: %s.\n", ratio(summarize(lfIn.samples).p50, summarize(f.crowded.samples).p50))
+		}
 		if len(lfIn.samples) > 0 && len(et.samples) > 0 {
 			ls, es := summarize(lfIn.samples), summarize(et.samples)
 			p("\nTarget of issue 18, leaderfeed's handover p50 ≤ 0.75× etcd's: %s (%s ms vs %s ms, %s).\n", verdict(float64(ls.p50) <= 0.75*float64(es.p50)), ms(ls.p50), ms(es.p50), ratio(ls.p50, es.p50))

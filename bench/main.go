@@ -57,6 +57,8 @@ type config struct {
 	strict       bool
 	diagJitter   time.Duration // 0: no diagnostic handover
 	settle       time.Duration
+	presence     time.Duration // the handover candidates' PresenceInterval; 0: they do not participate
+	noPresence   bool
 	slack        float64          // waits allow slack × what the timing promises
 	timing       heartbeat.Timing // leaderfeed's, derived from ttl
 
@@ -137,6 +139,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.manyElections, "many-elections", 1000, "many: elections")
 	fs.DurationVar(&c.manyWindow, "many-window", 10*time.Second, "many: steady-state window of each phase")
 	fs.IntVar(&c.manyTTL, "many-ttl", 4, "many: the dead-leader bound in seconds of the many elections (etcd's session TTL, leaderfeed's ElectionTimeoutMax; 4: leaderfeed's default timing, heartbeat 1 s)")
+	fs.BoolVar(&c.noPresence, "no-presence", false, "the handover candidates do not participate: Resign writes a vacancy they race to claim (two writes), instead of handing over in one write")
 	fs.IntVar(&c.manySamples, "many-samples", 20, "many: handover and crash samples of one election, alone and beside the many")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -179,6 +182,12 @@ func parseFlags(args []string) (config, error) {
 	// : timeout max = 1 : 2 : 4 (1 s, 2 s, 4 s by default).
 	bound := time.Duration(c.ttl) * time.Second
 	c.timing = heartbeat.Timing{HeartbeatInterval: bound / 4, ElectionTimeoutMin: bound / 2, ElectionTimeoutMax: bound}.WithDefaults()
+	if !c.noPresence {
+		// A handover goes in one write when the successor's presence
+		// write the leader read is younger than the lease: at most two
+		// presence intervals (its write, then the leader's read).
+		c.presence = c.timing.LeaseDuration / 3
+	}
 	return c, c.timing.Validate()
 }
 

@@ -107,6 +107,7 @@ type nodeFlags struct {
 	advRetry  time.Duration
 	noBatch   bool
 	debug     bool
+	presence  time.Duration
 }
 
 func nodeMain(args []string) error {
@@ -121,6 +122,7 @@ func nodeMain(args []string) error {
 	fs.DurationVar(&nf.emin, "emin", 500*time.Millisecond, "leaderfeed: ElectionTimeoutMin")
 	fs.DurationVar(&nf.lease, "lease", 0, "leaderfeed: LeaseDuration (default: derived, heartbeat + (emin - heartbeat) / 2)")
 	fs.DurationVar(&nf.advRetry, "adv-retry", time.Second, "advisory lock: retry (and session check) period")
+	fs.DurationVar(&nf.presence, "presence", 0, "leaderfeed: participate, with this PresenceInterval (0: do not), so that a Resign hands over in one write")
 	fs.BoolVar(&nf.debug, "debug", false, "leaderfeed: report failed and slow renewals and failed claims on stderr")
 	fs.BoolVar(&nf.noBatch, "nobatch", false, "leaderfeed with -elections > 1: one write statement per election (ElectionsOptions.NoBatch) instead of batches")
 	if err := fs.Parse(args); err != nil {
@@ -249,7 +251,7 @@ func startLFNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, co
 		} else {
 			var b backend.Election
 			if b, err = postgres.New(pool, name, pgOptions); err == nil {
-				f, err = base.New(b, nf.id, base.Options{Timing: tm})
+				f, err = base.New(b, nf.id, base.Options{Timing: tm, Participate: nf.presence > 0, PresenceInterval: nf.presence})
 			}
 		}
 		if err != nil {

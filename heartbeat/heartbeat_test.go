@@ -2,6 +2,7 @@ package heartbeat_test
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -113,6 +114,12 @@ func TestRecordValidate(t *testing.T) {
 		{"successor on a led record", heartbeat.Record{Election: "e", Leader: "n", Successor: "m"}, "only a vacant record is reserved"},
 		{"successor with a control character", heartbeat.Record{Election: "e", Successor: "a\nb"}, "successor id"},
 		{"successor too long", heartbeat.Record{Election: "e", Successor: strings.Repeat("x", heartbeat.MaxNameLen+1)}, "successor id is 128 bytes long"},
+		{"handover on a led record", heartbeat.Record{Election: "e", Leader: "n", Term: 2, Lease: time.Second, Handover: 7}, ""},
+		{"handover of MaxToken", heartbeat.Record{Election: "e", Leader: "n", Handover: heartbeat.MaxToken}, ""},
+		{"handover over MaxToken", heartbeat.Record{Election: "e", Leader: "n", Handover: heartbeat.MaxToken + 1}, "handover token 9007199254740992 of election \"e\" exceeds MaxToken"},
+		{"handover of the largest uint64", heartbeat.Record{Election: "e", Leader: "n", Handover: math.MaxUint64}, "exceeds MaxToken"},
+		{"handover on a vacant record", heartbeat.Record{Election: "e", Handover: 7}, "vacant record of election \"e\" carries a handover token"},
+		{"handover on a reserved vacancy", heartbeat.Record{Election: "e", Successor: "n", Handover: 7}, "carries a handover token"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -146,6 +153,13 @@ func TestRecordCloneAndEqual(t *testing.T) {
 	}
 	if got := r.String(); got != "e: leader=n term=2 rev=5" {
 		t.Fatalf("String() = %q", got)
+	}
+	c.Handover = 7
+	if r.Equal(c) {
+		t.Fatal("Equal ignores Handover")
+	}
+	if got := c.String(); !strings.Contains(got, "handover=7") {
+		t.Fatalf("String() of a handover = %q", got)
 	}
 	if got := (heartbeat.Record{Election: "e"}).String(); !strings.Contains(got, "<vacant>") {
 		t.Fatalf("String() of a vacant record = %q", got)

@@ -22,6 +22,9 @@ const (
 	// for small data such as the leader's address; it travels in every
 	// heartbeat notification.
 	MaxValueLen = 2048
+	// MaxToken is the largest presence token (Record.Handover): every
+	// store holds the integers up to it exactly, a double's included.
+	MaxToken = 1<<53 - 1
 	// MaxLease is the longest Lease a record may carry (and the longest
 	// LeaseDuration Timing.Validate accepts): a record claiming a longer
 	// lease is malformed, so a corrupt record cannot hold an election for
@@ -84,6 +87,13 @@ type Record struct {
 	// successor that is dead costs no more than a crash. "" on every other
 	// record, and in records written before the field existed.
 	Successor string
+	// Handover is set only on a record that a leader wrote to hand the
+	// election to Leader in one write: the token (at most MaxToken) of
+	// Leader's presence record that the writer read before it wrote this
+	// record. Leader counts its lease on this record from when it sent
+	// that presence write, which it alone knows. 0 on every other record,
+	// and in records written before the field existed.
+	Handover uint64
 }
 
 // Vacant reports whether the record names no leader.
@@ -106,7 +116,7 @@ func (r Record) Clone() Record {
 func (r Record) Equal(o Record) bool {
 	return r.Election == o.Election && r.Leader == o.Leader && r.Term == o.Term &&
 		r.Revision == o.Revision && r.Timestamp.Equal(o.Timestamp) && bytes.Equal(r.Value, o.Value) &&
-		r.Lease == o.Lease && r.Successor == o.Successor
+		r.Lease == o.Lease && r.Successor == o.Successor && r.Handover == o.Handover
 }
 
 // SameWrite reports whether r and o are the same write of the record: the
@@ -128,6 +138,9 @@ func (r Record) String() string {
 	if r.Successor != "" {
 		return fmt.Sprintf("%s: leader=%s successor=%s term=%d rev=%d", r.Election, leader, r.Successor, r.Term, r.Revision)
 	}
+	if r.Handover != 0 {
+		return fmt.Sprintf("%s: leader=%s term=%d rev=%d lease=%v handover=%d", r.Election, leader, r.Term, r.Revision, r.Lease, r.Handover)
+	}
 	if r.Lease > 0 {
 		return fmt.Sprintf("%s: leader=%s term=%d rev=%d lease=%v", r.Election, leader, r.Term, r.Revision, r.Lease)
 	}
@@ -136,7 +149,8 @@ func (r Record) String() string {
 
 // Validate checks the fields a writer controls: the election name, the
 // leader id (empty or a valid node id), the successor (empty, or a valid
-// node id on a vacant record) and the size of Value. A record
+// node id on a vacant record), the handover token (0, or at most MaxToken
+// on a led record) and the size of Value. A record
 // read from a store that fails Validate is malformed and must be ignored.
 func (r Record) Validate() error {
 	if err := ValidateName("election name", r.Election); err != nil {
@@ -156,6 +170,12 @@ func (r Record) Validate() error {
 		if err := ValidateName("successor id", r.Successor); err != nil {
 			return err
 		}
+	}
+	switch {
+	case r.Handover > MaxToken:
+		return fmt.Errorf("%w: handover token %d of election %q exceeds MaxToken (%d)", ErrInvalidRecord, r.Handover, r.Election, uint64(MaxToken))
+	case r.Handover != 0 && r.Leader == "":
+		return fmt.Errorf("%w: vacant record of election %q carries a handover token", ErrInvalidRecord, r.Election)
 	}
 	if len(r.Value) > MaxValueLen {
 		return fmt.Errorf("%w: value of %d bytes exceeds MaxValueLen (%d)", ErrInvalidRecord, len(r.Value), MaxValueLen)

@@ -78,12 +78,15 @@ type Stored struct {
 	// Successor is nil when the record has none: it was written before
 	// the field existed.
 	Successor *string
+	// Handover is nil when the record has none: it was written before the
+	// field existed.
+	Handover *int64
 }
 
 // Decode makes the Record of a stored election record, or returns an error
 // matching ErrInvalidRecord when it breaks the rules: a negative term, a
-// revision below 1, a lease outside [0, MaxLeaseMicros], or a record that
-// fails Validate. A backend reports that error as a malformed record.
+// revision below 1, a lease outside [0, MaxLeaseMicros], a handover token
+// outside [0, MaxToken], or a record that fails Validate. A backend reports that error as a malformed record.
 //
 // It fixes up what older versions leave behind, so that their records
 // still decode: a missing lease or successor reads as none; a vacant
@@ -91,7 +94,8 @@ type Stored struct {
 // leader's lease in place, and refusing it would leave the election stuck
 // on a record no compare-and-set overwrites); a led record's successor is
 // dropped (an older writer's claim of a reserved vacancy leaves the
-// successor in place).
+// successor in place); a vacant record's handover token is dropped (an
+// older writer's vacancy leaves it in place).
 func Decode(s Stored) (Record, error) {
 	switch {
 	case s.Term < 0:
@@ -120,6 +124,14 @@ func Decode(s Stored) (Record, error) {
 	}
 	if s.Successor != nil && r.Leader == "" {
 		r.Successor = *s.Successor
+	}
+	if s.Handover != nil {
+		if *s.Handover < 0 || *s.Handover > MaxToken {
+			return Record{}, fmt.Errorf("%w: handover token %d is outside [0, %d]", ErrInvalidRecord, *s.Handover, int64(MaxToken))
+		}
+		if r.Leader != "" {
+			r.Handover = uint64(*s.Handover)
+		}
 	}
 	if err := r.Validate(); err != nil {
 		return Record{}, err

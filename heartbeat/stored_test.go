@@ -119,7 +119,7 @@ func TestDecode(t *testing.T) {
 		in   heartbeat.Stored
 		want heartbeat.Record
 	}{
-		{"a led record written before lease and successor existed", led,
+		{"a led record written before lease, successor and handover existed", led,
 			heartbeat.Record{Election: "e", Leader: "a", Term: 3, Revision: 9, Timestamp: ts, Value: []byte("v")}},
 		{"a led record with a lease", with(led, func(s *heartbeat.Stored) { s.LeaseMicros = i64(1500250) }),
 			heartbeat.Record{Election: "e", Leader: "a", Term: 3, Revision: 9, Timestamp: ts, Value: []byte("v"), Lease: 1500250 * time.Microsecond}},
@@ -143,6 +143,16 @@ func TestDecode(t *testing.T) {
 			heartbeat.Record{Election: "e", Leader: "a", Term: 3, Revision: 9, Timestamp: ts, Value: []byte("v")}},
 		{"a led record's successor is dropped even when it is no valid name", with(led, func(s *heartbeat.Stored) { s.Successor = str("a\nb") }),
 			heartbeat.Record{Election: "e", Leader: "a", Term: 3, Revision: 9, Timestamp: ts, Value: []byte("v")}},
+		{"a led record with a handover token", with(led, func(s *heartbeat.Stored) { s.Handover = i64(42) }),
+			heartbeat.Record{Election: "e", Leader: "a", Term: 3, Revision: 9, Timestamp: ts, Value: []byte("v"), Handover: 42}},
+		{"a handover token of MaxToken", with(led, func(s *heartbeat.Stored) { s.Handover = i64(heartbeat.MaxToken) }),
+			heartbeat.Record{Election: "e", Leader: "a", Term: 3, Revision: 9, Timestamp: ts, Value: []byte("v"), Handover: heartbeat.MaxToken}},
+		{"a handover token of 0", with(led, func(s *heartbeat.Stored) { s.Handover = i64(0) }),
+			heartbeat.Record{Election: "e", Leader: "a", Term: 3, Revision: 9, Timestamp: ts, Value: []byte("v")}},
+		{"an older writer's vacancy keeps the handover token: dropped", with(vacant, func(s *heartbeat.Stored) { s.Handover = i64(42) }),
+			heartbeat.Record{Election: "e", Term: 3, Revision: 9, Timestamp: ts}},
+		{"an older writer's reserved vacancy keeps the handover token: dropped", with(vacant, func(s *heartbeat.Stored) { s.Successor, s.Handover = str("b"), i64(42) }),
+			heartbeat.Record{Election: "e", Term: 3, Revision: 9, Timestamp: ts, Successor: "b"}},
 	}
 	for _, c := range good {
 		got, err := heartbeat.Decode(c.in)
@@ -165,6 +175,10 @@ func TestDecode(t *testing.T) {
 		{"a vacancy with a value", with(vacant, func(s *heartbeat.Stored) { s.Value = []byte("v") }), "carries a value"},
 		{"a leader id with a control character", with(led, func(s *heartbeat.Stored) { s.Leader = "a\x01" }), "control character"},
 		{"an invalid successor of a vacancy", with(vacant, func(s *heartbeat.Stored) { s.Successor = str("b\n") }), "successor id"},
+		{"a negative handover token", with(led, func(s *heartbeat.Stored) { s.Handover = i64(-1) }), "handover token -1 is outside [0, 9007199254740991]"},
+		{"a handover token over MaxToken", with(led, func(s *heartbeat.Stored) { s.Handover = i64(heartbeat.MaxToken + 1) }), "handover token 9007199254740992 is outside"},
+		{"the largest int64 handover token", with(led, func(s *heartbeat.Stored) { s.Handover = i64(math.MaxInt64) }), "is outside"},
+		{"a vacancy with a handover token out of range (refused before the fix-up)", with(vacant, func(s *heartbeat.Stored) { s.Handover = i64(-1) }), "is outside"},
 		{"a value over MaxValueLen", with(led, func(s *heartbeat.Stored) { s.Value = make([]byte, heartbeat.MaxValueLen+1) }), "exceeds MaxValueLen"},
 		{"no election name", with(led, func(s *heartbeat.Stored) { s.Election = "" }), "election name is empty"},
 	}

@@ -274,6 +274,7 @@ func (db *DB) write(expected, next heartbeat.Record) (heartbeat.Record, error) {
 		Value:     next.Value,
 		Lease:     next.Lease,
 		Successor: next.Successor,
+		Handover:  next.Handover,
 	}.Clone()
 	db.records[next.Election] = rec
 	db.writes++

@@ -101,7 +101,8 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]b
 func (w write) wrote(rec heartbeat.Record) bool {
 	n := w.next
 	return rec.Revision == w.expected.Revision+1 && rec.Leader == n.Leader && rec.Term == n.Term &&
-		bytes.Equal(rec.Value, n.Value) && heartbeat.LeaseMicros(rec.Lease) == heartbeat.LeaseMicros(n.Lease) && rec.Successor == n.Successor
+		bytes.Equal(rec.Value, n.Value) && heartbeat.LeaseMicros(rec.Lease) == heartbeat.LeaseMicros(n.Lease) && rec.Successor == n.Successor &&
+		rec.Handover == n.Handover
 }
 
 // GetBatch reads the records of elections with one find ({_id: {$in:

@@ -24,6 +24,7 @@ const (
 	fieldNode        = "node"
 	fieldPriority    = "priority"
 	fieldCanLead     = "can_lead"
+	fieldToken       = "token"     // missing in documents of older versions: 0
 	fieldHelloTime   = "localTime" // of the hello answer: the server's clock
 	presenceWhatFmt  = "election %q: presence of %q"
 	participantsWhat = "election %q: participants"
@@ -54,6 +55,7 @@ func (s *Store) Present(ctx context.Context, election string, p backend.Presence
 			{Key: fieldPriority, Value: int32(p.Priority)},
 			{Key: fieldCanLead, Value: p.CanLead},
 			{Key: fieldValue, Value: bson.Binary{Data: value}},
+			{Key: fieldToken, Value: int64(p.Token)},
 		}},
 		{Key: "$currentDate", Value: bson.D{{Key: fieldTimestamp, Value: true}}},
 	}, true)
@@ -120,7 +122,14 @@ func decodePresence(doc bson.Raw, election string) (backend.Presence, bool) {
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || id != backend.PresenceKey(election, node) {
 		return backend.Presence{}, false
 	}
-	p := backend.Presence{Node: node, Priority: int(prio), CanLead: canLead, Timestamp: bson.DateTime(ts).Time().UTC()}
+	var token int64
+	if tok := doc.Lookup(fieldToken); tok.Type != 0 && tok.Type != bson.TypeNull {
+		var ok bool
+		if token, ok = integer(tok); !ok || token < 0 {
+			return backend.Presence{}, false
+		}
+	}
+	p := backend.Presence{Node: node, Priority: int(prio), CanLead: canLead, Token: uint64(token), Timestamp: bson.DateTime(ts).Time().UTC()}
 	if len(value) > 0 {
 		p.Value = append([]byte(nil), value...)
 	}

@@ -27,6 +27,10 @@ const (
 	// "" otherwise. Documents written before it existed lack it: they
 	// decode with no successor.
 	fieldSuccessor = "successor"
+	// fieldHandover is the handover token of a led record written as a
+	// handover (heartbeat.Record.Handover), 0 otherwise. Documents written
+	// before it existed lack it: they decode with no token.
+	fieldHandover = "handover"
 )
 
 // decodeRecord decodes the election document doc strictly: the BSON types
@@ -85,6 +89,13 @@ func decodeRecord(doc bson.Raw, election string) (heartbeat.Record, error) {
 			return bad("field %q is %s, not a string", fieldSuccessor, typeName(succ))
 		}
 		st.Successor = &s
+	}
+	if h := doc.Lookup(fieldHandover); h.Type != 0 && h.Type != bson.TypeNull {
+		token, ok := integer(h)
+		if !ok {
+			return bad("field %q is %s, not an integer", fieldHandover, typeName(h))
+		}
+		st.Handover = &token
 	}
 	rec, err := heartbeat.Decode(st)
 	if err != nil {

@@ -394,6 +394,7 @@ func prepare(expected, next heartbeat.Record) (write, error) {
 			{Key: fieldValue, Value: bson.Binary{Data: value}},
 			{Key: fieldLease, Value: heartbeat.LeaseMicros(next.Lease)},
 			{Key: fieldSuccessor, Value: next.Successor},
+			{Key: fieldHandover, Value: int64(next.Handover)},
 		}},
 		{Key: "$inc", Value: bson.D{{Key: fieldRevision, Value: int64(1)}}},
 		{Key: "$currentDate", Value: bson.D{{Key: fieldTimestamp, Value: true}}},

@@ -248,6 +248,77 @@ func TestDecodeSuccessor(t *testing.T) {
 	}
 }
 
+func TestDecodeHandover(t *testing.T) {
+	doc := func(leader string, handover any) bson.Raw {
+		d := bson.D{{Key: "_id", Value: "e"}, {Key: "leaderfeed", Value: 1}, {Key: "leader", Value: leader},
+			{Key: "term", Value: 3}, {Key: "revision", Value: 9}, {Key: "ts", Value: time.Now()}, {Key: "value", Value: []byte{}}}
+		if handover != "missing" {
+			d = append(d, bson.E{Key: "handover", Value: handover})
+		}
+		raw, _ := bson.Marshal(d)
+		return raw
+	}
+	for name, c := range map[string]struct {
+		doc  bson.Raw
+		want uint64
+	}{
+		"missing":      {doc("a", "missing"), 0},
+		"null":         {doc("a", nil), 0},
+		"int32":        {doc("a", int32(7)), 7},
+		"int64":        {doc("a", int64(heartbeat.MaxToken)), heartbeat.MaxToken},
+		"whole double": {doc("a", float64(heartbeat.MaxToken)), heartbeat.MaxToken},
+		// An older version's vacancy leaves the token of the handover it
+		// ended in place: ignored on a vacant record.
+		"vacant, stale token": {doc("", int64(7)), 0},
+	} {
+		r, err := decodeRecord(c.doc, "e")
+		if err != nil || r.Handover != c.want {
+			t.Errorf("%s: handover %d, %v; want %d", name, r.Handover, err, c.want)
+		}
+	}
+	for name, d := range map[string]bson.Raw{
+		"string":        doc("a", "7"),
+		"negative":      doc("a", int64(-1)),
+		"fraction":      doc("a", 1.5),
+		"over MaxToken": doc("a", int64(heartbeat.MaxToken+1)),
+	} {
+		if _, err := decodeRecord(d, "e"); !errors.Is(err, backend.ErrMalformedRecord) {
+			t.Errorf("handover %s: %v, want ErrMalformedRecord", name, err)
+		}
+	}
+}
+
+func TestDecodePresenceToken(t *testing.T) {
+	doc := func(token any) bson.Raw {
+		d := bson.D{{Key: "_id", Value: backend.PresenceKey("e", "n")}, {Key: "leaderfeed", Value: 2}, {Key: "election", Value: "e"},
+			{Key: "node", Value: "n"}, {Key: "priority", Value: 0}, {Key: "can_lead", Value: true}, {Key: "ts", Value: time.Now()},
+			{Key: "value", Value: []byte{}}}
+		if token != "missing" {
+			d = append(d, bson.E{Key: "token", Value: token})
+		}
+		raw, _ := bson.Marshal(d)
+		return raw
+	}
+	for name, c := range map[string]struct {
+		doc  bson.Raw
+		want uint64
+		ok   bool
+	}{
+		"missing (an older version)": {doc("missing"), 0, true},
+		"null":                       {doc(nil), 0, true},
+		"int64":                      {doc(int64(heartbeat.MaxToken)), heartbeat.MaxToken, true},
+		"whole double":               {doc(float64(42)), 42, true},
+		"negative":                   {doc(int64(-1)), 0, false},
+		"over MaxToken":              {doc(int64(heartbeat.MaxToken + 1)), 0, false},
+		"string":                     {doc("7"), 0, false},
+	} {
+		p, ok := decodePresence(c.doc, "e")
+		if ok != c.ok || (ok && p.Token != c.want) {
+			t.Errorf("%s: token %d, %v; want %d, %v", name, p.Token, ok, c.want, c.ok)
+		}
+	}
+}
+
 func TestCheckHello(t *testing.T) {
 	for name, c := range map[string]struct {
 		hello bson.D

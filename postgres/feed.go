@@ -220,6 +220,7 @@ type payload struct {
 	V      *string           `json:"v"`
 	LS     *json.Number      `json:"ls"`
 	SC     *string           `json:"sc"`
+	H      *json.Number      `json:"h"`
 	Key    json.RawMessage   `json:"key"`
 	Old    json.RawMessage   `json:"old"`
 	New    json.RawMessage   `json:"new"`
@@ -280,7 +281,7 @@ func (f *feed) record(election string, p *payload) backend.Notification {
 	value, err := decodeBase64(election, p.V)
 	var r heartbeat.Record
 	if err == nil {
-		r, err = decodeRecord(election, p.L, num(p.N), num(p.R), num(p.TS), value, num(p.LS), p.SC)
+		r, err = decodeRecord(election, p.L, num(p.N), num(p.R), num(p.TS), value, num(p.LS), p.SC, num(p.H))
 	}
 	if err != nil {
 		return backend.Notification{Type: backend.Ignored, Err: err, Election: election}

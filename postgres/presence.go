@@ -26,6 +26,7 @@ type presenceValue struct {
 	Priority int    `json:"p"`
 	CanLead  bool   `json:"c"`
 	Value    []byte `json:"v,omitempty"`
+	Token    uint64 `json:"k,omitempty"`
 }
 
 // Present upserts the presence row of p.Node in election, stamped with the
@@ -37,7 +38,7 @@ func (s *Store) Present(ctx context.Context, election string, p backend.Presence
 	if err := checkPresence(election, p); err != nil {
 		return err
 	}
-	v, err := json.Marshal(presenceValue{Priority: p.Priority, CanLead: p.CanLead, Value: p.Value})
+	v, err := json.Marshal(presenceValue{Priority: p.Priority, CanLead: p.CanLead, Value: p.Value, Token: p.Token})
 	if err != nil {
 		return fmt.Errorf("postgres: Present: %w", err)
 	}
@@ -107,7 +108,7 @@ func (s *Store) Participants(ctx context.Context, election string) ([]backend.Pr
 		if json.Unmarshal(val, &v) != nil {
 			continue
 		}
-		p := backend.Presence{Node: *node, Value: v.Value, Priority: v.Priority, CanLead: v.CanLead, Timestamp: *ts}
+		p := backend.Presence{Node: *node, Value: v.Value, Priority: v.Priority, CanLead: v.CanLead, Token: v.Token, Timestamp: *ts}
 		if p.Validate() == nil {
 			out = append(out, p)
 		}

@@ -27,6 +27,7 @@ const (
 	fieldNode     = "node"
 	fieldPriority = "priority"
 	fieldCanLead  = "can_lead"
+	fieldToken    = "token" // missing in documents of older versions: 0
 )
 
 // presenceID is the primary key of node's presence document in election:
@@ -63,6 +64,7 @@ func (s *Store) Present(ctx context.Context, election string, p backend.Presence
 		fieldPriority:  p.Priority,
 		fieldCanLead:   p.CanLead,
 		fieldValue:     value,
+		fieldToken:     p.Token,
 		fieldTimestamp: r.Now(),
 	}, r.InsertOpts{Conflict: "replace", Durability: durability}))
 	return err
@@ -121,6 +123,13 @@ func (s *Store) Participants(ctx context.Context, election string) ([]backend.Pr
 		}
 		if p.Value, err = decodeBinary(d[fieldValue]); err != nil {
 			continue
+		}
+		if raw := d[fieldToken]; !isNull(raw) {
+			token, err := decodeInt(raw)
+			if err != nil || token < 0 {
+				continue
+			}
+			p.Token = uint64(token)
 		}
 		if p.Validate() == nil {
 			out = append(out, p)

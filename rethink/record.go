@@ -31,6 +31,10 @@ const (
 	// "" otherwise. Documents written before it existed lack it: they
 	// decode with no successor.
 	fieldSuccessor = "successor"
+	// fieldHandover is the handover token of a led record written as a
+	// handover (heartbeat.Record.Handover), 0 otherwise. Documents written
+	// before it existed lack it: they decode with no token.
+	fieldHandover = "handover"
 
 	// formatVersion is the value of the mark field.
 	formatVersion = 1
@@ -62,6 +66,7 @@ func encodeRecord(election string, rev uint64, next heartbeat.Record) map[string
 		fieldValue:     value,
 		fieldLease:     heartbeat.LeaseMicros(next.Lease),
 		fieldSuccessor: next.Successor,
+		fieldHandover:  next.Handover,
 	}
 }
 
@@ -116,6 +121,13 @@ func decodeRecord(election string, raw json.RawMessage) (heartbeat.Record, error
 			return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldSuccessor, err)
 		}
 		st.Successor = &s
+	}
+	if raw := doc[fieldHandover]; !isNull(raw) {
+		token, err := decodeInt(raw)
+		if err != nil {
+			return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldHandover, err)
+		}
+		st.Handover = &token
 	}
 	rec, err := heartbeat.Decode(st)
 	if err != nil {
@@ -213,9 +225,11 @@ func decodeBinary(raw json.RawMessage) ([]byte, error) {
 
 // ownWrite reports whether cur is exactly what a compare-and-set of next on
 // the write expected stores (revision expected.Revision+1, next's leader,
-// term, value and lease as stored), which only that write produces when
-// node ids are unique. Vacant records are left out: any node may write one.
+// term, value, lease as stored and handover token), which only that write
+// produces when node ids are unique. Vacant records are left out: any node
+// may write one.
 func ownWrite(cur, expected, next heartbeat.Record) bool {
 	return next.Leader != "" && cur.Revision == expected.Revision+1 && cur.Leader == next.Leader && cur.Term == next.Term &&
-		bytes.Equal(cur.Value, next.Value) && heartbeat.LeaseMicros(cur.Lease) == heartbeat.LeaseMicros(next.Lease)
+		bytes.Equal(cur.Value, next.Value) && heartbeat.LeaseMicros(cur.Lease) == heartbeat.LeaseMicros(next.Lease) &&
+		cur.Handover == next.Handover
 }

@@ -98,6 +98,45 @@ func TestDecodeSuccessor(t *testing.T) {
 	}
 }
 
+func TestDecodeHandover(t *testing.T) {
+	const ts = `{"$reql_type$":"TIME","epoch_time":1700000000.123,"timezone":"+00:00"}`
+	doc := func(leader, handover string) []byte {
+		d := `{"id":"e","leaderfeed":1,"leader":"` + leader + `","term":3,"revision":9,"timestamp":` + ts
+		if handover != "" {
+			d += `,"handover":` + handover
+		}
+		return []byte(d + "}")
+	}
+	for name, c := range map[string]struct {
+		doc  []byte
+		want uint64
+	}{
+		"missing":  {doc("a", ""), 0},
+		"null":     {doc("a", "null"), 0},
+		"zero":     {doc("a", "0"), 0},
+		"MaxToken": {doc("a", "9007199254740991"), heartbeat.MaxToken},
+		"exponent": {doc("a", "7e3"), 7000},
+		// An older writer's vacancy merged into a handover record.
+		"vacant, stale token": {doc("", "7"), 0},
+	} {
+		got, err := decodeRecord("e", c.doc)
+		if err != nil || got.Handover != c.want {
+			t.Errorf("%s: handover %d, %v; want %d", name, got.Handover, err, c.want)
+		}
+	}
+	for name, d := range map[string][]byte{
+		"string":        doc("a", `"7"`),
+		"negative":      doc("a", "-1"),
+		"fraction":      doc("a", "1.5"),
+		"over MaxToken": doc("a", "9007199254740992"),
+		"vacant, negative (refused before the fix-up)": doc("", "-1"),
+	} {
+		if _, err := decodeRecord("e", d); !errors.Is(err, backend.ErrMalformedRecord) {
+			t.Errorf("handover %s: %v, want ErrMalformedRecord", name, err)
+		}
+	}
+}
+
 func TestOwnWrite(t *testing.T) {
 	next := heartbeat.Record{Leader: "a", Term: 2, Value: []byte("v"), Lease: time.Second + 1}
 	cur := heartbeat.Record{Election: "e", Leader: "a", Term: 2, Revision: 6, Value: []byte("v"), Lease: time.Second + time.Microsecond}
@@ -111,6 +150,7 @@ func TestOwnWrite(t *testing.T) {
 		"other term":     {Leader: "a", Term: 3, Revision: 6, Value: []byte("v")},
 		"other value":    {Leader: "a", Term: 2, Revision: 6, Lease: time.Second + time.Microsecond},
 		"other lease":    {Leader: "a", Term: 2, Revision: 6, Value: []byte("v"), Lease: time.Second},
+		"other handover": {Leader: "a", Term: 2, Revision: 6, Value: []byte("v"), Lease: time.Second + time.Microsecond, Handover: 7},
 	} {
 		if ownWrite(c, expected, next) {
 			t.Errorf("%s: taken for our own write", name)

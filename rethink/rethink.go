@@ -410,6 +410,7 @@ func casCondition(row, revision, leader, term r.Term) r.Term {
 	value := row.Field(fieldValue).Default(nil)
 	lease := row.Field(fieldLease).Default(nil)
 	successor := row.Field(fieldSuccessor).Default(nil)
+	handover := row.Field(fieldHandover).Default(nil)
 	return r.And(
 		row.Field(fieldMark).Default(nil).Eq(formatVersion),
 		row.Field(fieldRevision).Default(nil).Eq(revision),
@@ -430,6 +431,11 @@ func casCondition(row, revision, leader, term r.Term) r.Term {
 		r.Or(successor.TypeOf().Eq("NULL"),
 			r.And(successor.TypeOf().Eq("STRING"),
 				r.Or(storedLeader.Ne(""), successor.Match(`^[^\x00-\x1f\x7f]{0,127}$`).Ne(nil)))),
+		// Missing or null: written before the field existed. Range-checked
+		// on a vacant record too, as heartbeat.Decode does before it drops
+		// the token there.
+		r.Or(handover.TypeOf().Eq("NULL"),
+			r.And(handover.TypeOf().Eq("NUMBER"), handover.Ge(0), handover.Le(heartbeat.MaxToken), handover.Floor().Eq(handover))),
 	)
 }
 

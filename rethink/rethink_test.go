@@ -493,6 +493,11 @@ func malformedDocs(election string) map[string]map[string]any {
 		"fractional lease":    good(map[string]any{"lease_us": 1.5}),
 		"lease too long":      good(map[string]any{"lease_us": heartbeat.MaxLease.Microseconds() + 1}),
 		"lease a binary":      good(map[string]any{"lease_us": r.Binary([]byte("1"))}),
+		"handover a string":   good(map[string]any{"handover": "7"}),
+		"negative handover":   good(map[string]any{"handover": -1}),
+		"fractional handover": good(map[string]any{"handover": 1.5}),
+		"handover too big":    good(map[string]any{"handover": heartbeat.MaxToken + 1}),
+		"vacant, handover -1": good(map[string]any{"leader": "", "handover": -1}),
 	}
 }
 

@@ -34,6 +34,12 @@ type Presence struct {
 	// CanLead is false for an observe-only participant: it never claims
 	// and is never a transfer target.
 	CanLead bool
+	// Token is a number in [1, heartbeat.MaxToken] that the participant
+	// draws afresh for every write of its presence record, or 0 from a
+	// participant of an older version. A leader hands the election to a
+	// participant in one write (heartbeat.Record.Handover) only with a
+	// token it read.
+	Token uint64
 	// Timestamp is when the record was last refreshed, in the store's own
 	// clock (set by the store; ignored by Present).
 	Timestamp time.Time
@@ -46,6 +52,9 @@ func (p Presence) Validate() error {
 	}
 	if len(p.Value) > heartbeat.MaxValueLen {
 		return fmt.Errorf("%w: presence value of %q is %d bytes, more than MaxValueLen (%d)", heartbeat.ErrInvalidRecord, p.Node, len(p.Value), heartbeat.MaxValueLen)
+	}
+	if p.Token > heartbeat.MaxToken {
+		return fmt.Errorf("%w: presence token %d of %q exceeds heartbeat.MaxToken", heartbeat.ErrInvalidRecord, p.Token, p.Node)
 	}
 	if p.Priority < MinPriority || p.Priority > MaxPriority {
 		return fmt.Errorf("%w: priority %d of %q is outside [%d, %d]", heartbeat.ErrInvalidRecord, p.Priority, p.Node, MinPriority, MaxPriority)

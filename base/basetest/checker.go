@@ -76,12 +76,19 @@ func (c *Checker) Observe(node string, e base.Event) {
 	}
 }
 
-// Intervals returns the intervals recorded so far, ordered by start.
+// Intervals returns the intervals recorded so far, ordered by start, and
+// those that start at one instant (a fake clock's) by term: the store's
+// order of the writes that began them.
 func (c *Checker) Intervals() []Interval {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := append([]Interval(nil), c.intervals...)
-	sort.Slice(out, func(i, j int) bool { return out[i].Start.Before(out[j].Start) })
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Start.Equal(out[j].Start) {
+			return out[i].Start.Before(out[j].Start)
+		}
+		return out[i].Term < out[j].Term
+	})
 	return out
 }
 

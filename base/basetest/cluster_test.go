@@ -11,6 +11,7 @@ import (
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/faulty"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/memory"
 )
 
@@ -86,4 +87,30 @@ func TestClaimsTimedOut(t *testing.T) {
 			}
 		})
 	})
+}
+
+// Terms that begin at one instant (a fake clock's) are judged in the
+// store's order, by term, whatever order the events came in; one term
+// twice is still a violation.
+func TestCheckerSameInstant(t *testing.T) {
+	at := time.Unix(1000, 0)
+	rec := func(term uint64) heartbeat.Record {
+		return heartbeat.Record{Election: "e", Leader: "x", Term: term, Revision: term}
+	}
+	for _, tc := range []struct {
+		terms [2]uint64
+		ok    bool
+	}{{[2]uint64{3, 2}, true}, {[2]uint64{2, 3}, true}, {[2]uint64{2, 2}, false}} {
+		for range 20 { // sort.Slice's order of equal starts varies
+			c := NewChecker()
+			for i, term := range tc.terms {
+				node := []string{"a", "b"}[i]
+				c.Observe(node, base.Event{Type: base.EventElected, At: at, Term: term, Record: rec(term)})
+				c.Observe(node, base.Event{Type: base.EventUnelected, At: at, Term: term})
+			}
+			if err := c.Check(); (err == nil) != tc.ok {
+				t.Fatalf("terms %v at one instant: %v, want ok %v", tc.terms, err, tc.ok)
+			}
+		}
+	}
 }

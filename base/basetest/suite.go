@@ -100,6 +100,7 @@ func Run(t *testing.T, h Harness) {
 		t.Run("Store", s.stores)
 		t.Run("PresenceStore", s.presenceStore)
 		t.Run("BatchSuccessor", s.batchSuccessor)
+		t.Run("BatchHandover", s.batchHandover)
 	} else {
 		t.Log("basetest: Harness.OpenStore is nil; the Store rules (many elections, one changefeed, batches) did not run")
 	}

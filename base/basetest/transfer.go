@@ -3,6 +3,8 @@ package basetest
 import (
 	"context"
 	"errors"
+	"maps"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -111,6 +113,55 @@ func (s *suite) transfers(t *testing.T) {
 		}
 		if _, err := b.Heartbeat(ctxFor(t), r3, heartbeat.Record{Election: b.Name(), Leader: "node-b", Term: 2, Successor: "node-c"}); !errors.Is(err, heartbeat.ErrInvalidRecord) {
 			t.Fatalf("a led record with a successor: %v, want an error matching heartbeat.ErrInvalidRecord", err)
+		}
+	})
+
+	rule(t, "A led record handed over in one write is stored and returned with its handover token, exactly up to MaxToken; a renewal without one reads 0, and a token on a vacancy or over MaxToken is refused", func(t *testing.T) {
+		b := s.open(t, Election())
+		r1 := write(t, b, heartbeat.Record{}, "node-a", 1, nil)
+		if r1.Handover != 0 {
+			t.Fatalf("a record written without a handover token reads %d", r1.Handover)
+		}
+		ch, _ := subscribe(t, b)
+		r2, err := b.Heartbeat(ctxFor(t), r1, heartbeat.Record{Election: b.Name(), Leader: "node-b", Term: 2, Value: []byte("b"), Lease: time.Second, Handover: heartbeat.MaxToken})
+		if err != nil {
+			t.Fatalf("Heartbeat of a handover: %v", err)
+		}
+		if r2.Handover != heartbeat.MaxToken || r2.Leader != "node-b" || r2.Term != 2 || r2.Revision != 2 || r2.Lease != time.Second {
+			t.Fatalf("stored %v, want node-b's record of term 2, revision 2, lease 1s and handover token %d (MaxToken)", r2, uint64(heartbeat.MaxToken))
+		}
+		got, err := b.Get(ctxFor(t))
+		if err != nil || !got.Equal(r2) {
+			t.Fatalf("Get = %v, %v; Heartbeat returned %v", got, err, r2)
+		}
+		n := next(t, ch, feedWait, "the handover", func(n backend.Notification) bool {
+			return n.Type == backend.RecordChanged && n.Record.Revision == 2
+		})
+		if n.Record.Handover != heartbeat.MaxToken {
+			t.Fatalf("the feed brought %v, want the handover token %d", n.Record, uint64(heartbeat.MaxToken))
+		}
+		_, err = b.Heartbeat(ctxFor(t), r1, heartbeat.Record{Election: b.Name(), Leader: "node-a", Term: 1})
+		var ce *backend.ConflictError
+		if !errors.As(err, &ce) || !ce.Current.Equal(r2) {
+			t.Fatalf("a write on the revision before the handover: %v, want a conflict carrying %v", err, r2)
+		}
+		r3 := write(t, b, r2, "node-b", 2, []byte("b"))
+		if r3.Handover != 0 {
+			t.Fatalf("a renewal without a handover token reads %d, want 0", r3.Handover)
+		}
+		if got, err := b.Get(ctxFor(t)); err != nil || !got.Equal(r3) {
+			t.Fatalf("Get = %v, %v; Heartbeat returned %v", got, err, r3)
+		}
+		for _, bad := range []heartbeat.Record{
+			{Election: b.Name(), Term: 2, Handover: 1},
+			{Election: b.Name(), Leader: "node-b", Term: 2, Handover: heartbeat.MaxToken + 1},
+		} {
+			if _, err := b.Heartbeat(ctxFor(t), r3, bad); !errors.Is(err, heartbeat.ErrInvalidRecord) {
+				t.Fatalf("writing %v: %v, want an error matching heartbeat.ErrInvalidRecord", bad, err)
+			}
+		}
+		if got, err := b.Get(ctxFor(t)); err != nil || !got.Equal(r3) {
+			t.Fatalf("after refused writes Get = %v, %v; want %v unchanged", got, err, r3)
 		}
 	})
 
@@ -350,20 +401,28 @@ func (s *suite) transfers(t *testing.T) {
 	})
 }
 
+// storeAs opens a Store of the harness as capability T, and skips the
+// rule when the harness opens no Stores or its Stores lack T.
+func storeAs[T backend.Store](t *testing.T, s *suite) T {
+	t.Helper()
+	if s.h.OpenStore == nil {
+		t.Skip("harness has no OpenStore")
+	}
+	st := s.openStore(t)
+	c, ok := st.(T)
+	if !ok {
+		t.Skipf("the store (%T) is not a %v", st, reflect.TypeFor[T]())
+	}
+	return c
+}
+
 // presenceStore runs the PresenceStore rules when the harness opens Stores
 // that keep presence records.
 func (s *suite) presenceStore(t *testing.T) {
 	rule(t, "Presence records are kept per election and node, stamped by the store, never announced on the changefeed, and deleted by Absent", func(t *testing.T) {
-		if s.h.OpenStore == nil {
-			t.Skip("harness has no OpenStore")
-		}
-		st := s.openStore(t)
-		ps, ok := st.(backend.PresenceStore)
-		if !ok {
-			t.Skipf("the store (%T) is not a backend.PresenceStore", st)
-		}
+		ps := storeAs[backend.PresenceStore](t, s)
 		e, other := Election(), Election()
-		ch := storeSubscribe(t, st)
+		ch := storeSubscribe(t, ps)
 		before := time.Now()
 		for _, p := range []backend.Presence{
 			{Node: "node-a", Value: []byte("a"), Priority: base.MaxPriority, CanLead: true},
@@ -395,7 +454,7 @@ func (s *suite) presenceStore(t *testing.T) {
 		}
 		// Presence writes are not election records: the first notification
 		// after them is the record written next.
-		storeWrite(t, st, heartbeat.Record{}, e, "node-a", 1)
+		storeWrite(t, ps, heartbeat.Record{}, e, "node-a", 1)
 		n := nextStore(t, ch, "the election record", func(n backend.Notification) bool { return n.Type != backend.OtherChanged })
 		if n.Type != backend.RecordChanged || n.Record.Election != e {
 			t.Fatalf("the changefeed brought %v (election %q) first, want the election record of %s: a presence record was announced", n.Type, n.Election+n.Record.Election, e)
@@ -410,9 +469,49 @@ func (s *suite) presenceStore(t *testing.T) {
 		if err != nil || len(got) != 1 || got[0].Node != "node-b" {
 			t.Fatalf("Participants after Absent(node-a) = %+v, %v; want node-b alone", got, err)
 		}
-		if r, err := st.Get(ctxFor(t), e); err != nil || r.Leader != "node-a" || r.Revision != 1 {
+		if r, err := ps.Get(ctxFor(t), e); err != nil || r.Leader != "node-a" || r.Revision != 1 {
 			t.Fatalf("the election record after presence writes: %v, %v", r, err)
 		}
+	})
+
+	rule(t, "A presence record's token is stored and returned as written, exactly up to MaxToken, 0 as 0; each write replaces it, and a token over MaxToken is refused", func(t *testing.T) {
+		ps := storeAs[backend.PresenceStore](t, s)
+		e := Election()
+		tokens := func(want map[string]uint64) {
+			t.Helper()
+			got, _, err := ps.Participants(ctxFor(t), e)
+			if err != nil {
+				t.Fatalf("Participants: %v", err)
+			}
+			have := map[string]uint64{}
+			for _, p := range got {
+				have[p.Node] = p.Token
+			}
+			if !maps.Equal(have, want) {
+				t.Fatalf("Participants gave tokens %v, want %v", have, want)
+			}
+		}
+		for _, p := range []backend.Presence{
+			{Node: "node-a", CanLead: true, Token: heartbeat.MaxToken},
+			{Node: "node-b", CanLead: true, Token: 1},
+			{Node: "node-c", CanLead: true},
+		} {
+			if err := ps.Present(ctxFor(t), e, p); err != nil {
+				t.Fatalf("Present(%s): %v", p.Node, err)
+			}
+		}
+		tokens(map[string]uint64{"node-a": heartbeat.MaxToken, "node-b": 1, "node-c": 0})
+		if err := ps.Present(ctxFor(t), e, backend.Presence{Node: "node-a", CanLead: true, Token: 7}); err != nil {
+			t.Fatalf("Present(node-a) again: %v", err)
+		}
+		if err := ps.Present(ctxFor(t), e, backend.Presence{Node: "node-b", CanLead: true}); err != nil {
+			t.Fatalf("Present(node-b) again: %v", err)
+		}
+		tokens(map[string]uint64{"node-a": 7, "node-b": 0, "node-c": 0})
+		if err := ps.Present(ctxFor(t), e, backend.Presence{Node: "node-c", CanLead: true, Token: heartbeat.MaxToken + 1}); !errors.Is(err, heartbeat.ErrInvalidRecord) {
+			t.Fatalf("Present with a token over MaxToken: %v, want an error matching heartbeat.ErrInvalidRecord", err)
+		}
+		tokens(map[string]uint64{"node-a": 7, "node-b": 0, "node-c": 0})
 	})
 }
 
@@ -420,16 +519,9 @@ func (s *suite) presenceStore(t *testing.T) {
 // HeartbeatBatch.
 func (s *suite) batchSuccessor(t *testing.T) {
 	rule(t, "HeartbeatBatch stores and returns the successor of a reserved vacancy, as Heartbeat does", func(t *testing.T) {
-		if s.h.OpenStore == nil {
-			t.Skip("harness has no OpenStore")
-		}
-		st := s.openStore(t)
-		bs, ok := st.(backend.BatchStore)
-		if !ok {
-			t.Skipf("the store (%T) is not a backend.BatchStore", st)
-		}
+		bs := storeAs[backend.BatchStore](t, s)
 		e1, e2 := Election(), Election()
-		r1 := storeWrite(t, st, heartbeat.Record{}, e1, "node-a", 1)
+		r1 := storeWrite(t, bs, heartbeat.Record{}, e1, "node-a", 1)
 		res, err := bs.HeartbeatBatch(ctxFor(t), []backend.Write{
 			{Expected: r1, Next: heartbeat.Record{Election: e1, Term: 1, Successor: "node-b"}},
 			{Next: heartbeat.Record{Election: e2, Term: 4, Successor: "node-c"}},
@@ -441,10 +533,61 @@ func (s *suite) batchSuccessor(t *testing.T) {
 			if res[i].Err != nil || res[i].Record.Successor != want || !res[i].Record.Vacant() {
 				t.Fatalf("write %d: %+v, %v; want a vacancy reserved for %s", i, res[i].Record, res[i].Err, want)
 			}
-			got, err := st.Get(ctxFor(t), res[i].Record.Election)
+			got, err := bs.Get(ctxFor(t), res[i].Record.Election)
 			if err != nil || !got.Equal(res[i].Record) {
 				t.Fatalf("Get = %v, %v; the batch returned %v", got, err, res[i].Record)
 			}
+		}
+	})
+}
+
+// batchHandover runs the rule of the handover token through
+// HeartbeatBatch and GetBatch.
+func (s *suite) batchHandover(t *testing.T) {
+	rule(t, "HeartbeatBatch and GetBatch store and return the handover token of a led record, as Heartbeat and Get do; a write with an invalid token fails alone", func(t *testing.T) {
+		bs := storeAs[backend.BatchStore](t, s)
+		e1, e2, e3, e4 := Election(), Election(), Election(), Election()
+		r1 := storeWrite(t, bs, heartbeat.Record{}, e1, "node-a", 1)
+		r3 := storeWrite(t, bs, heartbeat.Record{}, e3, "node-a", 1)
+		res, err := bs.HeartbeatBatch(ctxFor(t), []backend.Write{
+			{Expected: r1, Next: heartbeat.Record{Election: e1, Leader: "node-b", Term: 2, Lease: time.Second, Handover: heartbeat.MaxToken}},
+			{Next: heartbeat.Record{Election: e2, Leader: "node-c", Term: 1, Handover: 1}},
+			{Expected: r3, Next: heartbeat.Record{Election: e3, Term: 1, Handover: 5}},
+			{Next: heartbeat.Record{Election: e4, Leader: "node-d", Term: 1, Handover: heartbeat.MaxToken + 1}},
+		})
+		if err != nil || len(res) != 4 {
+			t.Fatalf("HeartbeatBatch: %v, %v", res, err)
+		}
+		for i, want := range []uint64{heartbeat.MaxToken, 1} {
+			if res[i].Err != nil || res[i].Record.Handover != want || res[i].Record.Vacant() {
+				t.Fatalf("write %d: %+v, %v; want a led record with handover token %d", i, res[i].Record, res[i].Err, want)
+			}
+			got, err := bs.Get(ctxFor(t), res[i].Record.Election)
+			if err != nil || !got.Equal(res[i].Record) {
+				t.Fatalf("Get = %v, %v; the batch returned %v", got, err, res[i].Record)
+			}
+		}
+		for _, i := range []int{2, 3} { // a vacancy with a token, a token over MaxToken
+			if !errors.Is(res[i].Err, heartbeat.ErrInvalidRecord) {
+				t.Fatalf("write %d: %+v, %v; want an error matching heartbeat.ErrInvalidRecord", i, res[i].Record, res[i].Err)
+			}
+		}
+		if got, err := bs.Get(ctxFor(t), e3); err != nil || !got.Equal(r3) {
+			t.Fatalf("Get(%s) = %v, %v after a refused write; want %v unchanged", e3, got, err, r3)
+		}
+		// A stale write in a batch gets a conflict carrying the handover.
+		stale, err := bs.HeartbeatBatch(ctxFor(t), []backend.Write{{Expected: r1, Next: heartbeat.Record{Election: e1, Leader: "node-a", Term: 1}}})
+		var ce *backend.ConflictError
+		if err != nil || len(stale) != 1 || !errors.As(stale[0].Err, &ce) || !ce.Current.Equal(res[0].Record) {
+			t.Fatalf("stale write in a batch: %+v, %v; want a conflict carrying %v", stale, err, res[0].Record)
+		}
+		br, ok := bs.(backend.BatchReader)
+		if !ok {
+			return
+		}
+		rs, err := br.GetBatch(ctxFor(t), []string{e2, e1})
+		if err != nil || len(rs) != 2 || rs[0].Err != nil || !rs[0].Record.Equal(res[1].Record) || rs[1].Err != nil || !rs[1].Record.Equal(res[0].Record) {
+			t.Fatalf("GetBatch = %+v, %v; want %v and %v as written, handover tokens included", rs, err, res[1].Record, res[0].Record)
 		}
 	})
 }

@@ -10,9 +10,9 @@
 // its priority: it is handed over). Then an operator moves leadership by
 // hand (TransferTo, for maintenance of the preferred node): the target
 // leads within milliseconds, and the preferred node gets it back after the
-// hysteresis. Finally the preferred node shuts down: it transfers to the
-// next one first (Stop alone leaves an open vacancy that any node may win,
-// the canary too), which leads at once.
+// hysteresis. Finally the preferred node shuts down: Stop hands the
+// election, in one write, to the live participant of the highest priority
+// (not the canary), which leads at once.
 //
 //	go run ./examples/priority
 package main
@@ -148,19 +148,18 @@ func run(out io.Writer) error {
 		return fmt.Errorf("the transfer took %v", time.Since(t))
 	}
 	fmt.Fprintln(out, "-- the transfer took milliseconds; eu-1 is still present and preferred")
-	t = time.Now()
+	// Counted from the transfer, which began us-1's term: us-1 sees eu-1
+	// at once and hands back once it has seen it for the hysteresis.
 	if err := waitLeader(preferred, t); err != nil {
 		return err
 	}
 
-	// Stop alone would leave an open vacancy, which any node may win (the
-	// canary too, which would then hand over by priority after the
-	// hysteresis): a node that shuts down transfers first.
-	fmt.Fprintln(out, "-- eu-1 shuts down: transfer to us-1, then stop")
+	// A participating leader that stops hands the election to the live
+	// participant of the highest priority it read (without a recent read
+	// of the participants it would leave an open vacancy, which any node
+	// may win, the canary too).
+	fmt.Fprintln(out, "-- eu-1 shuts down: Stop hands over to us-1")
 	t = time.Now()
-	if err := preferred.feed.TransferTo(ctx, "us-1"); err != nil {
-		return err
-	}
 	if err := preferred.feed.Stop(ctx); err != nil {
 		return err
 	}

@@ -150,11 +150,14 @@ type stored struct {
 	// Successor: the node a vacancy is reserved for (a transfer); absent
 	// in every other record, and in records of versions before it.
 	Successor string `json:"successor,omitempty"`
+	// Handover: the token of a led record written as a handover; absent
+	// in every other record, and in records of versions before it.
+	Handover int64 `json:"handover,omitempty"`
 }
 
 func encode(r heartbeat.Record) json.RawMessage {
 	data, err := json.Marshal(stored{Mark: 1, Leader: r.Leader, Term: int64(r.Term), Revision: int64(r.Revision), Time: r.Timestamp, Value: r.Value,
-		LeaseUS: heartbeat.LeaseMicros(r.Lease), Successor: r.Successor})
+		LeaseUS: heartbeat.LeaseMicros(r.Lease), Successor: r.Successor, Handover: int64(r.Handover)})
 	if err != nil {
 		panic(err) // cannot happen: every field marshals
 	}
@@ -176,7 +179,7 @@ func decode(election string, doc json.RawMessage) (heartbeat.Record, error) {
 	var r heartbeat.Record
 	if err == nil {
 		r, err = heartbeat.Decode(heartbeat.Stored{Election: election, Leader: s.Leader, Term: s.Term, Revision: s.Revision,
-			Timestamp: s.Time, Value: s.Value, LeaseMicros: &s.LeaseUS, Successor: &s.Successor})
+			Timestamp: s.Time, Value: s.Value, LeaseMicros: &s.LeaseUS, Successor: &s.Successor, Handover: &s.Handover})
 	}
 	if err != nil {
 		return heartbeat.Record{}, fmt.Errorf("logstore: election %q: %w: %w", election, backend.ErrMalformedRecord, err)
@@ -301,6 +304,7 @@ func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 		Value:     bytes.Clone(next.Value),
 		Lease:     next.Lease,
 		Successor: next.Successor,
+		Handover:  next.Handover,
 	}
 	l.write(election, encode(r))
 	return r, nil
@@ -409,6 +413,7 @@ type presenceDoc struct {
 	Value    []byte    `json:"value,omitempty"`
 	Priority int       `json:"priority"`
 	CanLead  bool      `json:"can_lead"`
+	Token    uint64    `json:"token,omitempty"`
 	Time     time.Time `json:"ts"`
 }
 
@@ -427,7 +432,7 @@ func (s *Store) Present(ctx context.Context, election string, p backend.Presence
 	l := s.log
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	data, err := json.Marshal(presenceDoc{Mark: markPresence, Node: p.Node, Value: p.Value, Priority: p.Priority, CanLead: p.CanLead, Time: l.now()})
+	data, err := json.Marshal(presenceDoc{Mark: markPresence, Node: p.Node, Value: p.Value, Priority: p.Priority, CanLead: p.CanLead, Token: p.Token, Time: l.now()})
 	if err != nil {
 		return fmt.Errorf("logstore: presence of %q: %w", p.Node, err)
 	}
@@ -465,7 +470,7 @@ func (s *Store) Participants(ctx context.Context, election string) ([]backend.Pr
 		if !strings.HasPrefix(key, prefix) || json.Unmarshal(doc, &d) != nil || d.Mark != markPresence {
 			continue
 		}
-		p := backend.Presence{Node: d.Node, Value: d.Value, Priority: d.Priority, CanLead: d.CanLead, Timestamp: d.Time}
+		p := backend.Presence{Node: d.Node, Value: d.Value, Priority: d.Priority, CanLead: d.CanLead, Token: d.Token, Timestamp: d.Time}
 		if p.Validate() == nil {
 			out = append(out, p)
 		}

@@ -1,0 +1,294 @@
+package base
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/leaderfeed/leaderfeed/base/backend"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
+)
+
+// participating gives m the presence state of a participant (interval
+// 50 ms, TTL 150 ms).
+func participating(m *machine) *machine {
+	m.pres = newPriorityCheck(Options{Participate: true, PresenceInterval: 50 * time.Millisecond,
+		PresenceTTL: 150 * time.Millisecond, PriorityHysteresis: time.Hour})
+	return m
+}
+
+// presenceToken steps m's presence timer at when and returns the token of
+// the presence write it asks for.
+func presenceToken(t *testing.T, m *machine, when time.Time) uint64 {
+	t.Helper()
+	for _, e := range m.step(when, timerInput{timerPresence}) {
+		if c, ok := e.(presenceCall); ok {
+			if c.token == 0 || c.token > heartbeat.MaxToken {
+				t.Fatalf("presence token %d, want one in [1, MaxToken]", c.token)
+			}
+			return c.token
+		}
+	}
+	t.Fatal("the presence timer asked for no presence write")
+	return 0
+}
+
+func findCall(effs []effect, kind callKind) *startCall {
+	for _, e := range effs {
+		if c, ok := e.(*startCall); ok && c.kind == kind {
+			return c
+		}
+	}
+	return nil
+}
+
+func findEvent(effs []effect, typ EventType) *Event {
+	for _, e := range effs {
+		if em, ok := e.(*emit); ok && em.ev.Type == typ {
+			return &em.ev
+		}
+	}
+	return nil
+}
+
+// A leader that read the participants in its term hands over in one
+// write on Resign: the record names the live participant of the highest
+// priority that can lead and wrote a token, with a new term, its value,
+// the writer's lease and that token. It then waits like any follower.
+// With no recent read it writes a vacancy, as before.
+func TestMachineResignHandsOverInOneWrite(t *testing.T) {
+	m, _ := leader(t)
+	participating(m)
+	store := at(time.Hour)
+	ps := []backend.Presence{
+		{Node: "a", Priority: 9, CanLead: true, Token: 5, Timestamp: store},
+		{Node: "b", Priority: 1, CanLead: true, Token: 77, Value: []byte("b:1"), Timestamp: store},
+		{Node: "c", Priority: 5, CanLead: true, Timestamp: store},                     // no token: an older version
+		{Node: "d", Priority: 9, Token: 8, Timestamp: store},                          // observe-only
+		{Node: "e", Priority: 9, CanLead: true, Token: 9, Timestamp: at(time.Minute)}, // expired
+	}
+	m.pres.busy = true
+	m.step(at(30*time.Millisecond), presenceResult{term: 1, check: true, ps: ps, storeNow: store})
+	done := make(chan error, 1)
+	now := at(40 * time.Millisecond)
+	c := findCall(m.step(now, requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: done}}), callVacancy)
+	want := heartbeat.Record{Election: "e", Leader: "b", Term: 2, Value: []byte("b:1"), Lease: timing.LeaseDuration, Handover: 77}
+	if c == nil || !c.next.Equal(want) || !c.expected.SameWrite(rec(1, "a", 1, 0)) {
+		t.Fatalf("resign wrote %+v, want %v on revision 1", c, want)
+	}
+	if m.role != roleFollower {
+		t.Fatalf("role %v after the resign, want follower", m.role)
+	}
+	res := want
+	res.Revision = 2
+	later := at(45 * time.Millisecond)
+	answered := false
+	for _, e := range m.step(later, callResult{kind: callVacancy, expected: c.expected, next: c.next, sentAt: now, parent: c.parent, res: res}) {
+		if r, ok := e.(reply); ok && r.to == done {
+			answered = r.err == nil
+		}
+	}
+	if !answered {
+		t.Fatal("the resign is not answered without error")
+	}
+	if m.claimDue(later.Add(heartbeat.FollowerWait(timing.LeaseDuration) - 1)) {
+		t.Fatal("the old leader may claim the record it handed over before the successor's lease ended")
+	}
+
+	// No read in this term within two presence intervals: a vacancy.
+	m2, _ := leader(t)
+	participating(m2)
+	m2.pres.busy = true
+	m2.step(at(30*time.Millisecond), presenceResult{term: 1, check: true, ps: ps, storeNow: store})
+	c = findCall(m2.step(at(131*time.Millisecond), requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: done}}), callVacancy)
+	if c == nil || !c.next.Vacant() || c.next.Handover != 0 {
+		t.Fatalf("resign with a stale read wrote %+v, want a vacancy", c)
+	}
+}
+
+// The successor leads on a record handed to it from the send of the
+// presence write whose token the record carries, for the shorter of its
+// lease and the record's, and renews a heartbeat after that send; the
+// record is announced after EventElected.
+func TestMachineTakesTheHandover(t *testing.T) {
+	m := participating(follower(t, rec(3, "x", 2, timing.LeaseDuration), at(5*time.Millisecond)))
+	sent := at(10 * time.Millisecond)
+	tok := presenceToken(t, m, sent)
+	r := rec(4, "a", 3, 200*time.Millisecond)
+	r.Handover = tok
+	now := at(100 * time.Millisecond)
+	effs := m.step(now, notificationInput{n: backend.Notification{Type: backend.RecordChanged, Record: r}, ok: true})
+	el := findEvent(effs, EventElected)
+	if el == nil || el.Term != 3 || el.LeaderCtx == nil || el.Record.Handover != tok {
+		t.Fatalf("effects %v: want EventElected of term 3 with a leader context", effs)
+	}
+	nl := findEvent(effs, EventNewLeader)
+	if nl == nil || nl.Leader != "a" {
+		t.Fatalf("effects %v: want the record announced", effs)
+	}
+	if m.role != roleLeader || m.term != 3 || m.myRev != 4 || !m.leaseEnd.Equal(sent.Add(200*time.Millisecond)) {
+		t.Fatalf("role %v term %d rev %d lease to %v; want leading term 3 on 4 until %v", m.role, m.term, m.myRev, m.leaseEnd, sent.Add(200*time.Millisecond))
+	}
+	var renewAt time.Time
+	for _, e := range effs {
+		if st, ok := e.(*setTimer); ok && st.t == timerRenew {
+			renewAt = st.at
+		}
+	}
+	if !renewAt.Equal(sent.Add(timing.HeartbeatInterval)) {
+		t.Fatalf("renewal due %v, want %v", renewAt, sent.Add(timing.HeartbeatInterval))
+	}
+	rn := findCall(m.step(renewAt, timerInput{timerRenew}), callRenew)
+	if rn == nil || !rn.expected.SameWrite(r) || rn.next.Handover != 0 || rn.next.Term != 3 {
+		t.Fatalf("renewal %+v, want one on the handed record without a token", rn)
+	}
+	// Its renewal, once written, is its own write, with or without a
+	// lost reply (own).
+	rr := rn.next
+	rr.Revision = 5
+	if !m.own(rr) || !m.own(r) {
+		t.Fatal("the handed record or the successor's renewal is not its own")
+	}
+}
+
+// A handover observed after the lease it grants ended, or one this node
+// cannot take (it is stopping), grants no lease to anyone else: it is
+// claimed at once with a new term. A handover with a token this process
+// did not draw (an earlier process of the same node id) is a heartbeat.
+func TestMachineHandoverLateOrForeign(t *testing.T) {
+	sent := at(10 * time.Millisecond)
+	for _, tc := range []struct {
+		name    string
+		foreign bool
+		gaveUp  bool // this node resigned or transferred a term before
+		seen    time.Time
+	}{
+		{"late", false, false, sent.Add(timing.LeaseDuration)},
+		{"late after giving up a term", false, true, sent.Add(timing.LeaseDuration)},
+		{"foreign", true, false, at(100 * time.Millisecond)},
+	} {
+		m := participating(follower(t, rec(3, "x", 2, timing.LeaseDuration), at(5*time.Millisecond)))
+		m.handedOver = tc.gaveUp
+		tok := presenceToken(t, m, sent)
+		r := rec(4, "a", 3, timing.LeaseDuration)
+		r.Handover = tok
+		if tc.foreign {
+			r.Handover = tok ^ 1
+		}
+		effs := m.step(tc.seen, notificationInput{n: backend.Notification{Type: backend.RecordChanged, Record: r}, ok: true})
+		if m.role != roleFollower || findEvent(effs, EventElected) != nil {
+			t.Fatalf("%s: role %v, effects %v: want a follower", tc.name, m.role, effs)
+		}
+		if tc.foreign {
+			if m.claimDue(tc.seen.Add(heartbeat.FollowerWait(r.Lease) - 1)) {
+				t.Fatalf("%s: claimable before the record's lease ended", tc.name)
+			}
+			continue
+		}
+		if !m.claimDue(tc.seen) {
+			t.Fatalf("%s: a handover to this process not claimable at once", tc.name)
+		}
+		var claimAt time.Time
+		for _, e := range effs {
+			if st, ok := e.(*setTimer); ok && st.t == timerClaim {
+				claimAt = st.at
+			}
+		}
+		if claimAt.After(tc.seen.Add(timing.VacancyJitter)) {
+			t.Fatalf("%s: claim timer at %v, want within the vacancy jitter of %v", tc.name, claimAt, tc.seen)
+		}
+		c := findCall(m.step(claimAt, timerInput{timerClaim}), callClaim)
+		if c == nil || !c.expected.SameWrite(r) || c.next.Term != 4 {
+			t.Fatalf("%s: claim %+v, want term 4 on the handed record", tc.name, c)
+		}
+	}
+}
+
+// A candidate whose claim is in flight takes a handover once the claim's
+// reply is in, even when the handover's term is the one it claimed, and
+// announces it only after its EventElected.
+func TestMachineHandoverWhileClaiming(t *testing.T) {
+	m, c, _ := claiming(t)
+	participating(m)
+	sent := at(11 * time.Millisecond)
+	tok := presenceToken(t, m, sent)
+	r := rec(1, "a", c.next.Term, timing.LeaseDuration)
+	r.Handover = tok
+	effs := m.step(at(12*time.Millisecond), notificationInput{n: backend.Notification{Type: backend.RecordChanged, Record: r}, ok: true})
+	if m.role != roleCandidate || findEvent(effs, EventNewLeader) != nil {
+		t.Fatalf("role %v, effects %v with the claim in flight: want a candidate that announces nothing yet", m.role, effs)
+	}
+	effs = m.step(at(15*time.Millisecond), callResult{kind: callClaim, expected: c.expected, next: c.next, sentAt: c.sentAt, err: backend.NewConflict(r)})
+	el := findEvent(effs, EventElected)
+	if el == nil || m.role != roleLeader || !m.leaseEnd.Equal(sent.Add(timing.LeaseDuration)) {
+		t.Fatalf("role %v lease to %v, effects %v: want leading until %v", m.role, m.leaseEnd, effs, sent.Add(timing.LeaseDuration))
+	}
+	// EventElected comes before the record is announced.
+	for _, e := range effs {
+		if em, ok := e.(*emit); ok && em.ev.Type == EventNewLeader {
+			t.Fatalf("effects %v: the record was announced before EventElected", effs)
+		}
+		if em, ok := e.(*emit); ok && em.ev.Type == EventElected {
+			break
+		}
+	}
+}
+
+// A node that led on a handover and resigned does not claim that record
+// at once when its resign's write failed: it gave the term up, as for a
+// record it wrote itself.
+func TestMachineHandoverResignedNotReclaimed(t *testing.T) {
+	m := participating(follower(t, rec(3, "x", 2, timing.LeaseDuration), at(5*time.Millisecond)))
+	tok := presenceToken(t, m, at(10*time.Millisecond))
+	r := rec(4, "a", 3, timing.LeaseDuration)
+	r.Handover = tok
+	m.step(at(20*time.Millisecond), notificationInput{n: backend.Notification{Type: backend.RecordChanged, Record: r}, ok: true})
+	if m.role != roleLeader {
+		t.Fatalf("role %v, want leading on the handover", m.role)
+	}
+	done := make(chan error, 1)
+	c := findCall(m.step(at(30*time.Millisecond), requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: done}}), callVacancy)
+	if c == nil || !c.expected.SameWrite(r) {
+		t.Fatalf("resign wrote %+v, want a write on the handed record", c)
+	}
+	err := context.DeadlineExceeded
+	for i := range 5 {
+		m.step(at(time.Duration(31+i)*time.Millisecond), callResult{kind: callVacancy, expected: c.expected, next: c.next, sentAt: at(30 * time.Millisecond), err: err})
+	}
+	if m.vacancy != nil || !m.rec.SameWrite(r) {
+		t.Fatalf("vacancy %+v, record %v: want the resign given up on the handed record", m.vacancy, m.rec)
+	}
+	if m.claimDue(at(40 * time.Millisecond)) {
+		t.Fatal("the node claims at once the handed record it led on and resigned")
+	}
+}
+
+// A participating node that wins a term refreshes its presence and reads
+// the participants at once, so that it can hand over in one write from
+// the start of its term.
+func TestMachinePresenceReadOnElection(t *testing.T) {
+	m, c, _ := claiming(t)
+	participating(m)
+	res := c.next
+	res.Revision = 1
+	now := at(20 * time.Millisecond)
+	effs := m.step(now, callResult{kind: callClaim, expected: c.expected, next: c.next, sentAt: c.sentAt, res: res})
+	var due time.Time
+	for _, e := range effs {
+		if st, ok := e.(*setTimer); ok && st.t == timerPresence {
+			due = st.at
+		}
+	}
+	if m.role != roleLeader || !due.Equal(now) {
+		t.Fatalf("role %v, presence timer at %v; want leading and due at once (%v)", m.role, due, now)
+	}
+	var call presenceCall
+	for _, e := range m.step(now, timerInput{timerPresence}) {
+		if pc, ok := e.(presenceCall); ok {
+			call = pc
+		}
+	}
+	if !call.check || call.term != 1 {
+		t.Fatalf("presence call %+v, want a read of the participants in term 1", call)
+	}
+}

@@ -155,7 +155,7 @@ type Fault struct {
 	Victim string // the process it was aimed at, if any
 	// At is the Monotonic time when injection began.
 	At int64
-	// NewLeader says the fault removed the leader (kill, stop, cut): a node
+	// NewLeader says the fault removed the leader (kill, stop, cut, resign): a node
 	// must be elected after At. Otherwise (the leader may survive the
 	// fault) a leader must exist at Ref or be elected after it.
 	NewLeader bool

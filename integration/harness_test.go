@@ -33,6 +33,9 @@ const (
 	faultCut      = "cut"
 	faultFeedKill = "feedkill"
 	faultRestart  = "restart"
+	// faultResign makes the leader Resign (SIGUSR1): the nodes participate,
+	// so it hands the election over in one write.
+	faultResign = "resign"
 	// faultFailover kills a replicated database's primary (SIGKILL to
 	// every process of it), promotes its standby and brings the old
 	// primary back as the new standby.
@@ -40,7 +43,7 @@ const (
 )
 
 // allKinds are the faults a single PostgreSQL server takes.
-var allKinds = []string{faultKill, faultStop, faultCut, faultFeedKill, faultRestart}
+var allKinds = []string{faultKill, faultStop, faultCut, faultFeedKill, faultRestart, faultResign}
 
 // server is the database the nodes run against.
 type server interface {
@@ -124,8 +127,8 @@ func soakFaults(t testing.TB) int {
 }
 
 // faultsPerKindInCI is how many faults of each kind a run that is no soak
-// injects: 100 over the five kinds of TestFaultsPostgres, about a minute
-// and a half on an idle 2-core machine. Soaks (LEADERFEED_SOAK) run more.
+// injects: 120 over the six kinds of TestFaultsPostgres, about a minute
+// on an idle 2-core machine. Soaks (LEADERFEED_SOAK) run more.
 const faultsPerKindInCI = 20
 
 // proc is one node process.
@@ -218,6 +221,9 @@ func (h *harness) start(i int) error {
 			"-heartbeat", tm.HeartbeatInterval.String(),
 			"-emin", tm.ElectionTimeoutMin.String(),
 			"-emax", tm.ElectionTimeoutMax.String(),
+			// Well under half the lease, so that a handover goes in
+			// one write (base.Options.PresenceInterval).
+			"-presence", (tm.LeaseDuration / 3).String(),
 		)
 		addrs := make([]string, len(h.prox[i]))
 		for k, p := range h.prox[i] {
@@ -640,6 +646,13 @@ func (h *harness) inject(ctx context.Context, kind string, leader *proc) error {
 			}
 			return h.leaderLocked() != nil
 		})
+
+	case faultResign:
+		h.record(Fault{Kind: kind, Victim: leader.name, At: Monotonic(), NewLeader: true})
+		if err := leader.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+			return err
+		}
+		return h.waitFor("a new leader after the resign", bound+5*time.Second, newLeader)
 
 	case faultRestart:
 		before := make(map[*proc]int)

@@ -7,7 +7,8 @@
 // can be compared. While it leads, a job ticks every -act and notes when it
 // found the term's leader context live; when the term ends it prints that as
 // one "act" line. SIGTERM or SIGINT stops the Feed (it resigns if it leads)
-// and ends the process.
+// and ends the process; SIGUSR1 makes it Resign. With -presence it
+// participates, so that a leader hands over in one write.
 //
 //	LEADERFEED_NODE_URL=postgres://... node -backend postgres -election e -id n1
 package main
@@ -50,9 +51,10 @@ func main() {
 		emin     = flag.Duration("emin", 250*time.Millisecond, "election timeout min")
 		emax     = flag.Duration("emax", 500*time.Millisecond, "election timeout max")
 		every    = flag.Duration("act", time.Millisecond, "how often the leader's job checks its leader context")
+		presence = flag.Duration("presence", 0, "participate with this PresenceInterval (0: do not)")
 	)
 	flag.Parse()
-	if err := run(*backend, *addr, *db, *election, *id, *every, heartbeat.Timing{
+	if err := run(*backend, *addr, *db, *election, *id, *every, *presence, heartbeat.Timing{
 		HeartbeatInterval:  *hb,
 		ElectionTimeoutMin: *emin,
 		ElectionTimeoutMax: *emax,
@@ -76,7 +78,7 @@ func (p *printer) print(l integration.Line) {
 	fmt.Fprintln(os.Stdout, l.String())
 }
 
-func run(backend, addr, db, election, id string, every time.Duration, timing heartbeat.Timing) error {
+func run(backend, addr, db, election, id string, every, presence time.Duration, timing heartbeat.Timing) error {
 	if id == "" {
 		return errors.New("-id is required")
 	}
@@ -89,7 +91,7 @@ func run(backend, addr, db, election, id string, every time.Duration, timing hea
 		return err
 	}
 	defer closeClient()
-	feed, err := base.New(b, id, base.Options{Timing: timing, Value: []byte(id)})
+	feed, err := base.New(b, id, base.Options{Timing: timing, Value: []byte(id), Participate: presence > 0, PresenceInterval: presence})
 	if err != nil {
 		return err
 	}
@@ -109,6 +111,24 @@ func run(backend, addr, db, election, id string, every time.Duration, timing hea
 		}
 	}
 	out.print(integration.Line{Mono: integration.Monotonic(), Kind: integration.KindStart})
+
+	resign := make(chan os.Signal, 1)
+	signal.Notify(resign, syscall.SIGUSR1)
+	defer signal.Stop(resign)
+	go func() {
+		for {
+			select {
+			case <-resign:
+				ctx, cancel := context.WithTimeout(sigCtx, 2*time.Second)
+				if err := feed.Resign(ctx); err != nil && !errors.Is(err, base.ErrNotLeader) {
+					fmt.Fprintln(os.Stderr, "node: resign:", err)
+				}
+				cancel()
+			case <-sigCtx.Done():
+				return
+			}
+		}
+	}()
 
 	stopped := make(chan error, 1)
 	go func() {

@@ -464,8 +464,9 @@ func (f *Feed) Stop(ctx context.Context) error {
 
 // Resign gives up leadership: it cancels the leader context, then writes
 // one record (bounded by ctx) so that another node leads at once. When
-// this node participates and read the participants in this term within
-// two presence intervals, the record hands the election to the live
+// this node participates and read the participants within the last two
+// presence intervals (a leader reads them when elected and every
+// interval), the record hands the election to the live
 // participant of the highest priority (then the lowest node id) that can
 // lead: it names it leader with a new term and the token of its presence
 // write (heartbeat.Record.Handover), and the successor leads from the

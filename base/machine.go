@@ -791,6 +791,12 @@ func (m *machine) handedToMe(r heartbeat.Record) (time.Time, bool) {
 	return m.pres.tokenSent(r.Handover)
 }
 
+// handedOK is handedToMe without the send time.
+func (m *machine) handedOK(r heartbeat.Record) bool {
+	_, ok := m.handedToMe(r)
+	return ok
+}
+
 // takeHandover leads on the known record if it hands the election to this
 // process and the lease it grants still runs (case 5): from the send of
 // the presence write whose token it carries, for the shorter of this
@@ -876,7 +882,7 @@ func (m *machine) observe(r heartbeat.Record, authoritative bool) {
 	if m.vacancy != nil && m.own(r) {
 		m.myRev = max(m.myRev, r.Revision)
 	}
-	if _, handed := m.handedToMe(r); m.role == roleCandidate && r.Leader == m.id && (r.Term == m.claimTerm || handed) {
+	if m.role == roleCandidate && r.Leader == m.id && (r.Term == m.claimTerm || m.handedOK(r)) {
 		// The feed brought this node's claim, or a handover to it, before
 		// the claim's reply: announce it when the reply is in (onClaim),
 		// after EventElected if it leads, so that no reader sees this node
@@ -1019,7 +1025,7 @@ func (m *machine) claimableAtOnce() bool {
 		}
 		return m.vacancyTerm == 0 || m.rec.Term != m.vacancyTerm
 	}
-	if _, ok := m.handedToMe(m.rec); ok && !m.own(m.rec) {
+	if m.handedOK(m.rec) && !m.own(m.rec) {
 		// Handed to this node, which never led on it (whether or not it
 		// gave up a term of its own before).
 		return true
@@ -1037,7 +1043,7 @@ func (m *machine) ownClaim(r heartbeat.Record) bool {
 	if m.own(r) {
 		return true
 	}
-	if _, ok := m.handedToMe(r); ok {
+	if m.handedOK(r) {
 		return true
 	}
 	if r.Revision == 0 || r.Leader != m.id || r.Term == 0 || r.Handover != 0 {
@@ -1076,7 +1082,7 @@ func (m *machine) armClaim(fresh bool) {
 			d += m.t.HeartbeatInterval
 		}
 		at = m.now.Add(d)
-		if _, handed := m.handedToMe(m.rec); !handed && m.ownClaim(m.rec) {
+		if !m.handedOK(m.rec) && m.ownClaim(m.rec) {
 			at = m.now.Add(m.t.HeartbeatInterval) // after a failed attempt
 			if fresh || m.claimSoon {
 				// At once, but not sooner than a heartbeat after the

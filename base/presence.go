@@ -117,8 +117,8 @@ func livePresences(ps []backend.Presence, now time.Time, ttl time.Duration) []ba
 // node steps down first (its leader context is cancelled with cause
 // ErrTransferred, EventUnelected with ReasonTransferred), then writes,
 // with the ordinary compare-and-set, the record that hands the election
-// to nodeID (see Resign) when it read a presence token of nodeID in this
-// term, else the vacant record reserved for nodeID
+// to nodeID (see Resign) when its last read of the participants (within
+// two presence intervals) holds a token of nodeID, else the vacant record reserved for nodeID
 // (heartbeat.Record.Successor), which the target claims at once. Any other
 // node claims either only after its election timeout, so a target that
 // died since costs no more than a crashed leader.
@@ -255,11 +255,10 @@ type priorityCheck struct {
 	next int
 
 	// The participants the leader read last, the store's time of the
-	// read, and when its result came in (zero: none in this term).
-	read     []backend.Presence
-	readNow  time.Time
-	readTerm uint64
-	readAt   time.Time
+	// read, and when its result came in (zero: none yet).
+	read    []backend.Presence
+	readNow time.Time
+	readAt  time.Time
 }
 
 // presenceTokens is how many presence writes a node remembers the token
@@ -310,13 +309,14 @@ func (p *priorityCheck) tokenSent(token uint64) (time.Time, bool) {
 // successor returns the participant a leader hands over to in one write
 // (heartbeat.Record.Handover): the live participant of the highest
 // priority (then the lowest node id) that can lead and wrote a token, as
-// the leader read them in this term at most two presence intervals ago.
+// the leader read them at most two presence intervals ago (only leaders
+// read; any read is safe, the freshness is for the successor's lease).
 // The token must be that recent for the successor to still remember it
 // (presenceTokens) and, on a PresenceInterval well under the lease, to
 // still lead on it when the handover reaches it. false: none.
 func (m *machine) successor(node string) (backend.Presence, bool) {
 	p := m.pres
-	if p == nil || p.readTerm != m.term || m.now.Sub(p.readAt) > 2*p.interval {
+	if p == nil || p.readAt.IsZero() || m.now.Sub(p.readAt) > 2*p.interval {
 		return backend.Presence{}, false
 	}
 	for _, c := range livePresences(p.read, p.readNow, p.ttl) {
@@ -355,7 +355,7 @@ func (m *machine) onPresence(r presenceResult) {
 		clear(p.since) // present continuously means seen at every check
 		return
 	}
-	p.read, p.readNow, p.readTerm, p.readAt = r.ps, r.storeNow, m.term, m.now
+	p.read, p.readNow, p.readAt = r.ps, r.storeNow, m.now
 	seen := make(map[string]bool)
 	var best *backend.Presence
 	for _, c := range livePresences(r.ps, r.storeNow, p.ttl) {

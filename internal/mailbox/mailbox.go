@@ -83,6 +83,43 @@ func (b *Box[T]) PutHere(v T) bool {
 	return true
 }
 
+// TakeHere is Put for a caller that waits for v's outcome anyway (a
+// request whose reply it awaits): if no goroutine takes from the Box, the
+// caller takes v itself, and only v: values put meanwhile are taken on a
+// goroutine started for them, as by Put. On a Runner it is Put.
+func (b *Box[T]) TakeHere(v T) bool {
+	if b.runner != nil {
+		return b.Put(v)
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return false
+	}
+	if b.running {
+		b.queue = append(b.queue, v)
+		b.mu.Unlock()
+		return true
+	}
+	b.running = true
+	b.begin()
+	b.mu.Unlock()
+	b.take(v)
+	b.mu.Lock()
+	if b.head == len(b.queue) {
+		b.idleLocked()
+		b.mu.Unlock()
+		b.end()
+		return true
+	}
+	b.mu.Unlock()
+	go func() {
+		b.run()
+		b.end()
+	}()
+	return true
+}
+
 // Replace drops the queued values q for which stale(q, v) reports true,
 // then queues v: the coalescing put of a queue that keeps only the latest
 // of a kind. It returns how many it dropped, and false if the Box is closed

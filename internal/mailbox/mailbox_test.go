@@ -223,3 +223,54 @@ func TestRunnerWait(t *testing.T) {
 		}
 	})
 }
+
+// TakeHere takes its value on the caller's goroutine when the Box is idle,
+// and only that value: one put during the take goes to a goroutine. When
+// the Box is busy, it queues like Put. A closed Box refuses.
+func TestTakeHere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var b *Box[int]
+		var mu sync.Mutex
+		var got []int
+		var onCaller atomic.Bool
+		caller := make(chan struct{})
+		release := make(chan struct{})
+		b = New(func(v int) {
+			mu.Lock()
+			got = append(got, v)
+			mu.Unlock()
+			switch v {
+			case 1:
+				onCaller.Store(true)
+				b.Put(2) // taken on a goroutine, after TakeHere returned
+			case 3:
+				close(caller)
+				<-release
+			}
+		}, nil, nil)
+		if !b.TakeHere(1) || !onCaller.Load() {
+			t.Fatal("TakeHere did not take its value before it returned")
+		}
+		synctest.Wait()
+		b.Put(3)
+		<-caller // the Box is busy with 3
+		if !b.TakeHere(4) {
+			t.Fatal("TakeHere refused on a busy box")
+		}
+		mu.Lock()
+		busy := slices.Contains(got, 4)
+		mu.Unlock()
+		if busy {
+			t.Fatal("TakeHere took on the caller while the box was busy")
+		}
+		close(release)
+		synctest.Wait()
+		if !slices.Equal(got, []int{1, 2, 3, 4}) {
+			t.Fatalf("got %v, want 1..4 in order", got)
+		}
+		b.Close()
+		if b.TakeHere(5) {
+			t.Fatal("TakeHere accepted on a closed box")
+		}
+	})
+}

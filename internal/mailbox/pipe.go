@@ -92,6 +92,27 @@ func (p *Pipe[T]) Replace(v T, stale func(T) bool) bool {
 	return ok
 }
 
+// PutAll hands vs to the reader in order, like Put of each; false: the
+// pipe has ended. A burst of more than one goes to the pipe's goroutine
+// at once, which hands the first to a reader that waits: the caller does
+// not wake the reader only to start a goroutine behind it for the rest.
+func (p *Pipe[T]) PutAll(vs []T) bool {
+	if len(vs) == 1 {
+		return p.Put(vs[0])
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ending || p.gone {
+		return false
+	}
+	for _, v := range vs {
+		if _, ok := p.box.Replace(piped[T]{v: v}, nil); !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // Closed reports whether the channel has been closed (onEnd runs after).
 func (p *Pipe[T]) Closed() bool {
 	p.mu.Lock()

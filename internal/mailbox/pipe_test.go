@@ -230,3 +230,37 @@ func TestPipeKeepsBurstRoom(t *testing.T) {
 		}
 	})
 }
+
+// PutAll delivers a burst in order after what waits, through the pipe's
+// goroutine (the caller sends nothing itself); one value goes straight
+// into the channel like Put; an ended pipe refuses a burst.
+func TestPipePutAll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewPipe[int](t.Context(), 0, nil)
+		p.Put(0) // waits: no reader yet
+		if !p.PutAll([]int{1, 2, 3}) {
+			t.Fatal("PutAll refused on an open pipe")
+		}
+		if got := []int{<-p.C(), <-p.C(), <-p.C(), <-p.C()}; !slices.Equal(got, []int{0, 1, 2, 3}) {
+			t.Fatalf("got %v, want 0..3", got)
+		}
+		synctest.Wait()
+		q := NewPipe[int](t.Context(), 1, nil)
+		q.PutAll([]int{7})
+		if q.taking != 0 || q.Len() != 0 {
+			t.Fatalf("taking %d, waiting %d: want one value straight into the channel", q.taking, q.Len())
+		}
+		q.PutAll([]int{8, 9})
+		if q.Len()+q.taking == 0 {
+			t.Fatal("a burst did not go to the pipe's goroutine")
+		}
+		q.End(10, false)
+		if q.PutAll([]int{11, 12}) {
+			t.Fatal("PutAll accepted after End")
+		}
+		if got := drain(q.C()); !slices.Equal(got, []int{7, 8, 9, 10}) {
+			t.Fatalf("got %v, want 7..10", got)
+		}
+		p.Abort()
+	})
+}

@@ -183,11 +183,11 @@ func newHub(maxChanges int, log *slog.Logger) *hub {
 	return &hub{maxChanges: maxChanges, log: log, subs: make(map[*Subscription]struct{})}
 }
 
-func (h *hub) push(e Event) {
+func (h *hub) push(es []Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.subs {
-		s.push(e)
+		s.push(es)
 	}
 }
 
@@ -253,11 +253,41 @@ func newSubscription(ctx context.Context, h *hub, maxChanges int, linger time.Du
 	return s
 }
 
-func (s *Subscription) push(e Event) {
+// push queues es for the reader, in order, as one burst (see
+// mailbox.Pipe.PutAll), less the change events beyond maxChanges.
+func (s *Subscription) push(es []Event) {
+	var kept []Event // nil: all of es so far
+	for i, e := range es {
+		if s.admit(e) {
+			if kept != nil {
+				kept = append(kept, e)
+			}
+			continue
+		}
+		if s.isFinished() {
+			return
+		}
+		if kept == nil {
+			kept = append(make([]Event, 0, len(es)), es[:i]...)
+		}
+	}
+	if kept == nil {
+		kept = es
+	}
+	if len(kept) > 0 {
+		s.pipe.PutAll(kept)
+	}
+}
+
+// admit counts e in, or reports false: the subscription has finished, or
+// e is a change event beyond maxChanges (dropped and counted), or e is one
+// event too many for a reader that does not read (the subscription ends
+// with ErrSlowReader).
+func (s *Subscription) admit(e Event) bool {
 	s.mu.Lock()
 	if s.finished {
 		s.mu.Unlock()
-		return
+		return false
 	}
 	if e.Type == EventChange {
 		if s.changes >= s.maxChanges {
@@ -268,7 +298,7 @@ func (s *Subscription) push(e Event) {
 			if n == 1 || n%1000 == 0 {
 				s.hub.log.Warn("leaderfeed: change events dropped for a slow reader", "dropped", n)
 			}
-			return
+			return false
 		}
 		s.changes++
 	} else {
@@ -276,12 +306,18 @@ func (s *Subscription) push(e Event) {
 			s.finished, s.err = true, ErrSlowReader
 			s.mu.Unlock()
 			s.cancel()
-			return
+			return false
 		}
 		s.others++
 	}
 	s.mu.Unlock()
-	s.pipe.Put(e)
+	return true
+}
+
+func (s *Subscription) isFinished() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.finished
 }
 
 // sent counts out an event the reader's channel took.

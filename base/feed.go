@@ -514,7 +514,7 @@ func (f *Feed) request(ctx context.Context, r request) error {
 		return err
 	}
 	r.reply = make(chan error, 1)
-	if !l.put(requestInput{r: r}) {
+	if !l.box.TakeHere(requestInput{r: r}) {
 		return ErrClosed
 	}
 	select {

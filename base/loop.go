@@ -49,6 +49,7 @@ type loop struct {
 	leaseTimer  *time.Timer   // cancels the leader context at the lease's end
 	leaseCtx    *leaseContext // the leader context leaseTimer cancels
 	cancelledAt time.Time     // when the last cancelLeader was executed
+	held        []Event       // the events emitted by the take running (flushEvents)
 
 	// The changefeed. Each open has a generation; notifications of any
 	// other than the one in use are dropped (those of the one opening wait
@@ -207,6 +208,7 @@ func (l *loop) take(in input) {
 	for l.dueNow && !l.exited && !l.m.done() {
 		l.tick()
 	}
+	l.flushEvents()
 	if !l.exited && l.m.done() {
 		l.exit()
 	}
@@ -273,6 +275,7 @@ func (l *loop) exit() {
 	}
 	l.early = nil
 	l.f.cancel()
+	l.flushEvents()
 	l.f.events.finish()
 	close(l.f.loopDone)
 	l.f.goroutineEnds()
@@ -453,8 +456,29 @@ func (l *loop) exec(e effect) input {
 	return nil
 }
 
+// flushEvents logs and traces the events the take's steps emitted (held),
+// then hands them to the subscriptions, after every other effect of the
+// take: a reader learns of a step once all of it is done (the getters
+// agree with the event it reads), and a burst reaches each reader through
+// its subscription's goroutine, which hands it the first event at once.
+// Pushed one by one, the first would wake the reader only for the
+// goroutine started for the rest, and the store calls the take started,
+// to run before it.
+func (l *loop) flushEvents() {
+	if len(l.held) == 0 {
+		return
+	}
+	for _, e := range l.held {
+		l.emit(e)
+	}
+	l.f.events.push(l.held)
+	clear(l.held)
+	l.held = l.held[:0]
+}
+
 // emitEffect executes an emit: a zero At is stamped with the instant of
-// the last cancelLeader, never later than notAfter (see emit).
+// the last cancelLeader, never later than notAfter (see emit), or else
+// now; the event waits in held for the end of the take.
 //
 //go:noinline // keeps exec's frame small
 func (l *loop) emitEffect(eff effect) {
@@ -465,7 +489,10 @@ func (l *loop) emitEffect(eff effect) {
 			e.ev.At = e.notAfter
 		}
 	}
-	l.emit(e.ev)
+	if e.ev.At.IsZero() {
+		e.ev.At = time.Now()
+	}
+	l.held = append(l.held, e.ev)
 }
 
 // extendLease executes an extendLease and returns its answer.
@@ -563,12 +590,8 @@ func (l *loop) stepDue() {
 	}
 }
 
-// emit queues an event for the subscriptions and logs it, with a fixed
-// message per event type.
+// emit logs an event, with a fixed message per event type, and traces it.
 func (l *loop) emit(e Event) {
-	if e.At.IsZero() {
-		e.At = time.Now()
-	}
 	log := l.f.log
 	switch e.Type {
 	case EventElected:
@@ -591,7 +614,6 @@ func (l *loop) emit(e Event) {
 	if tr := l.f.opts.Trace; tr != nil && tr.Event != nil {
 		tr.Event(EventInfo{Election: l.f.Election(), NodeID: l.f.id, Event: e})
 	}
-	l.f.events.push(e)
 }
 
 // renewAt returns when the renewal due at due is sent: then, or earlier

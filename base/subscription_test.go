@@ -18,9 +18,9 @@ func TestSubscriptionSlowReader(t *testing.T) {
 		s := newSubscription(context.Background(), h, 3, 0)
 		h.subs[s] = struct{}{}
 		for i := range 5 {
-			h.push(Event{Type: EventChange, Term: uint64(i)})
+			h.push([]Event{{Type: EventChange, Term: uint64(i)}})
 		}
-		h.push(Event{Type: EventNewLeader, Term: 9})
+		h.push([]Event{{Type: EventNewLeader, Term: 9}})
 		synctest.Wait()
 		if s.Dropped() != 2 || h.dropped.Load() != 2 {
 			t.Fatalf("Dropped %d, hub %d: want the 2 changes beyond 3", s.Dropped(), h.dropped.Load())
@@ -31,7 +31,7 @@ func TestSubscriptionSlowReader(t *testing.T) {
 			}
 		}
 		for i := range maxPendingEvents + 1 {
-			h.push(Event{Type: EventNewLeader, Term: uint64(i)})
+			h.push([]Event{{Type: EventNewLeader, Term: uint64(i)}})
 		}
 		synctest.Wait()
 		n := 0

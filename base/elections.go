@@ -443,12 +443,10 @@ func (b *electionBackend) Subscribe(ctx context.Context) (<-chan backend.Notific
 	return b.e.subscribe(ctx, b, nil)
 }
 
-// subscribeTo is Subscribe for the Feed's loop (directFeed): each
-// notification is handed to to, in order, on the shared feed's goroutine
-// (to must not block), instead of queued for a channel; Failed is the
-// last. ctx bounds the call only: the subscription ends when cancel is
-// called, which the caller must do (it needs no context of its own).
-func (b *electionBackend) subscribeTo(ctx context.Context, to func(backend.Notification)) (cancel func(), err error) {
+// SubscribeFunc is Subscribe handing each notification to to, in order,
+// on the shared feed's goroutine, instead of queuing it for a channel
+// (backend.FuncSubscriber).
+func (b *electionBackend) SubscribeFunc(ctx context.Context, to func(backend.Notification)) (cancel func(), err error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
@@ -551,7 +549,7 @@ func (e *Elections) subscribe(ctx context.Context, b *electionBackend, to func(b
 	return s.pipe.C(), nil
 }
 
-// subscribeDirect is subscribe for subscribeTo: the subscription ends when
+// subscribeDirect is subscribe for SubscribeFunc: the subscription ends when
 // the returned function is called.
 func (e *Elections) subscribeDirect(ctx context.Context, b *electionBackend, to func(backend.Notification)) (func(), error) {
 	s := &feedSub{name: b.name, to: to}
@@ -732,7 +730,7 @@ func (sf *sharedFeed) fail(err error) {
 
 // feedSub is one election's subscription on the shared feed: a Pipe to
 // the reader's channel (subscribe), or a function the feed calls in order
-// (subscribeTo). Notifications of the election record are coalesced in
+// (SubscribeFunc). Notifications of the election record are coalesced in
 // the pipe: a newer one replaces those not yet taken, so the reader gets
 // the latest state: a reader that lags sees at most two older records
 // before the latest (one in the channel, one being sent). A reader that lets
@@ -742,7 +740,7 @@ type feedSub struct {
 	cancel context.CancelFunc
 	name   string
 	pipe   *mailbox.Pipe[backend.Notification] // set by register (subscribe)
-	to     func(backend.Notification)          // instead of pipe (subscribeTo)
+	to     func(backend.Notification)          // instead of pipe (SubscribeFunc)
 	onEnd  func()                              // leaves the feed; set before the first push
 
 	mu    sync.Mutex // of to
@@ -811,7 +809,7 @@ func (s *feedSub) isEnded() bool {
 }
 
 // end ends the subscription for its reader: by its context, or at once
-// for one of subscribeTo, which has none.
+// for one of SubscribeFunc, which has none.
 func (s *feedSub) end() {
 	if s.cancel != nil {
 		s.cancel()
@@ -820,7 +818,7 @@ func (s *feedSub) end() {
 	s.readerGone()
 }
 
-// readerGone ends a subscription of subscribeTo: nothing more is handed
+// readerGone ends a subscription of SubscribeFunc: nothing more is handed
 // to it, and it leaves the feed.
 func (s *feedSub) readerGone() {
 	s.mu.Lock()

@@ -706,13 +706,6 @@ func (l *loop) call(eff effect) input {
 	return nil
 }
 
-// directFeed is the changefeed of an Elections' election: it hands each
-// notification to a function on the shared feed's goroutine, so that the
-// loop needs no goroutine to read a channel.
-type directFeed interface {
-	subscribeTo(ctx context.Context, to func(backend.Notification)) (cancel func(), err error)
-}
-
 // openFeed opens the changefeed in a goroutine of its own; the result comes
 // back in the mailbox.
 func (l *loop) openFeed() {
@@ -723,11 +716,11 @@ func (l *loop) openFeed() {
 	go func() {
 		defer l.f.goroutineEnds()
 		r := subResult{gen: gen}
-		if d, ok := l.f.b.(directFeed); ok {
+		if d, ok := l.f.b.(backend.FuncSubscriber); ok {
 			// No context of its own: the loop ends it (closeFeed,
 			// discardFeed, or exit when the result was not taken).
 			r.direct = true
-			r.cancel, r.err = d.subscribeTo(l.ctx, func(n backend.Notification) { l.note(gen, n, true) })
+			r.cancel, r.err = d.SubscribeFunc(l.ctx, func(n backend.Notification) { l.note(gen, n, true) })
 		} else {
 			ctx, cancel := context.WithCancel(l.ctx)
 			r.ctx, r.cancel = ctx, cancel

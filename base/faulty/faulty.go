@@ -80,18 +80,18 @@ type injector struct {
 	calls       map[Method]int
 	faults      []activeFault
 	partitioned bool
-	subs        map[*faultySub]struct{}
+	subs        map[breakable]struct{}
 	writes      []backend.Write // every write, up to maxWriteLog
 }
 
 func newInjector() *injector {
-	return &injector{calls: make(map[Method]int), subs: make(map[*faultySub]struct{})}
+	return &injector{calls: make(map[Method]int), subs: make(map[breakable]struct{})}
 }
 
 // Backend wraps an Election and injects faults: failed, delayed or hung
 // calls, broken feeds, and a full partition. It forwards every capability
-// of the contract (presence, the renewal grid, submitted writes). It is
-// safe for concurrent use.
+// of the contract (presence, the renewal grid, submitted writes, feeds
+// handed to a function). It is safe for concurrent use.
 type Backend struct {
 	inner backend.Election
 	in    *injector
@@ -178,7 +178,7 @@ func (in *injector) breakFeeds(err error) {
 		err = ErrInjected
 	}
 	in.mu.Lock()
-	subs := make([]*faultySub, 0, len(in.subs))
+	subs := make([]breakable, 0, len(in.subs))
 	for s := range in.subs {
 		subs = append(subs, s)
 	}
@@ -459,6 +459,10 @@ func (in *injector) subscribe(ctx context.Context, o outcome, fn func(context.Co
 	return s.out, nil
 }
 
+// breakable is an open subscription of a wrapper: BreakFeed and Partition
+// end it with a Failed notification.
+type breakable interface{ breakWith(err error) }
+
 type faultySub struct {
 	out    chan backend.Notification
 	broken chan error
@@ -513,10 +517,100 @@ func (s *faultySub) fail(ctx context.Context, err error) {
 	}
 }
 
+// SubscribeFunc injects the Subscribe faults into the wrapped Election's
+// SubscribeFunc (backend.FuncSubscriber), or, if it lacks one, into its
+// Subscribe, whose notifications it then hands to deliver on a goroutine
+// of its own; BreakFeed and Partition break it as they break a channel
+// feed.
+func (f *Backend) SubscribeFunc(ctx context.Context, deliver func(backend.Notification)) (func(), error) {
+	o := f.in.before(ctx, MethodSubscribe, f.names(), false)
+	if o.err != nil {
+		return nil, o.err
+	}
+	in := f.in
+	s := &funcSub{deliver: deliver}
+	if fs, ok := f.inner.(backend.FuncSubscriber); ok {
+		cancel, err := fs.SubscribeFunc(ctx, s.push)
+		if err = o.reply(ctx, err); err != nil {
+			if cancel != nil {
+				cancel()
+			}
+			return nil, err
+		}
+		s.cancelInner = cancel
+	} else {
+		// The channel feed, read for deliver: faults were drawn above.
+		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		ch, err := f.inner.Subscribe(sctx)
+		if err = o.reply(ctx, err); err != nil {
+			cancel()
+			if ch != nil {
+				go func() {
+					for range ch {
+					}
+				}()
+			}
+			return nil, err
+		}
+		done := make(chan struct{})
+		s.cancelInner = func() { cancel(); <-done }
+		go func() {
+			defer close(done)
+			for n := range ch {
+				s.push(n)
+			}
+		}()
+	}
+	in.mu.Lock()
+	in.subs[s] = struct{}{}
+	in.mu.Unlock()
+	return func() {
+		in.mu.Lock()
+		delete(in.subs, s)
+		in.mu.Unlock()
+		s.end()
+	}, nil
+}
+
+// funcSub is a subscription of SubscribeFunc: push hands the wrapped
+// feed's notifications to deliver until the subscription ends (Failed,
+// cancelled or broken), never two at once.
+type funcSub struct {
+	deliver     func(backend.Notification)
+	cancelInner func()
+
+	mu    sync.Mutex
+	ended bool
+}
+
+func (s *funcSub) push(n backend.Notification) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return
+	}
+	s.deliver(n)
+	s.ended = n.Type == backend.Failed
+}
+
+func (s *funcSub) breakWith(err error) {
+	s.push(backend.Notification{Type: backend.Failed, Err: err})
+	s.cancelInner()
+}
+
+// end stops the deliveries and cancels the wrapped feed.
+func (s *funcSub) end() {
+	s.mu.Lock()
+	s.ended = true
+	s.mu.Unlock()
+	s.cancelInner()
+}
+
 var (
 	_ backend.PresenceElection = (*Backend)(nil)
 	_ backend.Aligner          = (*Backend)(nil)
 	_ backend.Submitter        = (*Backend)(nil)
+	_ backend.FuncSubscriber   = (*Backend)(nil)
 )
 
 func (f *Backend) presence() (backend.PresenceElection, error) {

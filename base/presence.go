@@ -254,11 +254,10 @@ type priorityCheck struct {
 	sent [presenceTokens]sentToken
 	next int
 
-	// The participants the leader read last, the store's time of the
-	// read, and when its result came in (zero: none yet).
-	read    []backend.Presence
-	readNow time.Time
-	readAt  time.Time
+	// The live participants of the leader's last read, in the order
+	// livePresences gives, and when its result came in (zero: none yet).
+	live   []backend.Presence
+	readAt time.Time
 }
 
 // presenceTokens is how many presence writes a node remembers the token
@@ -319,7 +318,7 @@ func (m *machine) successor(node string) (backend.Presence, bool) {
 	if p == nil || p.readAt.IsZero() || m.now.Sub(p.readAt) > 2*p.interval {
 		return backend.Presence{}, false
 	}
-	for _, c := range livePresences(p.read, p.readNow, p.ttl) {
+	for _, c := range p.live {
 		if c.Node != m.id && c.CanLead && c.Token != 0 && (node == "" || c.Node == node) {
 			return c, true
 		}
@@ -355,10 +354,10 @@ func (m *machine) onPresence(r presenceResult) {
 		clear(p.since) // present continuously means seen at every check
 		return
 	}
-	p.read, p.readNow, p.readAt = r.ps, r.storeNow, m.now
+	p.live, p.readAt = livePresences(r.ps, r.storeNow, p.ttl), m.now
 	seen := make(map[string]bool)
 	var best *backend.Presence
-	for _, c := range livePresences(r.ps, r.storeNow, p.ttl) {
+	for _, c := range p.live {
 		if c.Node == m.id || !c.CanLead || c.Priority <= p.priority {
 			continue
 		}

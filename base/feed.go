@@ -97,8 +97,9 @@ type Options struct {
 // leads, renews, steps down and campaigns again until stopped, and reports
 // what it sees as Events.
 //
-// One goroutine owns the election state; the getters read a snapshot of it
-// and are safe for concurrent use, as are all methods.
+// The engine owns the election state and steps it one input at a time;
+// the getters read a snapshot of it and are safe for concurrent use, as
+// are all methods.
 type Feed struct {
 	b      backend.Election
 	id     string

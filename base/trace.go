@@ -8,8 +8,9 @@ import "time"
 // you do not need nil. Events say what happened; Trace adds what they do
 // not carry, such as latencies and lost claims.
 //
-// The hooks are called on the Feed's engine goroutine, one at a time, in
-// the order the calls returned. They must not block and must not call the
+// The hooks are called by the Feed's engine, one at a time, in the order
+// the calls returned (an idle engine takes a request of Resign, TransferTo
+// or Proclaim on the caller's goroutine, and calls the hooks there). They must not block and must not call the
 // Feed's methods that wait for the engine (Resign, Proclaim, Stop) or
 // close its Elections: the election waits while a hook runs. Record a number and return.
 //

@@ -652,7 +652,14 @@ func (h *harness) inject(ctx context.Context, kind string, leader *proc) error {
 		if err := leader.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
 			return err
 		}
-		return h.waitFor("a new leader after the resign", bound+5*time.Second, newLeader)
+		// Any process of a later term: under load the leader may have
+		// lost its lease before the signal (its Unelected line still on
+		// the way), so Resign found it not leading, and it may win the
+		// next term itself.
+		return h.waitFor("a leader of a later term after the resign", bound+5*time.Second, func() bool {
+			l := h.leaderLocked()
+			return l != nil && l.term > term
+		})
 
 	case faultRestart:
 		before := make(map[*proc]int)

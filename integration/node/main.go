@@ -120,7 +120,7 @@ func run(backend, addr, db, election, id string, every, presence time.Duration, 
 			select {
 			case <-resign:
 				ctx, cancel := context.WithTimeout(sigCtx, 2*time.Second)
-				if err := feed.Resign(ctx); err != nil && !errors.Is(err, base.ErrNotLeader) {
+				if err := feed.Resign(ctx); err != nil {
 					fmt.Fprintln(os.Stderr, "node: resign:", err)
 				}
 				cancel()

@@ -162,8 +162,8 @@ func (p *Pipe[T]) Abort() {
 	p.closeIfDone()
 }
 
-// begin runs when the box starts a goroutine: only in Replace or end1,
-// which hold p.mu.
+// begin runs when the box starts a goroutine: only in Replace, PutAll or
+// end1, which hold p.mu.
 func (p *Pipe[T]) begin() { p.taking++ }
 
 func (p *Pipe[T]) end() {

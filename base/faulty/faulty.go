@@ -425,14 +425,17 @@ func (f *Backend) SubmitHeartbeat(ctx context.Context, deadline time.Time, expec
 // Subscribe injects faults into Backend.Subscribe and wraps the feed so
 // that BreakFeed and Partition can break it.
 func (f *Backend) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
-	return f.in.subscribe(ctx, f.in.before(ctx, MethodSubscribe, f.names(), false), f.inner.Subscribe)
+	return f.in.subscribe(ctx, ctx, f.in.before(ctx, MethodSubscribe, f.names(), false), f.inner.Subscribe)
 }
 
-func (in *injector) subscribe(ctx context.Context, o outcome, fn func(context.Context) (<-chan backend.Notification, error)) (<-chan backend.Notification, error) {
+// subscribe calls fn, the wrapped Subscribe, with the outcome o drawn for
+// it, and wraps its feed so that BreakFeed and Partition can break it.
+// ctx bounds the call; the feed lasts until feedCtx ends.
+func (in *injector) subscribe(ctx, feedCtx context.Context, o outcome, fn func(context.Context) (<-chan backend.Notification, error)) (<-chan backend.Notification, error) {
 	if o.err != nil {
 		return nil, o.err
 	}
-	innerCtx, cancel := context.WithCancel(ctx)
+	innerCtx, cancel := context.WithCancel(feedCtx)
 	ch, err := fn(innerCtx)
 	if err = o.reply(ctx, err); err != nil {
 		cancel()
@@ -454,7 +457,7 @@ func (in *injector) subscribe(ctx context.Context, o outcome, fn func(context.Co
 			delete(in.subs, s)
 			in.mu.Unlock()
 		}()
-		s.forward(ctx, ch, cancel)
+		s.forward(feedCtx, ch, cancel)
 	}()
 	return s.out, nil
 }
@@ -539,17 +542,12 @@ func (f *Backend) SubscribeFunc(ctx context.Context, deliver func(backend.Notifi
 		}
 		s.cancelInner = cancel
 	} else {
-		// The channel feed, read for deliver: faults were drawn above.
-		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		ch, err := f.inner.Subscribe(sctx)
-		if err = o.reply(ctx, err); err != nil {
+		// The channel feed, wrapped as Subscribe's (it breaks), and read
+		// for deliver.
+		fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		ch, err := in.subscribe(ctx, fctx, o, f.inner.Subscribe)
+		if err != nil {
 			cancel()
-			if ch != nil {
-				go func() {
-					for range ch {
-					}
-				}()
-			}
 			return nil, err
 		}
 		done := make(chan struct{})
@@ -560,6 +558,7 @@ func (f *Backend) SubscribeFunc(ctx context.Context, deliver func(backend.Notifi
 				s.push(n)
 			}
 		}()
+		return s.end, nil
 	}
 	in.mu.Lock()
 	in.subs[s] = struct{}{}
@@ -820,7 +819,7 @@ func (f *Store) GetBatch(ctx context.Context, elections []string) ([]backend.Rea
 // Subscribe injects faults into Store.Subscribe and wraps the feed so that
 // BreakFeed and Partition can break it.
 func (f *Store) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
-	return f.in.subscribe(ctx, f.in.before(ctx, MethodSubscribe, nil, false), f.Store.Subscribe)
+	return f.in.subscribe(ctx, ctx, f.in.before(ctx, MethodSubscribe, nil, false), f.Store.Subscribe)
 }
 
 func (f *Store) presence() (backend.PresenceStore, error) {

@@ -65,22 +65,13 @@ func (b *Box[T]) PutHere(v T) bool {
 	if b.runner != nil {
 		return b.PutUrgent(v)
 	}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return false
+	here, ok := b.runHere(v)
+	if here {
+		b.take(v)
+		b.run()
+		b.end()
 	}
-	b.queue = append(b.queue, v)
-	if b.running {
-		b.mu.Unlock()
-		return true
-	}
-	b.running = true
-	b.begin()
-	b.mu.Unlock()
-	b.run()
-	b.end()
-	return true
+	return ok
 }
 
 // TakeHere is Put for a caller that waits for v's outcome anyway (a
@@ -91,19 +82,10 @@ func (b *Box[T]) TakeHere(v T) bool {
 	if b.runner != nil {
 		return b.Put(v)
 	}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return false
+	here, ok := b.runHere(v)
+	if !here {
+		return ok
 	}
-	if b.running {
-		b.queue = append(b.queue, v)
-		b.mu.Unlock()
-		return true
-	}
-	b.running = true
-	b.begin()
-	b.mu.Unlock()
 	b.take(v)
 	b.mu.Lock()
 	if b.head == len(b.queue) {
@@ -118,6 +100,24 @@ func (b *Box[T]) TakeHere(v T) bool {
 		b.end()
 	}()
 	return true
+}
+
+// runHere reports whether the caller is to take v itself: when no
+// goroutine takes from the Box, it marks the Box running for the caller;
+// else it queues v (ok false: the Box is closed, v is dropped).
+func (b *Box[T]) runHere(v T) (here, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.closed:
+		return false, false
+	case b.running:
+		b.queue = append(b.queue, v)
+		return false, true
+	}
+	b.running = true
+	b.begin()
+	return true, true
 }
 
 // Replace drops the queued values q for which stale(q, v) reports true,

@@ -385,7 +385,10 @@ func Check(logs []NodeLog, faults []Fault, bound time.Duration) *Report {
 			}
 		} else {
 			for _, iv := range r.Intervals {
-				if iv.Start <= f.Ref && f.Ref <= iv.End {
+				// A leader at Ref, or one elected after the fault and
+				// before Ref: the store took writes before the harness's
+				// probe saw it (the term may end before Ref).
+				if iv.Start <= f.Ref && (f.Ref <= iv.End || iv.Start > f.At) {
 					ttl = 0
 					if f.Since != 0 {
 						r.TimeToLeader[k] = time.Duration(max(0, iv.Start-f.Since))

@@ -217,6 +217,7 @@ func TestCheckTimeToLeaderSince(t *testing.T) {
 	}{
 		{"elected after Ref", []Line{el(1500, 2), un(1600, 2, "stopped")}, time.Second, 1350 * time.Millisecond, ""},
 		{"elected between Since and Ref", []Line{el(1000, 2), un(1600, 2, "stopped")}, time.Second, 850 * time.Millisecond, ""},
+		{"elected and unelected between Since and Ref", []Line{el(1000, 2), un(1100, 2, "lease-expired")}, time.Second, 850 * time.Millisecond, ""},
 		{"bound counts from Ref", []Line{el(1500, 2), un(1600, 2, "stopped")}, 250 * time.Millisecond, 1350 * time.Millisecond, "a leader only after 300ms (bound 250ms)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

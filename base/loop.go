@@ -472,8 +472,7 @@ func (l *loop) flushEvents() {
 		l.emit(e)
 	}
 	l.f.events.push(l.held)
-	clear(l.held)
-	l.held = l.held[:0]
+	l.held = nil // an idle engine keeps no room: events are rare, engines many
 }
 
 // emitEffect executes an emit: a zero At is stamped with the instant of

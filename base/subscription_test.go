@@ -47,3 +47,31 @@ func TestSubscriptionSlowReader(t *testing.T) {
 		}
 	})
 }
+
+// A burst (one take's events) keeps its order; the change events beyond
+// maxChanges in the middle of it are dropped and counted, and the events
+// after them still come.
+func TestSubscriptionBurst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(2, slog.New(slog.DiscardHandler))
+		s := newSubscription(context.Background(), h, 2, 0)
+		h.subs[s] = struct{}{}
+		h.push([]Event{
+			{Type: EventNewLeader, Term: 1},
+			{Type: EventChange, Term: 2},
+			{Type: EventChange, Term: 3},
+			{Type: EventChange, Term: 4},
+			{Type: EventElected, Term: 5},
+		})
+		synctest.Wait()
+		if s.Dropped() != 1 {
+			t.Fatalf("Dropped %d, want the 1 change beyond 2", s.Dropped())
+		}
+		for i, want := range []uint64{1, 2, 3, 5} {
+			if e := <-s.C; e.Term != want {
+				t.Fatalf("event %d: %v, want term %d", i, e, want)
+			}
+		}
+		s.Close()
+	})
+}

@@ -588,6 +588,135 @@ func TestStoreFeed(t *testing.T) {
 	}
 }
 
+// TestStoreFeedFunc checks SubscribeFunc: the notifications Subscribe
+// would send, in order, on one goroutine; Failed last when the connection
+// is lost or the Store closes; nothing after cancel returns, and the
+// connection closed with it.
+func TestStoreFeedFunc(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	s := openStore(t, pool, Options{Table: uniqueName(t)})
+	var _ backend.FuncSubscriber = s
+	hb := storeHB(s)
+	subscribe := func() (<-chan backend.Notification, func()) {
+		t.Helper()
+		// Never full in this test: deliver must not block.
+		ch := make(chan backend.Notification, 64)
+		var mu sync.Mutex
+		running, failed := false, false
+		cancel, err := s.SubscribeFunc(ctxT(t), func(n backend.Notification) {
+			mu.Lock()
+			if running || failed {
+				t.Errorf("delivery of %v while another runs or after Failed", n.Type)
+			}
+			running, failed = true, n.Type == backend.Failed
+			mu.Unlock()
+			ch <- n
+			mu.Lock()
+			running = false
+			mu.Unlock()
+		})
+		if err != nil {
+			t.Fatalf("SubscribeFunc: %v", err)
+		}
+		return ch, cancel
+	}
+
+	ch, cancel := subscribe()
+	r1 := hb(t, heartbeat.Record{}, "e1", "a", 1, nil)
+	r2 := hb(t, r1, "e1", "a", 1, []byte("v"))
+	for i, want := range []heartbeat.Record{r1, r2} {
+		if n := recv(t, ch); n.Type != backend.RecordChanged || !n.Record.Equal(want) {
+			t.Fatalf("notification %d: %v %+v, want %+v", i, n.Type, n.Record, want)
+		}
+	}
+	killListeners(t, pool, s)
+	if n := recv(t, ch); n.Type != backend.Failed || n.Err == nil {
+		t.Fatalf("after the kill: %v, want Failed", n.Type)
+	}
+	cancel()
+	if p := s.listenerPIDs(); len(p) != 0 {
+		t.Fatalf("listener pids after the failure: %v, want none", p)
+	}
+
+	// cancel: nothing is delivered once it returned, and the connection
+	// is closed.
+	ch, cancel = subscribe()
+	pids := s.listenerPIDs()
+	cancel()
+	if p := s.listenerPIDs(); len(p) != 0 {
+		t.Fatalf("listener pids after cancel: %v, want none", p)
+	}
+	hb(t, r2, "e1", "a", 1, []byte("w"))
+	select {
+	case n := <-ch:
+		t.Fatalf("delivered after cancel returned: %v", n.Type)
+	case <-time.After(100 * time.Millisecond):
+	}
+	deadline := time.Now().Add(wait)
+	for listeners(t, pool, pids...) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("LISTEN connection %v still open after cancel", pids)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// Close ends a subscription with Failed matching ErrClosed.
+	ch, cancel = subscribe()
+	defer cancel()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := recv(t, ch); n.Type != backend.Failed || !errors.Is(n.Err, base.ErrClosed) {
+		t.Fatalf("after Close: %v (%v), want Failed matching ErrClosed", n.Type, n.Err)
+	}
+	if _, err := s.SubscribeFunc(ctxT(t), func(backend.Notification) {}); !errors.Is(err, base.ErrClosed) {
+		t.Fatalf("SubscribeFunc after Close: %v", err)
+	}
+}
+
+// storeHB is hb on a Store.
+func storeHB(s *Store) func(t *testing.T, expected heartbeat.Record, election, leader string, term uint64, value []byte) heartbeat.Record {
+	return func(t *testing.T, expected heartbeat.Record, election, leader string, term uint64, value []byte) heartbeat.Record {
+		t.Helper()
+		r, err := s.Heartbeat(ctxT(t), expected, heartbeat.Record{Election: election, Leader: leader, Term: term, Value: value})
+		if err != nil {
+			t.Fatalf("Heartbeat(%v, %q, %d): %v", expected, leader, term, err)
+		}
+		return r
+	}
+}
+
+// TestStoreFeedFuncCancelledContext: SubscribeFunc with a context that has
+// ended fails and leaves no connection; ctx ending after it returned ends
+// nothing (it bounds the call only).
+func TestStoreFeedFuncCancelledContext(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	s := openStore(t, pool, Options{Table: uniqueName(t)})
+	hb := storeHB(s)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.SubscribeFunc(ctx, func(backend.Notification) {}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("SubscribeFunc with an ended context: %v, want context.Canceled", err)
+	}
+	if p := s.listenerPIDs(); len(p) != 0 {
+		t.Fatalf("listener pids: %v, want none", p)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	ch := make(chan backend.Notification, 8)
+	stop, err := s.SubscribeFunc(ctx, func(n backend.Notification) { ch <- n })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	cancel()
+	r := hb(t, heartbeat.Record{}, "e", "a", 1, nil)
+	if n := recv(t, ch); n.Type != backend.RecordChanged || !n.Record.Equal(r) {
+		t.Fatalf("after the call's context ended: %v %+v, want the record", n.Type, n.Record)
+	}
+}
+
 // TestHeartbeatBatch checks that each write of a batch gets what a single
 // Heartbeat gives: a create, a renewal, a claim, a stale write, a write
 // over a malformed row, a write on a missing record, an invalid write.

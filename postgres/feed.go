@@ -28,17 +28,20 @@ var (
 	ioTimeout = 10 * time.Second
 )
 
-// feed is one Subscribe: a LISTEN connection of its own, owned by one
-// goroutine (run) that waits for notifications, decodes them and sends
-// them on out, blocking while nobody reads.
+// feed is one Subscribe or SubscribeFunc: a LISTEN connection of its own,
+// owned by one goroutine (run) that waits for notifications, decodes them
+// and sends them on out, blocking while nobody reads, or hands them to
+// deliver.
 type feed struct {
-	s      *Store
-	ctx    context.Context // the caller's
-	fctx   context.Context // ends with ctx or when the Store closes
-	cancel context.CancelFunc
-	stop   func() bool // undoes the AfterFunc on the Store's context
-	conn   *pgx.Conn
-	out    chan backend.Notification
+	s       *Store
+	ctx     context.Context // the caller's (Subscribe); ended by cancel (SubscribeFunc)
+	fctx    context.Context // ends with ctx or when the Store closes
+	cancel  context.CancelFunc
+	stop    func() bool // undoes the AfterFunc on the Store's context
+	conn    *pgx.Conn
+	out     chan backend.Notification  // Subscribe
+	deliver func(backend.Notification) // SubscribeFunc, instead of out
+	done    chan struct{}              // closed when run returns
 }
 
 // Subscribe opens the changefeed of the table on a LISTEN connection of its
@@ -51,18 +54,50 @@ type feed struct {
 // connection is lost, and after one matching base.ErrClosed when the Store
 // closes. The connection is closed with it.
 func (s *Store) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
+	f := &feed{s: s, ctx: ctx, out: make(chan backend.Notification)}
+	if err := s.open(ctx, f); err != nil {
+		return nil, err
+	}
+	return f.out, nil
+}
+
+// SubscribeFunc is Subscribe handing each notification to deliver on the
+// connection's goroutine instead of sending it on a channel
+// (backend.FuncSubscriber): the Elections of package base read the
+// Store's changefeed so, one goroutine hop fewer between a notification
+// and the engine. ctx bounds the call only; the subscription ends when
+// cancel is called (it waits until deliver is no longer running, so it
+// must not be called from deliver), or after a Failed delivery.
+func (s *Store) SubscribeFunc(ctx context.Context, deliver func(backend.Notification)) (cancel func(), err error) {
+	lctx, lcancel := context.WithCancel(context.WithoutCancel(ctx))
+	f := &feed{s: s, ctx: lctx, deliver: deliver}
+	stop := context.AfterFunc(ctx, lcancel) // until the connection listens
+	err = s.open(ctx, f)
+	if !stop() || err != nil {
+		lcancel()
+		if err == nil {
+			<-f.done
+			err = fmt.Errorf("postgres: Subscribe: %w", ctx.Err())
+		}
+		return nil, err
+	}
+	return func() { lcancel(); <-f.done }, nil
+}
+
+// open connects f and starts its goroutine.
+func (s *Store) open(ctx context.Context, f *feed) error {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("postgres: Subscribe: %w", err)
+		return fmt.Errorf("postgres: Subscribe: %w", err)
 	}
 	s.mu.Lock()
 	if s.closed.Load() {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("postgres: Subscribe: %w", base.ErrClosed)
+		return fmt.Errorf("postgres: Subscribe: %w", base.ErrClosed)
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
-	f := &feed{s: s, ctx: ctx, out: make(chan backend.Notification)}
-	f.fctx, f.cancel = context.WithCancel(ctx)
+	f.done = make(chan struct{})
+	f.fctx, f.cancel = context.WithCancel(f.ctx)
 	f.stop = context.AfterFunc(s.ctx, f.cancel)
 	conn, err := s.listen(f.fctx)
 	if err != nil {
@@ -70,9 +105,9 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan backend.Notification, err
 		f.cancel()
 		s.wg.Done()
 		if s.closed.Load() {
-			return nil, fmt.Errorf("postgres: Subscribe: %w", base.ErrClosed)
+			return fmt.Errorf("postgres: Subscribe: %w", base.ErrClosed)
 		}
-		return nil, s.wrapErr(ctx, "postgres: Subscribe", err)
+		return s.wrapErr(ctx, "postgres: Subscribe", err)
 	}
 	f.conn = conn
 	s.mu.Lock()
@@ -80,7 +115,7 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan backend.Notification, err
 	s.mu.Unlock()
 	s.opts.Logger.Info("postgres: LISTEN connection open", "pid", conn.PgConn().PID())
 	go f.run()
-	return f.out, nil
+	return nil
 }
 
 // listen connects and issues LISTEN on the channel.
@@ -134,6 +169,7 @@ func (s *Store) listenerPIDs() []uint32 {
 // run receives until the connection fails or the feed's context ends,
 // closes the connection, then sends the failure if any and closes out.
 func (f *feed) run() {
+	defer close(f.done)
 	err := f.receive()
 	closeConn(f.conn)
 	f.stop()
@@ -143,7 +179,9 @@ func (f *feed) run() {
 	delete(s.feeds, f)
 	s.mu.Unlock()
 	s.wg.Done()
-	defer close(f.out)
+	if f.out != nil {
+		defer close(f.out)
+	}
 	if err == nil && f.ctx.Err() == nil && s.closed.Load() {
 		err = fmt.Errorf("postgres: store closed: %w", base.ErrClosed)
 	}
@@ -153,9 +191,23 @@ func (f *feed) run() {
 	if !errors.Is(err, base.ErrClosed) {
 		s.opts.Logger.Warn("postgres: LISTEN connection lost", "err", err)
 	}
+	f.send(f.ctx, backend.Notification{Type: backend.Failed, Err: err})
+}
+
+// send hands n to the reader; it reports false when ctx ended first.
+func (f *feed) send(ctx context.Context, n backend.Notification) bool {
+	if f.deliver != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		f.deliver(n)
+		return true
+	}
 	select {
-	case f.out <- backend.Notification{Type: backend.Failed, Err: err}:
-	case <-f.ctx.Done():
+	case f.out <- n:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -189,12 +241,7 @@ func (f *feed) receive() error {
 			return fmt.Errorf("postgres: LISTEN connection lost: %w", err)
 		}
 		for _, n := range f.decode(msg) {
-			if f.fctx.Err() != nil {
-				return nil
-			}
-			select {
-			case f.out <- n:
-			case <-f.fctx.Done():
+			if f.fctx.Err() != nil || !f.send(f.fctx, n) {
 				return nil
 			}
 			if n.Type == backend.Failed {

@@ -144,17 +144,17 @@ type Submitter interface {
 	SubmitHeartbeat(ctx context.Context, deadline time.Time, expected, next heartbeat.Record, done func(heartbeat.Record, error)) bool
 }
 
-// FuncSubscriber is an Election whose changefeed hands each notification
-// to a function instead of a channel (the Elections of package base give
-// such Elections), so that a Feed needs no goroutine to read a channel and
-// a notification reaches its engine one goroutine hop sooner.
+// FuncSubscriber is an Election or a Store whose changefeed hands each
+// notification to a function instead of a channel (the Elections of package
+// base give such Elections; package postgres such a Store), so that
+// neither a Feed nor an Elections needs a goroutine to read a channel, and
+// a notification reaches the engine one goroutine hop sooner.
 // SubscribeFunc calls deliver with what Subscribe would send, in order and
-// never two at once, on a goroutine of the Election's; deliver must not
-// block. Failed is the last. ctx bounds the call only: the subscription
-// ends when cancel is called, which the caller must do, and deliver is not
-// called once cancel has returned. A Feed uses it instead of Subscribe.
-// Wrappers forward it.
+// never two at once, on a goroutine of the implementation's; deliver must
+// not block. Failed is the last. ctx bounds the call only: the
+// subscription ends when cancel is called, which the caller must do (not
+// from deliver), and deliver is not called once cancel has returned. A
+// Feed or an Elections uses it instead of Subscribe. Wrappers forward it.
 type FuncSubscriber interface {
-	Election
 	SubscribeFunc(ctx context.Context, deliver func(Notification)) (cancel func(), err error)
 }

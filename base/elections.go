@@ -634,16 +634,13 @@ func (e *Elections) register(ctx context.Context, b *electionBackend, s *feedSub
 func (sf *sharedFeed) open(ctx context.Context) {
 	e := sf.e
 	defer e.wg.Done()
+	if fs, ok := e.store.(backend.FuncSubscriber); ok {
+		sf.openFunc(ctx, fs)
+		return
+	}
 	ch, err := e.store.Subscribe(ctx)
 	if err != nil {
-		e.mu.Lock()
-		sf.err, sf.dead, sf.failErr = err, true, err
-		if e.feed == sf {
-			e.feed = nil
-		}
-		e.mu.Unlock()
-		sf.cancel()
-		close(sf.ready)
+		sf.openFailed(err)
 		return
 	}
 	close(sf.ready)
@@ -659,11 +656,7 @@ func (sf *sharedFeed) open(ctx context.Context) {
 				return
 			}
 			if n.Type == backend.Failed {
-				err := n.Err
-				if err == nil {
-					err = errors.New("leaderfeed: changefeed failed")
-				}
-				sf.fail(err)
+				sf.fail(failure(n))
 				drain(ch)
 				return
 			}
@@ -674,6 +667,48 @@ func (sf *sharedFeed) open(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// openFunc is open on a store whose changefeed calls a function: the
+// notifications are dispatched on the store's goroutine, one hop fewer to
+// the engines; this goroutine only waits for the feed's end to cancel it.
+func (sf *sharedFeed) openFunc(ctx context.Context, fs backend.FuncSubscriber) {
+	cancel, err := fs.SubscribeFunc(ctx, func(n backend.Notification) {
+		if n.Type == backend.Failed {
+			sf.fail(failure(n))
+			return
+		}
+		sf.dispatch(n)
+	})
+	if err != nil {
+		sf.openFailed(err)
+		return
+	}
+	close(sf.ready)
+	<-ctx.Done() // the Elections closes, or fail cancelled it
+	cancel()
+	sf.fail(fmt.Errorf("leaderfeed: changefeed: %w", ErrClosed))
+}
+
+// openFailed ends a feed whose Subscribe failed with err.
+func (sf *sharedFeed) openFailed(err error) {
+	e := sf.e
+	e.mu.Lock()
+	sf.err, sf.dead, sf.failErr = err, true, err
+	if e.feed == sf {
+		e.feed = nil
+	}
+	e.mu.Unlock()
+	sf.cancel()
+	close(sf.ready)
+}
+
+// failure is the error of a Failed notification.
+func failure(n backend.Notification) error {
+	if n.Err == nil {
+		return errors.New("leaderfeed: changefeed failed")
+	}
+	return n.Err
 }
 
 // drain reads ch until the store closes it, so that its sender ends.

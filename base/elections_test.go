@@ -510,3 +510,177 @@ func TestElectionsCloseLeavesNoGoroutine(t *testing.T) {
 		}
 	}
 }
+
+// funcStore gives a store the changefeed of backend.FuncSubscriber, as
+// package postgres's Store has (each notification handed to a function on
+// the store's goroutine): it reads the store's channel on a goroutine of
+// its own. breakFeed makes the open feeds deliver Failed and end.
+type funcStore struct {
+	backend.BatchStore
+	opened, open atomic.Int64
+	openAtClose  atomic.Int64  // feeds not cancelled when Close was called
+	brk          chan struct{} // closed by breakFeed; guarded by mu
+	mu           sync.Mutex
+}
+
+var errFeedBroken = errors.New("feed broken by the test")
+
+func newFuncStore(s backend.BatchStore) *funcStore {
+	return &funcStore{BatchStore: s, brk: make(chan struct{})}
+}
+
+func (s *funcStore) Close() error {
+	s.openAtClose.Store(s.open.Load())
+	return s.BatchStore.Close()
+}
+
+func (s *funcStore) breakFeed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.brk)
+	s.brk = make(chan struct{})
+}
+
+func (s *funcStore) SubscribeFunc(ctx context.Context, deliver func(backend.Notification)) (func(), error) {
+	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ch, err := s.Subscribe(fctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	s.opened.Add(1)
+	s.open.Add(1)
+	s.mu.Lock()
+	brk := s.brk
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			cancel()
+			for range ch {
+			}
+		}()
+		for {
+			select {
+			case n, ok := <-ch:
+				if !ok {
+					deliver(backend.Notification{Type: backend.Failed, Err: errors.New("feed closed")})
+					return
+				}
+				deliver(n)
+				if n.Type == backend.Failed {
+					return
+				}
+			case <-brk:
+				deliver(backend.Notification{Type: backend.Failed, Err: errFeedBroken})
+				return
+			case <-fctx.Done():
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		cancel()
+		<-done
+		once.Do(func() { s.open.Add(-1) })
+	}, nil
+}
+
+// An Elections on a store whose changefeed calls a function dispatches the
+// notifications on that store's goroutine: one store feed serves every
+// subscription; when it fails, each subscription gets Failed and the next
+// Subscribe opens a new one; Close ends it.
+func TestElectionsFuncFeed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := memory.NewDB()
+		store := newFuncStore(db.Conn())
+		els, err := base.NewElections(store, base.ElectionsOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer els.Close()
+		writer := db.Conn()
+		var last heartbeat.Record
+		write := func(value string) heartbeat.Record {
+			t.Helper()
+			next := heartbeat.Record{Election: "e", Leader: "n", Term: 1, Lease: time.Second, Value: []byte(value)}
+			if last, err = writer.Heartbeat(t.Context(), last, next); err != nil {
+				t.Fatal(err)
+			}
+			return last
+		}
+		election := func(name string) backend.Election {
+			t.Helper()
+			b, err := els.Election(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+		e, f := election("e"), election("f")
+		subscribe := func(b backend.Election) <-chan backend.Notification {
+			t.Helper()
+			ch, err := b.Subscribe(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ch
+		}
+		recv := func(ch <-chan backend.Notification) backend.Notification {
+			t.Helper()
+			synctest.Wait()
+			select {
+			case n := <-ch:
+				return n
+			default:
+				t.Fatal("no notification")
+				return backend.Notification{}
+			}
+		}
+		e1, e2, other := subscribe(e), subscribe(e), subscribe(f)
+		r := write("1")
+		for i, ch := range []<-chan backend.Notification{e1, e2} {
+			if n := recv(ch); n.Type != backend.RecordChanged || !n.Record.Equal(r) {
+				t.Fatalf("subscription %d: %v %+v, want the record", i, n.Type, n.Record)
+			}
+		}
+		synctest.Wait()
+		if len(other) != 0 {
+			t.Fatal("a record of election e reached a subscription of f")
+		}
+		if n := store.opened.Load(); n != 1 {
+			t.Fatalf("%d store feeds for three subscriptions, want 1", n)
+		}
+
+		store.breakFeed()
+		for i, ch := range []<-chan backend.Notification{e1, e2, other} {
+			if n := recv(ch); n.Type != backend.Failed || !errors.Is(n.Err, errFeedBroken) {
+				t.Fatalf("subscription %d after the break: %v (%v), want Failed", i, n.Type, n.Err)
+			}
+			if _, ok := <-ch; ok {
+				t.Fatalf("subscription %d: a notification after Failed", i)
+			}
+		}
+		e3 := subscribe(e)
+		if n := store.opened.Load(); n != 2 {
+			t.Fatalf("%d store feeds after the break, want 2", n)
+		}
+		r = write("2")
+		if n := recv(e3); n.Type != backend.RecordChanged || !n.Record.Equal(r) {
+			t.Fatalf("after reopening: %v %+v, want the record", n.Type, n.Record)
+		}
+
+		if err := els.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := recv(e3); n.Type != backend.Failed || !errors.Is(n.Err, base.ErrClosed) {
+			t.Fatalf("after Close: %v (%v), want Failed matching ErrClosed", n.Type, n.Err)
+		}
+		if n := store.openAtClose.Load(); n != 0 {
+			t.Fatalf("%d store feeds not cancelled before the store closed", n)
+		}
+		// synctest.Test fails if the store feed's goroutine outlives it.
+	})
+}

@@ -526,13 +526,18 @@ func (s *faultySub) fail(ctx context.Context, err error) {
 // of its own; BreakFeed and Partition break it as they break a channel
 // feed.
 func (f *Backend) SubscribeFunc(ctx context.Context, deliver func(backend.Notification)) (func(), error) {
-	o := f.in.before(ctx, MethodSubscribe, f.names(), false)
+	return f.in.subscribeFunc(ctx, f.in.before(ctx, MethodSubscribe, f.names(), false), f.inner, f.inner.Subscribe, deliver)
+}
+
+// subscribeFunc is SubscribeFunc of a Backend or a Store wrapping inner,
+// once the Subscribe faults' outcome o is known: inner's own SubscribeFunc
+// if it has one, else its channel feed (subscribe) read for deliver.
+func (in *injector) subscribeFunc(ctx context.Context, o outcome, inner any, subscribe func(context.Context) (<-chan backend.Notification, error), deliver func(backend.Notification)) (func(), error) {
 	if o.err != nil {
 		return nil, o.err
 	}
-	in := f.in
 	s := &funcSub{deliver: deliver}
-	if fs, ok := f.inner.(backend.FuncSubscriber); ok {
+	if fs, ok := inner.(backend.FuncSubscriber); ok {
 		cancel, err := fs.SubscribeFunc(ctx, s.push)
 		if err = o.reply(ctx, err); err != nil {
 			if cancel != nil {
@@ -545,7 +550,7 @@ func (f *Backend) SubscribeFunc(ctx context.Context, deliver func(backend.Notifi
 		// The channel feed, wrapped as Subscribe's (it breaks), and read
 		// for deliver.
 		fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		ch, err := in.subscribe(ctx, fctx, o, f.inner.Subscribe)
+		ch, err := in.subscribe(ctx, fctx, o, subscribe)
 		if err != nil {
 			cancel()
 			return nil, err
@@ -654,18 +659,20 @@ func (f *Backend) Participants(ctx context.Context) ([]backend.Presence, time.Ti
 // as Backend does into a Backend's: put under a base.Elections, it shows
 // what a store and network do to the batches of every election of a
 // process. It has the batch capabilities (HeartbeatBatch, GetBatch, each
-// made of single calls when the wrapped store lacks it) and the presence
+// made of single calls when the wrapped store lacks it), the presence
 // capability (failing with backend.ErrUnsupported when the wrapped store
-// lacks it). It is safe for concurrent use.
+// lacks it) and backend.FuncSubscriber (reading the wrapped store's
+// channel when it lacks that). It is safe for concurrent use.
 type Store struct {
 	backend.Store
 	in *injector
 }
 
 var (
-	_ backend.BatchStore    = (*Store)(nil)
-	_ backend.BatchReader   = (*Store)(nil)
-	_ backend.PresenceStore = (*Store)(nil)
+	_ backend.BatchStore     = (*Store)(nil)
+	_ backend.BatchReader    = (*Store)(nil)
+	_ backend.PresenceStore  = (*Store)(nil)
+	_ backend.FuncSubscriber = (*Store)(nil)
 )
 
 // WrapStore returns s wrapped in a Store that injects nothing until told to.
@@ -820,6 +827,13 @@ func (f *Store) GetBatch(ctx context.Context, elections []string) ([]backend.Rea
 // BreakFeed and Partition can break it.
 func (f *Store) Subscribe(ctx context.Context) (<-chan backend.Notification, error) {
 	return f.in.subscribe(ctx, ctx, f.in.before(ctx, MethodSubscribe, nil, false), f.Store.Subscribe)
+}
+
+// SubscribeFunc is Backend.SubscribeFunc for the wrapped Store: its own
+// SubscribeFunc (backend.FuncSubscriber) with the Subscribe faults, or its
+// channel feed read for deliver.
+func (f *Store) SubscribeFunc(ctx context.Context, deliver func(backend.Notification)) (func(), error) {
+	return f.in.subscribeFunc(ctx, f.in.before(ctx, MethodSubscribe, nil, false), f.Store, f.Store.Subscribe, deliver)
 }
 
 func (f *Store) presence() (backend.PresenceStore, error) {

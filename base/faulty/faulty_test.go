@@ -38,25 +38,38 @@ func (r *recorder) types() []backend.NotificationType {
 	return ts
 }
 
-// SubscribeFunc forwards the wrapped Election's SubscribeFunc, or reads
-// its channel feed for deliver when it has none; either way the Subscribe
-// faults hit it, BreakFeed ends it with Failed as the last delivery,
-// nothing is delivered once cancel returned, Partition refuses it, and no
-// goroutine is left (synctest).
+// wrapper is what Backend and Store have in common here.
+type wrapper interface {
+	Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error)
+	SubscribeFunc(ctx context.Context, deliver func(backend.Notification)) (func(), error)
+	Inject(faulty.Fault)
+	BreakFeed(error)
+	Partition()
+	Heal()
+	Close() error
+}
+
+// SubscribeFunc of a Backend or a Store forwards the wrapped one's
+// SubscribeFunc, or reads its channel feed for deliver when it has none;
+// either way the Subscribe faults hit it, BreakFeed ends it with Failed as
+// the last delivery, nothing is delivered once cancel returned, Partition
+// refuses it, and no goroutine is left (synctest).
 func TestSubscribeFunc(t *testing.T) {
-	for _, mode := range []string{"forwarded", "channel"} {
-		t.Run(mode, func(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wrap func(db *memory.DB) wrapper
+	}{
+		{"election forwarded", func(db *memory.DB) wrapper { e, _ := db.Election("e"); return faulty.Wrap(e) }},
+		{"election channel", func(db *memory.DB) wrapper { e, _ := db.Election("e"); return faulty.Wrap(channelOnly{e}) }},
+		// memory.Conn has only a channel feed; a Store around a Store
+		// forwards the inner one's SubscribeFunc.
+		{"store channel", func(db *memory.DB) wrapper { return faulty.WrapStore(db.Conn()) }},
+		{"store forwarded", func(db *memory.DB) wrapper { return faulty.WrapStore(faulty.WrapStore(db.Conn())) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctx := context.Background()
-				db := memory.NewDB()
-				inner, err := db.Election("e")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if mode == "channel" {
-					inner = channelOnly{inner}
-				}
-				fb := faulty.Wrap(inner)
+				fb := tc.wrap(memory.NewDB())
 				write := func(expected heartbeat.Record, term uint64) heartbeat.Record {
 					t.Helper()
 					r, err := fb.Heartbeat(ctx, expected, heartbeat.Record{Election: "e", Leader: "a", Term: term})

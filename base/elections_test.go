@@ -12,6 +12,7 @@ import (
 
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/base/backend"
+	"github.com/leaderfeed/leaderfeed/base/faulty"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 	"github.com/leaderfeed/leaderfeed/memory"
 	"go.uber.org/goleak"
@@ -514,31 +515,16 @@ func TestElectionsCloseLeavesNoGoroutine(t *testing.T) {
 // funcStore gives a store the changefeed of backend.FuncSubscriber, as
 // package postgres's Store has (each notification handed to a function on
 // the store's goroutine): it reads the store's channel on a goroutine of
-// its own. breakFeed makes the open feeds deliver Failed and end.
+// its own. It records how many of its feeds were still open when it was
+// closed.
 type funcStore struct {
 	backend.BatchStore
-	opened, open atomic.Int64
-	openAtClose  atomic.Int64  // feeds not cancelled when Close was called
-	brk          chan struct{} // closed by breakFeed; guarded by mu
-	mu           sync.Mutex
-}
-
-var errFeedBroken = errors.New("feed broken by the test")
-
-func newFuncStore(s backend.BatchStore) *funcStore {
-	return &funcStore{BatchStore: s, brk: make(chan struct{})}
+	open, openAtClose atomic.Int64
 }
 
 func (s *funcStore) Close() error {
 	s.openAtClose.Store(s.open.Load())
 	return s.BatchStore.Close()
-}
-
-func (s *funcStore) breakFeed() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	close(s.brk)
-	s.brk = make(chan struct{})
 }
 
 func (s *funcStore) SubscribeFunc(ctx context.Context, deliver func(backend.Notification)) (func(), error) {
@@ -548,36 +534,18 @@ func (s *funcStore) SubscribeFunc(ctx context.Context, deliver func(backend.Noti
 		cancel()
 		return nil, err
 	}
-	s.opened.Add(1)
 	s.open.Add(1)
-	s.mu.Lock()
-	brk := s.brk
-	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		defer func() {
-			cancel()
-			for range ch {
+		for n := range ch {
+			deliver(n)
+			if n.Type == backend.Failed {
+				break
 			}
-		}()
-		for {
-			select {
-			case n, ok := <-ch:
-				if !ok {
-					deliver(backend.Notification{Type: backend.Failed, Err: errors.New("feed closed")})
-					return
-				}
-				deliver(n)
-				if n.Type == backend.Failed {
-					return
-				}
-			case <-brk:
-				deliver(backend.Notification{Type: backend.Failed, Err: errFeedBroken})
-				return
-			case <-fctx.Done():
-				return
-			}
+		}
+		cancel()
+		for range ch {
 		}
 	}()
 	var once sync.Once
@@ -595,8 +563,10 @@ func (s *funcStore) SubscribeFunc(ctx context.Context, deliver func(backend.Noti
 func TestElectionsFuncFeed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := memory.NewDB()
-		store := newFuncStore(db.Conn())
-		els, err := base.NewElections(store, base.ElectionsOptions{})
+		store := &funcStore{BatchStore: db.Conn()}
+		// faulty forwards the func feed (and breaks it: BreakFeed).
+		fs := faulty.WrapStore(store)
+		els, err := base.NewElections(fs, base.ElectionsOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -650,13 +620,13 @@ func TestElectionsFuncFeed(t *testing.T) {
 		if len(other) != 0 {
 			t.Fatal("a record of election e reached a subscription of f")
 		}
-		if n := store.opened.Load(); n != 1 {
+		if n := fs.Calls(faulty.MethodSubscribe); n != 1 {
 			t.Fatalf("%d store feeds for three subscriptions, want 1", n)
 		}
 
-		store.breakFeed()
+		fs.BreakFeed(nil)
 		for i, ch := range []<-chan backend.Notification{e1, e2, other} {
-			if n := recv(ch); n.Type != backend.Failed || !errors.Is(n.Err, errFeedBroken) {
+			if n := recv(ch); n.Type != backend.Failed || !errors.Is(n.Err, faulty.ErrInjected) {
 				t.Fatalf("subscription %d after the break: %v (%v), want Failed", i, n.Type, n.Err)
 			}
 			if _, ok := <-ch; ok {
@@ -664,7 +634,7 @@ func TestElectionsFuncFeed(t *testing.T) {
 			}
 		}
 		e3 := subscribe(e)
-		if n := store.opened.Load(); n != 2 {
+		if n := fs.Calls(faulty.MethodSubscribe); n != 2 {
 			t.Fatalf("%d store feeds after the break, want 2", n)
 		}
 		r = write("2")

@@ -332,13 +332,16 @@ func (f *Feed) Start(ctx context.Context) error {
 	var pres *presence
 	if err == nil && f.opts.Participate {
 		// The first presence record is written before the Feed runs, so
-		// that a store without the capability fails Start.
+		// that a store without the capability fails Start. Like Start and
+		// Create it is bounded by ctx alone, not by a refresh's timeout:
+		// it may be the pool's first connection. Its token (0) is none a
+		// handover can carry.
 		pb, ok := f.b.(backend.PresenceElection)
 		if !ok {
 			err = fmt.Errorf("leaderfeed: Participate: the backend (%T) has no presence capability: %w", f.b, backend.ErrUnsupported)
 		} else {
 			pres = f.newPresence(pb)
-			err = pres.write(ctx, f.opts.PresenceInterval, 0)
+			err = pb.Present(ctx, pres.p)
 		}
 	}
 	f.mu.Lock()

@@ -232,3 +232,25 @@ func TestParticipateNeedsPresence(t *testing.T) {
 
 // plain hides the presence capability of a Backend.
 type plain struct{ backend.Election }
+
+// Start's first presence write is bounded by Start's context, not by a
+// refresh's timeout (PresenceInterval): a store slow to answer it (a
+// pool's first connection on a loaded machine) does not fail Start.
+func TestStartPresenceSlowerThanInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.NewDB().Election("e")
+		fb := faulty.Wrap(b)
+		const interval = 60 * time.Millisecond
+		fb.Inject(faulty.Fault{Method: faulty.MethodPresent, Nth: 1, Delay: 3 * interval})
+		f, err := base.New(fb, "n", base.Options{Timing: timing, Participate: true, PresenceInterval: interval})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Start(context.Background()); err != nil {
+			t.Fatalf("Start with a first presence write of %v (interval %v): %v", 3*interval, interval, err)
+		}
+		if err := f.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

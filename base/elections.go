@@ -440,7 +440,7 @@ func (b *electionBackend) Subscribe(ctx context.Context) (<-chan backend.Notific
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
-	return b.e.subscribe(ctx, b, nil)
+	return b.e.subscribe(ctx, b)
 }
 
 // SubscribeFunc is Subscribe handing each notification to to, in order,
@@ -540,7 +540,7 @@ type sharedFeed struct {
 // the feed opens (or at once on an open feed), so that nothing the feed
 // delivers after it listens is lost: a store that replays what it missed
 // (a resumed MongoDB change stream) replays it to every subscriber.
-func (e *Elections) subscribe(ctx context.Context, b *electionBackend, to func(backend.Notification)) (<-chan backend.Notification, error) {
+func (e *Elections) subscribe(ctx context.Context, b *electionBackend) (<-chan backend.Notification, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	s := newFeedSub(sctx, cancel, b)
 	if err := e.register(ctx, b, s); err != nil {

@@ -120,6 +120,9 @@ func TestRecordValidate(t *testing.T) {
 		{"handover of the largest uint64", heartbeat.Record{Election: "e", Leader: "n", Handover: math.MaxUint64}, "exceeds MaxToken"},
 		{"handover on a vacant record", heartbeat.Record{Election: "e", Handover: 7}, "vacant record of election \"e\" carries a handover token"},
 		{"handover on a reserved vacancy", heartbeat.Record{Election: "e", Successor: "n", Handover: 7}, "carries a handover token"},
+		{"incarnation of MaxToken", heartbeat.Record{Election: "e", Leader: "n", Incarnation: heartbeat.MaxToken}, ""},
+		{"incarnation over MaxToken", heartbeat.Record{Election: "e", Leader: "n", Incarnation: heartbeat.MaxToken + 1}, "incarnation 9007199254740992 of election \"e\" exceeds MaxToken"},
+		{"incarnation on a vacant record", heartbeat.Record{Election: "e", Incarnation: 7}, "vacant record of election \"e\" carries an incarnation"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -157,6 +160,11 @@ func TestRecordCloneAndEqual(t *testing.T) {
 	c.Handover = 7
 	if r.Equal(c) {
 		t.Fatal("Equal ignores Handover")
+	}
+	d := r
+	d.Incarnation = 7
+	if r.Equal(d) {
+		t.Fatal("Equal ignores Incarnation")
 	}
 	if got := c.String(); !strings.Contains(got, "handover=7") {
 		t.Fatalf("String() of a handover = %q", got)

@@ -22,8 +22,9 @@ const (
 	// for small data such as the leader's address; it travels in every
 	// heartbeat notification.
 	MaxValueLen = 2048
-	// MaxToken is the largest presence token (Record.Handover): every
-	// store holds the integers up to it exactly, a double's included.
+	// MaxToken is the largest presence token (Record.Handover) and
+	// incarnation (Record.Incarnation): every store holds the integers up
+	// to it exactly, a double's included.
 	MaxToken = 1<<53 - 1
 	// MaxLease is the longest Lease a record may carry (and the longest
 	// LeaseDuration Timing.Validate accepts): a record claiming a longer
@@ -94,6 +95,14 @@ type Record struct {
 	// that presence write, which it alone knows. 0 on every other record,
 	// and in records written before the field existed.
 	Handover uint64
+	// Incarnation identifies the process that wrote a led record by a
+	// claim or a renewal: a number in [1, MaxToken] that a Feed draws
+	// afresh at every Start and writes with every claim and renewal, so
+	// that two processes sharing a node id never take each other's writes
+	// for their own. 0 on vacant records, on records written as a handover
+	// (Handover identifies the successor's process), and in records
+	// written before the field existed.
+	Incarnation uint64
 }
 
 // Vacant reports whether the record names no leader.
@@ -116,7 +125,7 @@ func (r Record) Clone() Record {
 func (r Record) Equal(o Record) bool {
 	return r.Election == o.Election && r.Leader == o.Leader && r.Term == o.Term &&
 		r.Revision == o.Revision && r.Timestamp.Equal(o.Timestamp) && bytes.Equal(r.Value, o.Value) &&
-		r.Lease == o.Lease && r.Successor == o.Successor && r.Handover == o.Handover
+		r.Lease == o.Lease && r.Successor == o.Successor && r.Handover == o.Handover && r.Incarnation == o.Incarnation
 }
 
 // SameWrite reports whether r and o are the same write of the record: the
@@ -149,8 +158,8 @@ func (r Record) String() string {
 
 // Validate checks the fields a writer controls: the election name, the
 // leader id (empty or a valid node id), the successor (empty, or a valid
-// node id on a vacant record), the handover token (0, or at most MaxToken
-// on a led record) and the size of Value. A record
+// node id on a vacant record), the handover token and the incarnation (0,
+// or at most MaxToken on a led record) and the size of Value. A record
 // read from a store that fails Validate is malformed and must be ignored.
 func (r Record) Validate() error {
 	if err := ValidateName("election name", r.Election); err != nil {
@@ -176,6 +185,10 @@ func (r Record) Validate() error {
 		return fmt.Errorf("%w: handover token %d of election %q exceeds MaxToken (%d)", ErrInvalidRecord, r.Handover, r.Election, uint64(MaxToken))
 	case r.Handover != 0 && r.Leader == "":
 		return fmt.Errorf("%w: vacant record of election %q carries a handover token", ErrInvalidRecord, r.Election)
+	case r.Incarnation > MaxToken:
+		return fmt.Errorf("%w: incarnation %d of election %q exceeds MaxToken (%d)", ErrInvalidRecord, r.Incarnation, r.Election, uint64(MaxToken))
+	case r.Incarnation != 0 && r.Leader == "":
+		return fmt.Errorf("%w: vacant record of election %q carries an incarnation", ErrInvalidRecord, r.Election)
 	}
 	if len(r.Value) > MaxValueLen {
 		return fmt.Errorf("%w: value of %d bytes exceeds MaxValueLen (%d)", ErrInvalidRecord, len(r.Value), MaxValueLen)

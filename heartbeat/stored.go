@@ -81,12 +81,15 @@ type Stored struct {
 	// Handover is nil when the record has none: it was written before the
 	// field existed.
 	Handover *int64
+	// Incarnation is nil when the record has none: it was written before
+	// the field existed.
+	Incarnation *int64
 }
 
 // Decode makes the Record of a stored election record, or returns an error
 // matching ErrInvalidRecord when it breaks the rules: a negative term, a
 // revision below 1, a lease outside [0, MaxLeaseMicros], a handover token
-// outside [0, MaxToken], or a record that fails Validate. A backend reports that error as a malformed record.
+// or incarnation outside [0, MaxToken], or a record that fails Validate. A backend reports that error as a malformed record.
 //
 // It fixes up what older versions leave behind, so that their records
 // still decode: a missing lease or successor reads as none; a vacant
@@ -94,8 +97,8 @@ type Stored struct {
 // leader's lease in place, and refusing it would leave the election stuck
 // on a record no compare-and-set overwrites); a led record's successor is
 // dropped (an older writer's claim of a reserved vacancy leaves the
-// successor in place); a vacant record's handover token is dropped (an
-// older writer's vacancy leaves it in place).
+// successor in place); a vacant record's handover token and incarnation
+// are dropped (an older writer's vacancy leaves them in place).
 func Decode(s Stored) (Record, error) {
 	switch {
 	case s.Term < 0:
@@ -131,6 +134,14 @@ func Decode(s Stored) (Record, error) {
 		}
 		if r.Leader != "" {
 			r.Handover = uint64(*s.Handover)
+		}
+	}
+	if s.Incarnation != nil {
+		if *s.Incarnation < 0 || *s.Incarnation > MaxToken {
+			return Record{}, fmt.Errorf("%w: incarnation %d is outside [0, %d]", ErrInvalidRecord, *s.Incarnation, int64(MaxToken))
+		}
+		if r.Leader != "" {
+			r.Incarnation = uint64(*s.Incarnation)
 		}
 	}
 	if err := r.Validate(); err != nil {

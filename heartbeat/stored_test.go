@@ -153,6 +153,10 @@ func TestDecode(t *testing.T) {
 			heartbeat.Record{Election: "e", Term: 3, Revision: 9, Timestamp: ts}},
 		{"an older writer's reserved vacancy keeps the handover token: dropped", with(vacant, func(s *heartbeat.Stored) { s.Successor, s.Handover = str("b"), i64(42) }),
 			heartbeat.Record{Election: "e", Term: 3, Revision: 9, Timestamp: ts, Successor: "b"}},
+		{"a led record with an incarnation", with(led, func(s *heartbeat.Stored) { s.Incarnation = i64(heartbeat.MaxToken) }),
+			heartbeat.Record{Election: "e", Leader: "a", Term: 3, Revision: 9, Timestamp: ts, Value: []byte("v"), Incarnation: heartbeat.MaxToken}},
+		{"an older writer's vacancy keeps the incarnation: dropped", with(vacant, func(s *heartbeat.Stored) { s.Incarnation = i64(42) }),
+			heartbeat.Record{Election: "e", Term: 3, Revision: 9, Timestamp: ts}},
 	}
 	for _, c := range good {
 		got, err := heartbeat.Decode(c.in)
@@ -172,6 +176,8 @@ func TestDecode(t *testing.T) {
 		{"a negative lease", with(led, func(s *heartbeat.Stored) { s.LeaseMicros = i64(-1) }), "lease of -1 µs is outside"},
 		{"a lease over MaxLease", with(led, func(s *heartbeat.Stored) { s.LeaseMicros = i64(heartbeat.MaxLeaseMicros + 1) }), "lease of 3600000001 µs is outside"},
 		{"a vacancy with a lease out of range (refused before the fix-up)", with(vacant, func(s *heartbeat.Stored) { s.LeaseMicros = i64(-1) }), "is outside"},
+		{"a negative incarnation", with(led, func(s *heartbeat.Stored) { s.Incarnation = i64(-1) }), "incarnation -1 is outside"},
+		{"an incarnation over MaxToken", with(vacant, func(s *heartbeat.Stored) { s.Incarnation = i64(heartbeat.MaxToken + 1) }), "incarnation 9007199254740992 is outside"},
 		{"a vacancy with a value", with(vacant, func(s *heartbeat.Stored) { s.Value = []byte("v") }), "carries a value"},
 		{"a leader id with a control character", with(led, func(s *heartbeat.Stored) { s.Leader = "a\x01" }), "control character"},
 		{"an invalid successor of a vacancy", with(vacant, func(s *heartbeat.Stored) { s.Successor = str("b\n") }), "successor id"},

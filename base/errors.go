@@ -39,6 +39,13 @@ var (
 	// ErrUnhealthy is matched by the errors of Feed.Healthy that report a
 	// wedged feed.
 	ErrUnhealthy = errors.New("leaderfeed: unhealthy")
+	// ErrDuplicateID is matched by the EventError and the Healthy error
+	// of a Feed that saw a record written by another process with its
+	// node id. Safety does not rest on unique ids (each process writes its
+	// own incarnation, heartbeat.Record.Incarnation), but two processes
+	// with one id are two nodes that logs, Participants and transfers
+	// cannot tell apart: give each process an id of its own.
+	ErrDuplicateID = errors.New("leaderfeed: node id is used by another process")
 )
 
 // Errors of TransferTo. Each also names the node in its message.

@@ -160,6 +160,7 @@ type request struct {
 	value  []byte
 	target string // reqTransfer: the successor
 	reply  chan error
+	settle *settle // reqProclaim: whether the caller gave up first
 }
 
 // New returns a Feed for node id nodeID on backend b. It validates the
@@ -493,12 +494,13 @@ func (f *Feed) Resign(ctx context.Context) error {
 // node's from then on (later terms publish it) only if Proclaim returns
 // nil: a Proclaim that fails has no later effect, though one that returns
 // its context's error may have been written in this term, as any write
-// whose caller gave up.
+// whose caller gave up (the next renewal, sent at once, writes the value in
+// force again).
 func (f *Feed) Proclaim(ctx context.Context, value []byte) error {
 	if len(value) > heartbeat.MaxValueLen {
 		return fmt.Errorf("%w: value is %d bytes, more than heartbeat.MaxValueLen (%d)", ErrInvalidConfig, len(value), heartbeat.MaxValueLen)
 	}
-	return f.request(ctx, request{kind: reqProclaim, ctx: ctx, value: bytes.Clone(value)})
+	return f.request(ctx, request{kind: reqProclaim, ctx: ctx, value: bytes.Clone(value), settle: new(settle)})
 }
 
 func (f *Feed) request(ctx context.Context, r request) error {
@@ -526,7 +528,22 @@ func (f *Feed) request(ctx context.Context, r request) error {
 		return err
 	case <-ctx.Done():
 		// The engine bounds the write by ctx too; the reply channel is
-		// buffered, so it never blocks on us.
+		// buffered, so it never blocks on us. A request the engine took
+		// already (a Proclaim whose value is now the node's) is answered
+		// by the engine in the step that took it.
+		if r.settle != nil && !r.settle.giveUp() {
+			select {
+			case err := <-r.reply:
+				return err
+			case <-f.loopDone:
+				select {
+				case err := <-r.reply:
+					return err
+				default:
+					return ErrClosed
+				}
+			}
+		}
 		return ctx.Err()
 	case <-f.loopDone:
 		select {

@@ -38,6 +38,9 @@ type Health struct {
 	// this run of refusals began.
 	Refused      error
 	RefusedSince time.Time
+	// DuplicateSeen is when this Feed last saw a record written by another
+	// process with its node id (ErrDuplicateID); zero if never.
+	DuplicateSeen time.Time
 	// ObserveOnly says what silence means: an ObserveOnly feed whose
 	// changefeed is open may hear nothing for as long as the election is
 	// vacant.
@@ -66,7 +69,9 @@ func (f *Feed) Health() Health {
 // ErrUnhealthy when the Feed is wedged, ErrNotStarted before Start and
 // ErrClosed after Stop. A Feed whose store refuses a kind of call is
 // unhealthy at once, with an error matching ErrUnhealthy and ErrRefused
-// ("store refuses: ..."): waiting cannot fix it. A Feed is wedged when,
+// ("store refuses: ..."): waiting cannot fix it. A Feed that saw another
+// process write with its node id within bound is unhealthy too, with an
+// error matching ErrUnhealthy and ErrDuplicateID. A Feed is wedged when,
 // for longer than bound:
 //
 //   - it leads and its renewals have been failing (it steps down at the
@@ -99,6 +104,9 @@ func (f *Feed) Healthy(bound time.Duration) error {
 	since := func(t time.Time) time.Duration { return now.Sub(t).Round(time.Millisecond) }
 	if h.Refused != nil {
 		return fmt.Errorf("%w: store refuses (for %v): %w", ErrUnhealthy, since(h.RefusedSince), h.Refused)
+	}
+	if !h.DuplicateSeen.IsZero() && now.Sub(h.DuplicateSeen) <= bound {
+		return fmt.Errorf("%w: node id %q is used by another process (last seen %v ago): %w", ErrUnhealthy, f.id, since(h.DuplicateSeen), ErrDuplicateID)
 	}
 	if leader && !h.RenewalsFailingSince.IsZero() && now.Sub(h.RenewalsFailingSince) > bound {
 		return fmt.Errorf("%w: renewals of term %d failing for %v", ErrUnhealthy, term, since(h.RenewalsFailingSince))

@@ -308,7 +308,7 @@ func (l *loop) publishOwn() {
 	var s ownState
 	if m.role == roleLeader {
 		s.renewing = m.writing
-		if m.seen && !m.missing && m.rec.Leader == m.id && m.rec.Term == m.term {
+		if m.seen && !m.missing && m.own(m.rec) {
 			s.rev, s.term = m.rec.Revision, m.term
 		}
 	}
@@ -658,7 +658,7 @@ func (l *loop) armLease(ctx *leaseContext, end time.Time) {
 // sent: the answer tells the machine at once.
 func (l *loop) call(eff effect) input {
 	c := eff.(*startCall)
-	r := &callResult{kind: c.kind, expected: c.expected, next: c.next, sentAt: c.sentAt, parent: c.parent}
+	r := &callResult{kind: c.kind, expected: c.expected, next: c.next, sentAt: c.sentAt, sentStep: c.sentStep, parent: c.parent}
 	var ctx context.Context
 	var cancel context.CancelFunc
 	switch c.kind {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base/backend"
@@ -99,6 +100,7 @@ type callResult struct {
 	expected   heartbeat.Record
 	next       heartbeat.Record
 	sentAt     time.Time
+	sentStep   uint64 // the step that asked for the call (see current)
 	res        heartbeat.Record
 	err        error
 	parent     context.Context // the vacancy's context; nil for other calls
@@ -156,6 +158,7 @@ type startCall struct {
 	expected heartbeat.Record
 	next     heartbeat.Record
 	sentAt   time.Time
+	sentStep uint64
 	deadline time.Time
 	parent   context.Context
 }
@@ -278,6 +281,7 @@ func (closeFeed) isEffect()    {}
 // the claim logic it rests on: see claimDue.
 type machine struct {
 	id       string
+	inc      uint64 // this process's incarnation (heartbeat.Record.Incarnation)
 	election string
 	t        heartbeat.Timing
 	rand     heartbeat.Rand
@@ -289,6 +293,7 @@ type machine struct {
 	missing    bool             // the store has no record (never had, or deleted)
 	deleted    bool             // ... because it was deleted after we saw it
 	observedAt time.Time        // when rec.Revision was first observed
+	observedIn uint64           // ... in which step (see current)
 	recLease   time.Duration    // the Lease of rec, kept when the record is deleted
 	maxTerm    uint64           // the highest term ever observed
 	announced  struct {
@@ -343,6 +348,7 @@ type machine struct {
 	traced        bool // a Trace wants ClaimDone or RenewDone
 
 	now   time.Time     // of the step under way
+	steps uint64        // the number of the step under way: steps are totally ordered, their clock readings may be equal
 	out   []effect      // effects of the step under way
 	spare []effect      // a slice for out the driver is done with (recycle)
 	quiet bool          // set by the driver: Debug is not logged, so no logDebug
@@ -403,18 +409,33 @@ func (a *arena[T]) reset() {
 
 // proclaim is a Proclaim call waiting for a renewal. Its value becomes
 // the node's value (m.value, which later terms publish) only once a renewal
-// carrying it succeeded: a Proclaim that fails has no later effect.
+// carrying it succeeded, and only if its caller has not given up first
+// (settle): a Proclaim that fails has no later effect.
 type proclaim struct {
-	ctx   context.Context // nil in machine tests: never ends
-	reply chan<- error
-	value []byte
+	ctx    context.Context // nil in machine tests: never ends
+	reply  chan<- error
+	value  []byte
+	settle *settle // nil in machine tests: the caller never gives up
 }
+
+// settle decides, once, between a caller that gives up waiting (its
+// context ended) and the engine that takes its request: whichever comes
+// first wins, and the other side abides by it. Proclaim needs it so that
+// a value is the node's from then on exactly when Proclaim returns nil.
+type settle struct{ state atomic.Int32 }
+
+// take is the engine's side: true if the caller had not given up.
+func (s *settle) take() bool { return s == nil || s.state.CompareAndSwap(0, 1) }
+
+// giveUp is the caller's side: true if the engine had not taken it.
+func (s *settle) giveUp() bool { return s == nil || s.state.CompareAndSwap(0, 2) }
 
 // extending is what onLeaseExtended needs of a renewal whose extendLease
 // awaits its answer.
 type extending struct {
-	res    heartbeat.Record
-	sentAt time.Time
+	res      heartbeat.Record
+	sentAt   time.Time
+	sentStep uint64
 }
 
 // vacancyWrite is the write that ends a term after stepping down, for
@@ -440,7 +461,9 @@ func newMachine(id, election string, t heartbeat.Timing, opts Options) *machine 
 		r = roleObserver
 	}
 	traced := opts.Trace != nil && (opts.Trace.ClaimDone != nil || opts.Trace.RenewDone != nil)
-	return &machine{id: id, election: election, t: t, rand: opts.Rand, role: r, value: opts.Value, pres: newPriorityCheck(opts), traced: traced}
+	m := &machine{id: id, election: election, t: t, rand: opts.Rand, role: r, value: opts.Value, pres: newPriorityCheck(opts), traced: traced}
+	m.inc = uint64(1 + m.randN(heartbeat.MaxToken))
+	return m
 }
 
 // step is the transition of the machine on input in at instant now: it
@@ -448,6 +471,7 @@ func newMachine(id, election string, t heartbeat.Timing, opts Options) *machine 
 // execute them.
 func (m *machine) step(now time.Time, in input) []effect {
 	m.now, m.out, m.spare = now, m.spare, nil
+	m.steps++
 	switch in := in.(type) {
 	case startInput:
 		m.health = Health{Started: now, LastContact: now, FeedDownSince: now}
@@ -487,13 +511,16 @@ func (m *machine) step(now time.Time, in input) []effect {
 	case leaseExtendedInput:
 		x := m.extending
 		m.extending = extending{}
-		m.onLeaseExtended(x.res, x.sentAt, in.ok)
+		m.onLeaseExtended(x.res, x.sentAt, m.current(x.sentStep), in.ok)
 		m.afterWrite()
 	case vacancyAbortedInput:
 		m.writing = false
 		m.vacancy.inFlight = false
 		m.vacancy.attempts--
 		m.endVacancy(fmt.Errorf("leaderfeed: vacant record not written: %w", in.err))
+	}
+	if m.refusals.ops != 0 {
+		m.expireRefusals()
 	}
 	if m.healthChanged {
 		m.healthChanged = false
@@ -568,7 +595,7 @@ func (m *machine) debug(msg string, args ...any) {
 }
 
 func (m *machine) call(kind callKind, expected, next heartbeat.Record, deadline time.Time, parent context.Context) {
-	m.do(m.arena().calls.add(startCall{kind: kind, expected: expected, next: next, sentAt: m.now, deadline: deadline, parent: parent}))
+	m.do(m.arena().calls.add(startCall{kind: kind, expected: expected, next: next, sentAt: m.now, sentStep: m.steps, deadline: deadline, parent: parent}))
 }
 
 // exit ends the engine: the leader context is cancelled (Stop's context
@@ -755,7 +782,7 @@ func (m *machine) onRead(r callResult) {
 	if m.readFailed {
 		m.setTimer(timerPoll, m.now.Add(m.t.HeartbeatInterval))
 	}
-	fresh := m.current(r.sentAt)
+	fresh := m.current(r.sentStep)
 	switch err := r.err; {
 	case err == nil:
 		m.observe(r.res, fresh)
@@ -775,9 +802,38 @@ func (m *machine) onRead(r callResult) {
 
 // own reports whether r is a record of this node's last term in this
 // process: it names this node with the term of its last claim, and is its
-// own write (no handover token) or the handover it took (claimToken).
+// own write (no handover token, this process's incarnation) or the
+// handover it took (claimToken).
 func (m *machine) own(r heartbeat.Record) bool {
-	return r.Revision != 0 && m.claimTerm != 0 && r.Leader == m.id && r.Term == m.claimTerm && (r.Handover == 0 || r.Handover == m.claimToken)
+	return r.Revision != 0 && m.claimTerm != 0 && r.Leader == m.id && r.Term == m.claimTerm &&
+		((r.Handover == 0 && m.mine(r)) || (r.Handover != 0 && r.Handover == m.claimToken))
+}
+
+// mine reports whether a record naming this node, written by a claim or a
+// renewal, may be this process's write: it carries this process's
+// incarnation, or none (a store or writer of a version before
+// Record.Incarnation, where the node id alone must tell, as it did then).
+// A record of another incarnation was written by another process that
+// uses this node id: never this process's own (see dupSeen).
+func (m *machine) mine(r heartbeat.Record) bool {
+	return r.Incarnation == m.inc || r.Incarnation == 0
+}
+
+// dupSeen takes in that a record written while this process runs names
+// this node with another process's incarnation: two processes use one node
+// id. Harmless to safety (neither takes the other's writes for its own,
+// see own), but the operator must hear of it: logged at Error once, an
+// EventError, and Health until it has not been seen for a while.
+func (m *machine) dupSeen(r heartbeat.Record) {
+	first := m.health.DuplicateSeen.IsZero()
+	m.health.DuplicateSeen, m.healthChanged = m.now, true
+	if !first {
+		return
+	}
+	err := fmt.Errorf("%w: node id %q of election %q is used by another process (a record of term %d carries incarnation %d, this process's is %d)",
+		ErrDuplicateID, m.id, m.election, r.Term, r.Incarnation, m.inc)
+	m.do(logLine{level: slog.LevelError, msg: "leaderfeed: node id is used by another process", args: []any{"node", m.id, "term", r.Term, "err", err}})
+	m.emit(Event{Type: EventError, Err: err})
 }
 
 // handedToMe reports whether r hands the election to this process in one
@@ -808,7 +864,9 @@ func (m *machine) takeHandover() bool {
 		return false
 	}
 	sentAt, ok := m.handedToMe(m.rec)
-	if !ok {
+	if !ok || m.own(m.rec) {
+		// Not handed to this process, or handed to it and taken already:
+		// a term it gave up is never led again.
 		return false
 	}
 	end := sentAt.Add(min(m.t.LeaseDuration, m.rec.Lease))
@@ -822,18 +880,22 @@ func (m *machine) takeHandover() bool {
 	m.claimTerm, m.claimToken = m.rec.Term, m.rec.Handover
 	m.claimSoon, m.handedOver = false, false
 	rec := m.rec
-	m.becomeLeader(rec, sentAt, end, m.now)
+	m.becomeLeader(rec, sentAt, end, m.now, true)
 	m.announce(rec, rec.Term, m.now)
 	return true
 }
 
-// current reports whether the reply to a call sent at sentAt (a read, a
-// write's result, a conflict's current record) is authoritative: the call
-// was sent once the known record had been observed, so the reply shows the
-// store at or after it. A reply to a call sent before may be older than
-// what the feed or another reply brought meanwhile.
-func (m *machine) current(sentAt time.Time) bool {
-	return !m.seen || !sentAt.Before(m.observedAt)
+// current reports whether the reply to a call asked for in step sentStep
+// (a read, a write's result, a conflict's current record) is
+// authoritative: the call was asked for in the step that observed the
+// known record or a later one, so the driver sent it after that record was
+// committed, and the reply shows the store at or after it. A reply to a call asked for in an earlier step
+// may be older than what the feed or another reply brought meanwhile.
+// Steps, not clock readings, order the two: two steps may read the same
+// instant (a coarse clock, testing/synctest), and a call sent at the
+// instant of a later observation was still sent before it.
+func (m *machine) current(sentStep uint64) bool {
+	return !m.seen || sentStep >= m.observedIn
 }
 
 // observe takes in a record. The view only goes forward: the known write
@@ -859,7 +921,12 @@ func (m *machine) observe(r heartbeat.Record, authoritative bool) {
 		}
 	}
 	now := m.now
-	m.rec, m.seen, m.missing, m.deleted, m.observedAt = r.Clone(), true, false, false, now
+	if m.seen && m.role != roleObserver && r.Leader == m.id && r.Handover == 0 && !m.mine(r) {
+		// Not the first record this process saw, so written while it
+		// runs, by a claim or renewal of another incarnation.
+		m.dupSeen(r)
+	}
+	m.rec, m.seen, m.missing, m.deleted, m.observedAt, m.observedIn = r.Clone(), true, false, false, now, m.steps
 	m.recLease = r.Lease
 	m.maxTerm = max(m.maxTerm, r.Term)
 	m.snap.record, m.snap.seen = m.rec.Clone(), true
@@ -869,9 +936,9 @@ func (m *machine) observe(r heartbeat.Record, authoritative bool) {
 		m.do(logDebug{msg: "leaderfeed: record", args: []any{"leader", r.Leader, "term", r.Term, "revision", r.Revision}})
 	}
 	if m.role == roleLeader {
-		if r.Leader == m.id && r.Term == m.term {
+		if m.own(r) {
 			// Our own write (possibly one whose reply we lost): only this
-			// node writes its id with this term.
+			// process writes its id with this term and its incarnation.
 			m.myRev = max(m.myRev, r.Revision)
 			m.announce(r, r.Term, now)
 			return
@@ -882,7 +949,7 @@ func (m *machine) observe(r heartbeat.Record, authoritative bool) {
 	if m.vacancy != nil && m.own(r) {
 		m.myRev = max(m.myRev, r.Revision)
 	}
-	if m.role == roleCandidate && r.Leader == m.id && (r.Term == m.claimTerm || m.handedOK(r)) {
+	if m.role == roleCandidate && (m.own(r) || m.handedOK(r)) {
 		// The feed brought this node's claim, or a handover to it, before
 		// the claim's reply: announce it when the reply is in (onClaim),
 		// after EventElected if it leads, so that no reader sees this node
@@ -905,7 +972,7 @@ func (m *machine) observeMissing() {
 	wasSeen := m.seen && !m.missing
 	now := m.now
 	m.rec = heartbeat.Record{Election: m.election}
-	m.seen, m.missing, m.deleted, m.observedAt = true, true, wasSeen, now
+	m.seen, m.missing, m.deleted, m.observedAt, m.observedIn = true, true, wasSeen, now, m.steps
 	m.snap.record, m.snap.seen = m.rec.Clone(), true
 	m.publish()
 	if m.role == roleLeader {
@@ -1046,7 +1113,7 @@ func (m *machine) ownClaim(r heartbeat.Record) bool {
 	if m.handedOK(r) {
 		return true
 	}
-	if r.Revision == 0 || r.Leader != m.id || r.Term == 0 || r.Handover != 0 {
+	if r.Revision == 0 || r.Leader != m.id || r.Term == 0 || r.Handover != 0 || !m.mine(r) {
 		return false
 	}
 	for _, t := range m.claimedTerms {
@@ -1140,6 +1207,9 @@ func (m *machine) onClaimTimer() {
 		Term:     max(m.maxTerm, m.rec.Term) + 1,
 		Value:    m.value,
 		Lease:    m.t.LeaseDuration,
+		// Only this process writes this incarnation: its claim is its
+		// own even when another process uses this node id (own).
+		Incarnation: m.inc,
 	}
 	if m.claimTerm != 0 {
 		copy(m.claimedTerms[1:], m.claimedTerms[:])
@@ -1176,7 +1246,7 @@ func (m *machine) handleClaim(r callResult) {
 	case r.err == nil:
 		if r.res.Revision != r.expected.Revision+1 || r.res.Leader != r.next.Leader || r.res.Term != r.next.Term {
 			m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: backend returned %v for a claim of term %d on revision %d", r.res, r.next.Term, r.expected.Revision)})
-			m.observe(r.res, m.current(r.sentAt))
+			m.observe(r.res, m.current(r.sentStep))
 			return
 		}
 		if stopping {
@@ -1184,7 +1254,7 @@ func (m *machine) handleClaim(r callResult) {
 			m.term, m.myRev = r.res.Term, r.res.Revision
 			m.vacancy = &vacancyWrite{ctx: m.stopCtx, term: r.res.Term}
 			m.vacancyTerm = r.res.Term
-			m.observe(r.res, m.current(r.sentAt))
+			m.observe(r.res, m.current(r.sentStep))
 			return
 		}
 		if !now.Before(r.sentAt.Add(m.t.LeaseDuration)) {
@@ -1193,7 +1263,7 @@ func (m *machine) handleClaim(r callResult) {
 			// (case 3) rather than leave everyone waiting for a timeout.
 			m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: claim of term %d took %v, longer than the lease: %w", r.next.Term, now.Sub(r.sentAt), errLeaseOver)})
 			m.claimSoon = true
-			m.observe(r.res, m.current(r.sentAt))
+			m.observe(r.res, m.current(r.sentStep))
 			return
 		}
 		if m.seen && !m.missing && r.res.Revision < m.rec.Revision {
@@ -1201,12 +1271,12 @@ func (m *machine) handleClaim(r callResult) {
 			// over (only after its lease, case 1); the view stays.
 			return
 		}
-		m.becomeLeader(r.res, r.sentAt, r.sentAt.Add(m.t.LeaseDuration), now)
+		m.becomeLeader(r.res, r.sentAt, r.sentAt.Add(m.t.LeaseDuration), now, m.current(r.sentStep))
 	case errors.As(r.err, &conflict):
 		if !m.quiet {
 			m.do(logDebug{msg: "leaderfeed: claim lost", args: []any{"term", r.next.Term, "current_revision", conflict.Current.Revision}})
 		}
-		m.observe(conflict.Current, m.current(r.sentAt))
+		m.observe(conflict.Current, m.current(r.sentStep))
 	case r.closed:
 	default:
 		m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: claim term %d: %w", r.next.Term, r.err)})
@@ -1221,7 +1291,7 @@ func (m *machine) handleClaim(r callResult) {
 // run: a later clock reading could fall after the lease's end, and the
 // lease-expired EventUnelected (stamped at that end) would then precede
 // the term's start.
-func (m *machine) becomeLeader(res heartbeat.Record, sentAt, end, now time.Time) {
+func (m *machine) becomeLeader(res heartbeat.Record, sentAt, end, now time.Time, current bool) {
 	m.role = roleLeader
 	m.term, m.myRev, m.lastErr = res.Term, res.Revision, nil
 	m.leaseEnd = end
@@ -1232,7 +1302,7 @@ func (m *machine) becomeLeader(res heartbeat.Record, sentAt, end, now time.Time)
 	m.snapLeaseTo = m.leaseEnd
 	m.publish()
 	m.emit(Event{Type: EventElected, At: now, Term: m.term, Record: res.Clone(), LeaderCtx: m.leaderCtx})
-	m.observe(res, m.current(sentAt))
+	m.observe(res, current)
 	m.do(m.arena().timers.add(setTimer{t: timerRenew, at: sentAt.Add(m.t.HeartbeatInterval), align: true}))
 	if m.pres != nil {
 		// Read the participants at once, not a presence interval into the
@@ -1266,7 +1336,7 @@ func (m *machine) startRenew() {
 	if n := len(m.carried); n > 0 {
 		value = m.carried[n-1].value
 	}
-	next := heartbeat.Record{Election: m.election, Leader: m.id, Term: m.term, Value: value, Lease: m.t.LeaseDuration}
+	next := heartbeat.Record{Election: m.election, Leader: m.id, Term: m.term, Value: value, Lease: m.t.LeaseDuration, Incarnation: m.inc}
 	m.call(callRenew, heartbeat.Record{Revision: m.myRev, Leader: m.id, Term: m.term}, next, m.leaseEnd, nil)
 }
 
@@ -1279,15 +1349,15 @@ func (m *machine) onRenew(r callResult) bool {
 	case r.err == nil:
 		m.myRev = max(m.myRev, r.res.Revision)
 		if !leading {
-			m.observe(r.res, m.current(r.sentAt))
+			m.observe(r.res, m.current(r.sentStep))
 			return false
 		}
 		newEnd := r.sentAt.Add(m.t.LeaseDuration)
 		if !m.now.Before(newEnd) {
-			m.onLeaseExtended(r.res, r.sentAt, false)
+			m.onLeaseExtended(r.res, r.sentAt, m.current(r.sentStep), false)
 			return false
 		}
-		m.extending = extending{res: r.res, sentAt: r.sentAt}
+		m.extending = extending{res: r.res, sentAt: r.sentAt, sentStep: r.sentStep}
 		m.do(m.arena().extends.add(extendLease{ctx: m.leaderCtx, end: newEnd}))
 		return true
 	case errors.As(r.err, &conflict) && m.own(conflict.Current):
@@ -1299,13 +1369,13 @@ func (m *machine) onRenew(r callResult) bool {
 			m.renewNow = true
 			m.uncarry() // the next renewal carries their value again
 		} else {
-			m.observe(conflict.Current, m.current(r.sentAt))
+			m.observe(conflict.Current, m.current(r.sentStep))
 		}
 	case errors.As(r.err, &conflict):
 		if leading {
 			m.stepDown(ReasonDeposed, r.err)
 		}
-		m.observe(conflict.Current, m.current(r.sentAt))
+		m.observe(conflict.Current, m.current(r.sentStep))
 	default:
 		if !leading {
 			return false
@@ -1323,13 +1393,13 @@ func (m *machine) onRenew(r callResult) bool {
 
 // onLeaseExtended ends a successful renewal of the term this node leads:
 // extended says the leader context took the renewal's lease.
-func (m *machine) onLeaseExtended(res heartbeat.Record, sentAt time.Time, extended bool) {
+func (m *machine) onLeaseExtended(res heartbeat.Record, sentAt time.Time, current, extended bool) {
 	if !extended {
 		// The lease ran out before the reply: leadership is over (the
 		// record is ours: case 3 lets this node claim it again).
 		m.lastErr = errLeaseOver
 		m.stepDown(ReasonLeaseExpired, errLeaseOver)
-		m.observe(res, m.current(sentAt))
+		m.observe(res, current)
 		return
 	}
 	newEnd := sentAt.Add(m.t.LeaseDuration)
@@ -1340,17 +1410,24 @@ func (m *machine) onLeaseExtended(res heartbeat.Record, sentAt time.Time, extend
 	if !m.quiet {
 		m.do(logDebug{msg: "leaderfeed: renewed", args: []any{"term", m.term, "revision", res.Revision}})
 	}
-	// The Proclaims this renewal carried are done, and their value is in
-	// force; those made while it was in flight wait for the next one
-	// (renewNow).
-	if n := len(m.carried); n > 0 {
-		m.value = m.carried[n-1].value
-	}
+	// The Proclaims this renewal carried are done, and the value of the
+	// last one whose caller still waits is in force; those made while it
+	// was in flight wait for the next one (renewNow). A caller that gave
+	// up was told its context's error: its value has no later effect (the
+	// next renewal writes the value in force again).
 	for _, c := range m.carried {
-		m.do(reply{to: c.reply})
+		if c.settle.take() {
+			m.value = c.value
+			m.do(reply{to: c.reply})
+		} else {
+			m.do(reply{to: c.reply, err: c.ctx.Err()})
+		}
 	}
 	m.carried = nil
-	m.observe(res, m.current(sentAt))
+	if !bytes.Equal(res.Value, m.value) {
+		m.renewNow = true // a given-up value: write the one in force back now
+	}
+	m.observe(res, current)
 	m.do(m.arena().timers.add(setTimer{t: timerRenew, at: sentAt.Add(m.t.HeartbeatInterval), align: true}))
 }
 
@@ -1436,6 +1513,9 @@ func (m *machine) endVacancy(err error) {
 	case err != nil:
 		m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: stop: %w", err)})
 	}
+	if m.takeHandover() {
+		return // handed back to this node while its own write was in flight
+	}
 	m.armClaim(false)
 }
 
@@ -1445,7 +1525,7 @@ func (m *machine) onVacancy(r callResult) {
 	var conflict *backend.ConflictError
 	switch {
 	case r.err == nil:
-		m.observe(r.res, m.current(r.sentAt))
+		m.observe(r.res, m.current(r.sentStep))
 		m.endVacancy(nil)
 	case errors.As(r.err, &conflict) && m.own(conflict.Current):
 		// A renewal of ours committed with its reply lost: write the
@@ -1461,7 +1541,7 @@ func (m *machine) onVacancy(r callResult) {
 		// its reserved vacancy is in the store), or somebody else took
 		// over before the vacancy was written.
 		cur := conflict.Current
-		m.observe(cur, m.current(r.sentAt))
+		m.observe(cur, m.current(r.sentStep))
 		var err error
 		if v.successor != "" && cur.Leader != v.successor && !(cur.Reserved() && cur.Successor == v.successor && cur.Term == v.term) {
 			err = fmt.Errorf("leaderfeed: transfer to %q: the record was written by another node first (%v): %w", v.successor, cur, backend.ErrConflict)
@@ -1505,7 +1585,7 @@ func (m *machine) onRequest(r request) {
 			m.do(reply{to: r.reply, err: ErrNotLeader})
 			return
 		}
-		m.proclaims = append(m.proclaims, proclaim{ctx: r.ctx, reply: r.reply, value: r.value})
+		m.proclaims = append(m.proclaims, proclaim{ctx: r.ctx, reply: r.reply, value: r.value, settle: r.settle})
 		m.startRenew()
 	case reqStatus:
 		m.do(reply{to: r.reply, err: nil})

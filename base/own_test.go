@@ -17,7 +17,7 @@ import (
 func TestOwnNotes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		own := heartbeat.Record{Election: "e", Leader: "n1", Term: 3, Revision: 7}
-		m := &machine{id: "n1", election: "e", role: roleLeader, term: 3, seen: true, rec: own}
+		m := &machine{id: "n1", election: "e", role: roleLeader, term: 3, claimTerm: 3, seen: true, rec: own}
 		var mu sync.Mutex
 		var got []string
 		l := &loop{f: &Feed{id: "n1"}, m: m}

@@ -188,12 +188,13 @@ func (f *Feed) newPresence(pb backend.PresenceElection) *presence {
 	return &presence{pb: pb, p: backend.Presence{Node: f.id, Value: f.opts.Value, Priority: f.opts.Priority, CanLead: !f.opts.ObserveOnly}}
 }
 
-// write writes the presence record once with token, bounded by timeout.
-func (p *presence) write(ctx context.Context, timeout time.Duration, token uint64) error {
+// write writes the presence record once with token and value, bounded by
+// timeout.
+func (p *presence) write(ctx context.Context, timeout time.Duration, token uint64, value []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	rec := p.p
-	rec.Token = token
+	rec.Token, rec.Value = token, value
 	return p.pb.Present(ctx, rec)
 }
 
@@ -208,11 +209,14 @@ func (p *presence) write(ctx context.Context, timeout time.Duration, token uint6
 
 // presenceCall refreshes the node's presence record with token off the
 // engine's goroutine and, if check, reads the participants; the result
-// comes back as a presenceResult carrying term and check.
+// comes back as a presenceResult carrying term and check. value is the
+// node's value now (Options.Value, or what a successful Proclaim made it):
+// a handover to this node publishes it.
 type presenceCall struct {
 	term  uint64
 	check bool
 	token uint64
+	value []byte
 }
 
 // leavePresence deletes the node's presence record, bounded by ctx and a
@@ -291,7 +295,7 @@ func (m *machine) onPresenceTimer() {
 	token := uint64(1 + m.randN(heartbeat.MaxToken))
 	p.sent[p.next] = sentToken{token: token, sentAt: m.now}
 	p.next = (p.next + 1) % presenceTokens
-	m.do(presenceCall{term: m.term, check: m.role == roleLeader, token: token})
+	m.do(presenceCall{term: m.term, check: m.role == roleLeader, token: token, value: m.value})
 }
 
 // tokenSent returns when this node sent the presence write of token, if it
@@ -335,8 +339,14 @@ func (m *machine) successor(node string) (backend.Presence, bool) {
 func (m *machine) onPresence(r presenceResult) {
 	p := m.pres
 	p.busy = false
-	if r.writeErr != nil && m.role != roleStopping {
-		m.debug("leaderfeed: presence refresh failed", "err", r.writeErr)
+	if m.role != roleStopping {
+		// A presence write is a write to the table of the records: it
+		// shows whether the store takes this node's writes, which a
+		// follower otherwise learns only from its rare claims.
+		m.noteRefusal(refusedWrites, r.writeErr, r.writeErr == nil)
+		if r.writeErr != nil {
+			m.debug("leaderfeed: presence refresh failed", "err", r.writeErr)
+		}
 	}
 	if m.role != roleLeader || !r.check || r.term != m.term {
 		if m.role != roleLeader {
@@ -392,7 +402,7 @@ func (l *loop) presenceCall(eff effect) {
 	go func() {
 		defer l.f.goroutineEnds()
 		r := presenceResult{term: c.term, check: c.check}
-		r.writeErr = l.pres.write(l.ctx, l.f.opts.PresenceInterval, c.token)
+		r.writeErr = l.pres.write(l.ctx, l.f.opts.PresenceInterval, c.token, c.value)
 		if c.check {
 			ctx, cancel := context.WithTimeout(l.ctx, l.f.opts.PresenceInterval)
 			r.ps, r.storeNow, r.readErr = l.pres.pb.Participants(ctx)

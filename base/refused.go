@@ -128,6 +128,31 @@ func (m *machine) noteRefusal(op refusedOp, err error, took bool) {
 	}
 }
 
+// expireRefusals forgets the refusal of a kind of call that the node has
+// had no reason to send since: none is in flight and none was refused for
+// refusalRetry plus ElectionTimeoutMax, so a retry the refusal delayed
+// (refusalDelay) is over too. A follower's only writes are claims, which it
+// never sends while another node renews: without this, its Health would
+// say the store refuses long after the privilege came back. A refusal that
+// still holds is seen again, and reported again, at the next call.
+func (m *machine) expireRefusals() {
+	r := &m.refusals
+	for _, op := range [...]refusedOp{refusedWrites, refusedReads, refusedFeed} {
+		busy := (op == refusedWrites && m.writing) || (op == refusedReads && m.reading) || (op == refusedFeed && m.opening)
+		if r.ops&op == 0 || busy || m.now.Before(r.last[op.index()].Add(refusalRetry(m.t)+m.t.ElectionTimeoutMax)) {
+			continue
+		}
+		r.ops &^= op
+		if r.ops != 0 {
+			continue
+		}
+		m.do(logLine{level: slog.LevelInfo, msg: "leaderfeed: no call refused lately", args: []any{"refusals", r.total, "for", m.now.Sub(m.health.RefusedSince)}})
+		m.health.Refused, m.health.RefusedSince = nil, time.Time{}
+		m.healthChanged = true
+		r.total, r.n = 0, 0
+	}
+}
+
 // refusalDelay returns when the timer t, asked for at, fires: no sooner
 // than refusalRetry after the last refusal of the kind of call it starts.
 func (m *machine) refusalDelay(t timerID, at time.Time) time.Time {

@@ -169,6 +169,10 @@ func TestRecordCloneAndEqual(t *testing.T) {
 	if got := c.String(); !strings.Contains(got, "handover=7") {
 		t.Fatalf("String() of a handover = %q", got)
 	}
+	d.Lease = time.Second
+	if got := d.String(); got != "e: leader=n term=2 rev=5 lease=1s incarnation=7" {
+		t.Fatalf("String() of a record with an incarnation = %q", got)
+	}
 	if got := (heartbeat.Record{Election: "e"}).String(); !strings.Contains(got, "<vacant>") {
 		t.Fatalf("String() of a vacant record = %q", got)
 	}

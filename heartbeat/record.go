@@ -144,16 +144,22 @@ func (r Record) String() string {
 	if leader == "" {
 		leader = "<vacant>"
 	}
-	if r.Successor != "" {
-		return fmt.Sprintf("%s: leader=%s successor=%s term=%d rev=%d", r.Election, leader, r.Successor, r.Term, r.Revision)
+	var s string
+	switch {
+	case r.Successor != "":
+		s = fmt.Sprintf("%s: leader=%s successor=%s term=%d rev=%d", r.Election, leader, r.Successor, r.Term, r.Revision)
+	case r.Handover != 0:
+		s = fmt.Sprintf("%s: leader=%s term=%d rev=%d lease=%v handover=%d", r.Election, leader, r.Term, r.Revision, r.Lease, r.Handover)
+	case r.Lease > 0:
+		s = fmt.Sprintf("%s: leader=%s term=%d rev=%d lease=%v", r.Election, leader, r.Term, r.Revision, r.Lease)
+	default:
+		s = fmt.Sprintf("%s: leader=%s term=%d rev=%d", r.Election, leader, r.Term, r.Revision)
 	}
-	if r.Handover != 0 {
-		return fmt.Sprintf("%s: leader=%s term=%d rev=%d lease=%v handover=%d", r.Election, leader, r.Term, r.Revision, r.Lease, r.Handover)
+	if r.Incarnation != 0 {
+		// Two processes sharing a node id differ here alone.
+		s += fmt.Sprintf(" incarnation=%d", r.Incarnation)
 	}
-	if r.Lease > 0 {
-		return fmt.Sprintf("%s: leader=%s term=%d rev=%d lease=%v", r.Election, leader, r.Term, r.Revision, r.Lease)
-	}
-	return fmt.Sprintf("%s: leader=%s term=%d rev=%d", r.Election, leader, r.Term, r.Revision)
+	return s
 }
 
 // Validate checks the fields a writer controls: the election name, the

@@ -266,15 +266,16 @@ func (db *DB) write(expected, next heartbeat.Record) (heartbeat.Record, error) {
 		return heartbeat.Record{}, backend.NewConflict(cur.Clone())
 	}
 	rec := heartbeat.Record{
-		Election:  next.Election,
-		Leader:    next.Leader,
-		Term:      next.Term,
-		Revision:  expected.Revision + 1,
-		Timestamp: db.now(),
-		Value:     next.Value,
-		Lease:     next.Lease,
-		Successor: next.Successor,
-		Handover:  next.Handover,
+		Election:    next.Election,
+		Leader:      next.Leader,
+		Term:        next.Term,
+		Revision:    expected.Revision + 1,
+		Timestamp:   db.now(),
+		Value:       next.Value,
+		Lease:       next.Lease,
+		Successor:   next.Successor,
+		Handover:    next.Handover,
+		Incarnation: next.Incarnation,
 	}.Clone()
 	db.records[next.Election] = rec
 	db.writes++

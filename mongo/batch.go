@@ -102,7 +102,7 @@ func (w write) wrote(rec heartbeat.Record) bool {
 	n := w.next
 	return rec.Revision == w.expected.Revision+1 && rec.Leader == n.Leader && rec.Term == n.Term &&
 		bytes.Equal(rec.Value, n.Value) && heartbeat.LeaseMicros(rec.Lease) == heartbeat.LeaseMicros(n.Lease) && rec.Successor == n.Successor &&
-		rec.Handover == n.Handover
+		rec.Handover == n.Handover && rec.Incarnation == n.Incarnation
 }
 
 // GetBatch reads the records of elections with one find ({_id: {$in:

@@ -31,6 +31,11 @@ const (
 	// handover (heartbeat.Record.Handover), 0 otherwise. Documents written
 	// before it existed lack it: they decode with no token.
 	fieldHandover = "handover"
+	// fieldIncarnation is the incarnation of the process that wrote a led
+	// record by a claim or renewal (heartbeat.Record.Incarnation), 0
+	// otherwise. Documents written before it existed lack it: they decode
+	// with none.
+	fieldIncarnation = "incarnation"
 )
 
 // decodeRecord decodes the election document doc strictly: the BSON types
@@ -96,6 +101,13 @@ func decodeRecord(doc bson.Raw, election string) (heartbeat.Record, error) {
 			return bad("field %q is %s, not an integer", fieldHandover, typeName(h))
 		}
 		st.Handover = &token
+	}
+	if inc := doc.Lookup(fieldIncarnation); inc.Type != 0 && inc.Type != bson.TypeNull {
+		n, ok := integer(inc)
+		if !ok {
+			return bad("field %q is %s, not an integer", fieldIncarnation, typeName(inc))
+		}
+		st.Incarnation = &n
 	}
 	rec, err := heartbeat.Decode(st)
 	if err != nil {

@@ -395,6 +395,7 @@ func prepare(expected, next heartbeat.Record) (write, error) {
 			{Key: fieldLease, Value: heartbeat.LeaseMicros(next.Lease)},
 			{Key: fieldSuccessor, Value: next.Successor},
 			{Key: fieldHandover, Value: int64(next.Handover)},
+			{Key: fieldIncarnation, Value: int64(next.Incarnation)},
 		}},
 		{Key: "$inc", Value: bson.D{{Key: fieldRevision, Value: int64(1)}}},
 		{Key: "$currentDate", Value: bson.D{{Key: fieldTimestamp, Value: true}}},

@@ -288,6 +288,77 @@ func TestDecodeHandover(t *testing.T) {
 	}
 }
 
+func TestDecodeIncarnation(t *testing.T) {
+	doc := func(leader string, incarnation any) bson.Raw {
+		d := bson.D{{Key: "_id", Value: "e"}, {Key: "leaderfeed", Value: 1}, {Key: "leader", Value: leader},
+			{Key: "term", Value: 3}, {Key: "revision", Value: 9}, {Key: "ts", Value: time.Now()}, {Key: "value", Value: []byte{}},
+			{Key: "handover", Value: int64(0)}}
+		if incarnation != "missing" {
+			d = append(d, bson.E{Key: "incarnation", Value: incarnation})
+		}
+		raw, _ := bson.Marshal(d)
+		return raw
+	}
+	for name, c := range map[string]struct {
+		doc  bson.Raw
+		want uint64
+	}{
+		// A document written before the field existed.
+		"missing":      {doc("a", "missing"), 0},
+		"null":         {doc("a", nil), 0},
+		"int32":        {doc("a", int32(7)), 7},
+		"int64":        {doc("a", int64(heartbeat.MaxToken)), heartbeat.MaxToken},
+		"whole double": {doc("a", float64(heartbeat.MaxToken)), heartbeat.MaxToken},
+		// An older version's vacancy leaves the incarnation of the claim
+		// or renewal it ended in place: ignored on a vacant record.
+		"vacant, stale incarnation": {doc("", int64(7)), 0},
+	} {
+		r, err := decodeRecord(c.doc, "e")
+		if err != nil || r.Incarnation != c.want {
+			t.Errorf("%s: incarnation %d, %v; want %d", name, r.Incarnation, err, c.want)
+		}
+	}
+	for name, d := range map[string]bson.Raw{
+		"string":        doc("a", "7"),
+		"negative":      doc("a", int64(-1)),
+		"fraction":      doc("a", 1.5),
+		"over MaxToken": doc("a", int64(heartbeat.MaxToken+1)),
+	} {
+		if _, err := decodeRecord(d, "e"); !errors.Is(err, backend.ErrMalformedRecord) {
+			t.Errorf("incarnation %s: %v, want ErrMalformedRecord", name, err)
+		}
+	}
+}
+
+// TestBatchRecognisesItsWrite: a batched write whose document comes back
+// is taken as done only when the document holds every field it wrote, its
+// incarnation included; another process's write of the same revision,
+// leader and term is not this write.
+func TestBatchRecognisesItsWrite(t *testing.T) {
+	expected := heartbeat.Record{Election: "e", Leader: "a", Term: 2, Revision: 5}
+	next := heartbeat.Record{Election: "e", Leader: "a", Term: 2, Value: []byte("v"), Lease: time.Second, Incarnation: 42}
+	w := write{expected: expected, next: next}
+	stored := next
+	stored.Revision = 6
+	if !w.wrote(stored) {
+		t.Fatalf("wrote(%+v) = false for the record the write stores", stored)
+	}
+	for name, change := range map[string]func(*heartbeat.Record){
+		"other revision":    func(r *heartbeat.Record) { r.Revision = 7 },
+		"other value":       func(r *heartbeat.Record) { r.Value = []byte("w") },
+		"other lease":       func(r *heartbeat.Record) { r.Lease = 2 * time.Second },
+		"other handover":    func(r *heartbeat.Record) { r.Handover = 1 },
+		"other incarnation": func(r *heartbeat.Record) { r.Incarnation = 43 },
+		"no incarnation":    func(r *heartbeat.Record) { r.Incarnation = 0 },
+	} {
+		r := stored
+		change(&r)
+		if w.wrote(r) {
+			t.Errorf("%s: wrote(%+v) = true, want false", name, r)
+		}
+	}
+}
+
 func TestDecodePresenceToken(t *testing.T) {
 	doc := func(token any) bson.Raw {
 		d := bson.D{{Key: "_id", Value: backend.PresenceKey("e", "n")}, {Key: "leaderfeed", Value: 2}, {Key: "election", Value: "e"},

@@ -251,7 +251,7 @@ func TestWritesAnnounceThemselves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, s.updateSQL, "e", "b", int64(2), []byte{}, int64(0), int64(cur.Revision), cur.Leader, int64(cur.Term), "", int64(0)); err != nil {
+	if _, err := tx.Exec(ctx, s.updateSQL, "e", "b", int64(2), []byte{}, int64(0), int64(cur.Revision), cur.Leader, int64(cur.Term), "", int64(0), int64(0)); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
@@ -292,12 +292,12 @@ func TestWritesAnnounceThemselves(t *testing.T) {
 }
 
 // TestAnnouncementFitsAndMatchesTrigger checks the largest valid record
-// (names full of characters JSON escapes, the largest value, lease and
-// handover token, the longest schema and table; a successor names no
-// leader and carries no value) in one notification, decoded whole, and that the
-// Store's own announcement is the trigger's byte for byte: on a table
-// whose triggers are of a version before skipWhen both are sent, and the
-// server delivers one.
+// (names full of characters JSON escapes, the largest value, lease,
+// handover token and incarnation, the longest schema and table; a
+// successor names no leader and carries no value) in one notification,
+// decoded whole, and that the Store's own announcement is the trigger's
+// byte for byte: on a table whose triggers are of a version before
+// skipWhen both are sent, and the server delivers one.
 func TestAnnouncementFitsAndMatchesTrigger(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
@@ -318,7 +318,7 @@ func TestAnnouncementFitsAndMatchesTrigger(t *testing.T) {
 	raw := listenRaw(t, opts.ChannelPrefix)
 	feed := sub(t, s)
 	next := heartbeat.Record{Election: long(`"`, heartbeat.MaxNameLen), Leader: long(`\`, heartbeat.MaxNameLen), Term: 1 << 62,
-		Value: bytes.Repeat([]byte{0xff}, heartbeat.MaxValueLen), Lease: heartbeat.MaxLease, Handover: heartbeat.MaxToken}
+		Value: bytes.Repeat([]byte{0xff}, heartbeat.MaxValueLen), Lease: heartbeat.MaxLease, Handover: heartbeat.MaxToken, Incarnation: heartbeat.MaxToken}
 	r, err := s.Heartbeat(ctx, heartbeat.Record{}, next)
 	if err != nil {
 		t.Fatal(err)

@@ -403,6 +403,9 @@ func TestMalformedRows(t *testing.T) {
 		{"negative handover token", "INSERT INTO %s (election, leader, term, revision, handover) VALUES ($1, 'a', 1, 1, -1)", nil},
 		{"handover token over MaxToken", "INSERT INTO %s (election, leader, term, revision, handover) VALUES ($1, 'a', 1, 1, $2)",
 			[]any{int64(heartbeat.MaxToken + 1)}},
+		{"negative incarnation", "INSERT INTO %s (election, leader, term, revision, incarnation) VALUES ($1, 'a', 1, 1, -1)", nil},
+		{"incarnation over MaxToken", "INSERT INTO %s (election, leader, term, revision, incarnation) VALUES ($1, 'a', 1, 1, $2)",
+			[]any{int64(heartbeat.MaxToken + 1)}},
 		{"leader too long", "INSERT INTO %s (election, leader, term, revision) VALUES ($1, $2, 1, 1)",
 			[]any{strings.Repeat("l", 7000)}},
 	} {
@@ -1218,58 +1221,73 @@ func TestCreate(t *testing.T) {
 		}
 	})
 
-	t.Run("a table of the version before handover: refused with the fix until Create or SchemaSQL adds it", func(t *testing.T) {
-		for _, upgrade := range []string{"Create", "SchemaSQL"} {
-			t.Run(upgrade, func(t *testing.T) {
-				opts := Options{Table: uniqueName(t), ChannelPrefix: "lf_hov"}
-				quoted := pgx.Identifier{"public", opts.Table}.Sanitize()
-				mustExec(t, pool, "CREATE TABLE "+quoted+` (election text PRIMARY KEY, leader text NOT NULL DEFAULT '',
-					term bigint NOT NULL DEFAULT 0, revision bigint NOT NULL, ts timestamptz NOT NULL DEFAULT clock_timestamp(),
-					value bytea NOT NULL DEFAULT ''::bytea, lease_us bigint NOT NULL DEFAULT 0, successor text NOT NULL DEFAULT '')`)
-				mustExec(t, pool, "INSERT INTO "+quoted+" (election, leader, term, revision, lease_us) VALUES ('e', 'a', 3, 7, 1000000)")
-				noCreate := opts
-				noCreate.NoCreate = true
-				checker, _ := NewStore(pool, noCreate)
-				defer checker.Close()
-				if err := checker.Create(ctx); !errors.Is(err, base.ErrRefused) || !errors.Is(err, base.ErrInvalidConfig) ||
-					!strings.Contains(err.Error(), "column handover is missing") || !strings.Contains(err.Error(), "apply SchemaSQL") {
-					t.Fatalf("NoCreate on a table without handover: %v, want ErrRefused and ErrInvalidConfig naming the column and SchemaSQL", err)
-				}
-				// A Store that skipped Create meets the old table at its
-				// first statement: refused with the same fix.
-				if _, err := checker.Get(ctx, "e"); !errors.Is(err, base.ErrRefused) || !strings.Contains(err.Error(), "apply SchemaSQL") {
-					t.Fatalf("Get on a table without handover: %v, want ErrRefused naming SchemaSQL", err)
-				}
-				if _, err := checker.Heartbeat(ctx, heartbeat.Record{}, heartbeat.Record{Election: "f", Leader: "a", Term: 1}); !errors.Is(err, base.ErrRefused) || !strings.Contains(err.Error(), "apply SchemaSQL") {
-					t.Fatalf("Heartbeat on a table without handover: %v, want ErrRefused naming SchemaSQL", err)
-				}
-				if upgrade == "Create" {
-					openStore(t, pool, opts)
-				} else {
-					script, err := SchemaSQL(opts)
-					if err != nil {
-						t.Fatal(err)
+	// The versions before a column of addedColumns: the columns of their
+	// table, and the columns a NoCreate check finds missing.
+	for _, old := range []struct {
+		name, cols string
+		missing    []string
+	}{
+		{"handover", "", []string{"handover", "incarnation"}},
+		{"incarnation", ", handover bigint NOT NULL DEFAULT 0", []string{"incarnation"}},
+	} {
+		t.Run("a table of the version before "+old.name+": refused with the fix until Create or SchemaSQL adds it", func(t *testing.T) {
+			for _, upgrade := range []string{"Create", "SchemaSQL"} {
+				t.Run(upgrade, func(t *testing.T) {
+					opts := Options{Table: uniqueName(t), ChannelPrefix: "lf_hov"}
+					quoted := pgx.Identifier{"public", opts.Table}.Sanitize()
+					mustExec(t, pool, "CREATE TABLE "+quoted+` (election text PRIMARY KEY, leader text NOT NULL DEFAULT '',
+						term bigint NOT NULL DEFAULT 0, revision bigint NOT NULL, ts timestamptz NOT NULL DEFAULT clock_timestamp(),
+						value bytea NOT NULL DEFAULT ''::bytea, lease_us bigint NOT NULL DEFAULT 0, successor text NOT NULL DEFAULT ''`+old.cols+`)`)
+					mustExec(t, pool, "INSERT INTO "+quoted+" (election, leader, term, revision, lease_us) VALUES ('e', 'a', 3, 7, 1000000)")
+					noCreate := opts
+					noCreate.NoCreate = true
+					checker, _ := NewStore(pool, noCreate)
+					defer checker.Close()
+					err := checker.Create(ctx)
+					if !errors.Is(err, base.ErrRefused) || !errors.Is(err, base.ErrInvalidConfig) || !strings.Contains(err.Error(), "apply SchemaSQL") {
+						t.Fatalf("NoCreate on a table without %s: %v, want ErrRefused and ErrInvalidConfig naming SchemaSQL", old.name, err)
 					}
-					mustExec(t, pool, script)
-				}
-				if err := checker.Create(ctx); err != nil {
-					t.Fatalf("NoCreate check after the upgrade: %v", err)
-				}
-				got, err := checker.Get(ctx, "e")
-				if err != nil || got.Revision != 7 || got.Lease != time.Second || got.Handover != 0 {
-					t.Fatalf("Get after the upgrade = %+v, %v; want revision 7, lease 1s and no handover token", got, err)
-				}
-				ch := sub(t, checker)
-				r, err := checker.Heartbeat(ctx, got, heartbeat.Record{Election: "e", Leader: "b", Term: 4, Handover: 9})
-				if err != nil || r.Handover != 9 {
-					t.Fatalf("a handover after the upgrade: %+v, %v", r, err)
-				}
-				if n := recv(t, ch); n.Type != backend.RecordChanged || !n.Record.Equal(r) {
-					t.Fatalf("notification %v %+v, want %+v", n.Type, n.Record, r)
-				}
-			})
-		}
-	})
+					for _, c := range old.missing {
+						if !strings.Contains(err.Error(), "column "+c+" is missing") {
+							t.Fatalf("NoCreate on a table without %s: %v, want the missing column %s named", old.name, err, c)
+						}
+					}
+					// A Store that skipped Create meets the old table at its
+					// first statement: refused with the same fix.
+					if _, err := checker.Get(ctx, "e"); !errors.Is(err, base.ErrRefused) || !strings.Contains(err.Error(), "apply SchemaSQL") {
+						t.Fatalf("Get on a table without %s: %v, want ErrRefused naming SchemaSQL", old.name, err)
+					}
+					if _, err := checker.Heartbeat(ctx, heartbeat.Record{}, heartbeat.Record{Election: "f", Leader: "a", Term: 1}); !errors.Is(err, base.ErrRefused) || !strings.Contains(err.Error(), "apply SchemaSQL") {
+						t.Fatalf("Heartbeat on a table without %s: %v, want ErrRefused naming SchemaSQL", old.name, err)
+					}
+					if upgrade == "Create" {
+						openStore(t, pool, opts)
+					} else {
+						script, err := SchemaSQL(opts)
+						if err != nil {
+							t.Fatal(err)
+						}
+						mustExec(t, pool, script)
+					}
+					if err := checker.Create(ctx); err != nil {
+						t.Fatalf("NoCreate check after the upgrade: %v", err)
+					}
+					got, err := checker.Get(ctx, "e")
+					if err != nil || got.Revision != 7 || got.Lease != time.Second || got.Handover != 0 || got.Incarnation != 0 {
+						t.Fatalf("Get after the upgrade = %+v, %v; want revision 7, lease 1s, no handover token and no incarnation", got, err)
+					}
+					ch := sub(t, checker)
+					r, err := checker.Heartbeat(ctx, got, heartbeat.Record{Election: "e", Leader: "b", Term: 4, Handover: 9, Incarnation: heartbeat.MaxToken})
+					if err != nil || r.Handover != 9 || r.Incarnation != heartbeat.MaxToken {
+						t.Fatalf("a handover after the upgrade: %+v, %v", r, err)
+					}
+					if n := recv(t, ch); n.Type != backend.RecordChanged || !n.Record.Equal(r) {
+						t.Fatalf("notification %v %+v, want %+v", n.Type, n.Record, r)
+					}
+				})
+			}
+		})
+	}
 
 	t.Run("a vacancy written by an older version keeps lease_us: read as no lease", func(t *testing.T) {
 		opts := Options{Table: uniqueName(t)}
@@ -1303,6 +1321,22 @@ func TestCreate(t *testing.T) {
 		}
 	})
 
+	t.Run("a vacancy written by an older version keeps the incarnation: read as none", func(t *testing.T) {
+		opts := Options{Table: uniqueName(t)}
+		b := open(t, pool, "e", opts)
+		r, err := b.Heartbeat(ctx, heartbeat.Record{}, heartbeat.Record{Leader: "a", Term: 1, Incarnation: 5})
+		if err != nil || r.Incarnation != 5 {
+			t.Fatalf("claim: %+v, %v", r, err)
+		}
+		// What an older version's UPDATE does: it does not know incarnation.
+		mustExec(t, pool, "UPDATE "+pgx.Identifier{"public", opts.Table}.Sanitize()+
+			" SET leader = '', revision = revision + 1 WHERE election = 'e'")
+		got, err := b.Get(ctx)
+		if err != nil || !got.Vacant() || got.Incarnation != 0 || got.Revision != r.Revision+1 {
+			t.Fatalf("Get = %+v, %v; want a vacant record without an incarnation", got, err)
+		}
+	})
+
 	t.Run("a reserved vacancy claimed by an older version (successor left in place) reads with no successor", func(t *testing.T) {
 		opts := Options{Table: uniqueName(t)}
 		b := open(t, pool, "e", opts)
@@ -1326,7 +1360,7 @@ func TestCreate(t *testing.T) {
 		mustExec(t, pool, "CREATE TABLE "+quoted+` (election text PRIMARY KEY, leader text NOT NULL DEFAULT '',
 			term bigint NOT NULL DEFAULT 0, revision bigint NOT NULL, ts timestamptz NOT NULL DEFAULT clock_timestamp(),
 			value bytea NOT NULL DEFAULT ''::bytea, lease_us bigint NOT NULL DEFAULT 0, successor text NOT NULL DEFAULT '',
-			handover bigint NOT NULL DEFAULT 0)`)
+			handover bigint NOT NULL DEFAULT 0, incarnation bigint NOT NULL DEFAULT 0)`)
 		mustExec(t, pool, "CREATE FUNCTION "+old+"() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM pg_notify(TG_NAME, 'old'); RETURN NULL; END$$")
 		mustExec(t, pool, "CREATE TRIGGER lf_up AFTER INSERT OR UPDATE OR DELETE ON "+quoted+" FOR EACH ROW EXECUTE FUNCTION "+old+"()")
 		checker, _ := NewStore(pool, Options{Table: opts.Table, ChannelPrefix: opts.ChannelPrefix, NoCreate: true})

@@ -268,6 +268,7 @@ type payload struct {
 	LS     *json.Number      `json:"ls"`
 	SC     *string           `json:"sc"`
 	H      *json.Number      `json:"h"`
+	I      *json.Number      `json:"i"`
 	Key    json.RawMessage   `json:"key"`
 	Old    json.RawMessage   `json:"old"`
 	New    json.RawMessage   `json:"new"`
@@ -328,7 +329,7 @@ func (f *feed) record(election string, p *payload) backend.Notification {
 	value, err := decodeBase64(election, p.V)
 	var r heartbeat.Record
 	if err == nil {
-		r, err = decodeRecord(election, p.L, num(p.N), num(p.R), num(p.TS), value, num(p.LS), p.SC, num(p.H))
+		r, err = decodeRecord(election, p.L, num(p.N), num(p.R), num(p.TS), value, num(p.LS), p.SC, num(p.H), num(p.I))
 	}
 	if err != nil {
 		return backend.Notification{Type: backend.Ignored, Err: err, Election: election}

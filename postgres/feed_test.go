@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaderfeed/leaderfeed/base"
@@ -261,5 +262,51 @@ func TestFeedsSurviveServerRestart(t *testing.T) {
 			t.Fatalf("no renewal reached the server within %v after the restart (first read %+v)", wait, first)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDecodeNotificationsOfOlderTriggers decodes records as the trigger
+// functions of older versions announce them, without the keys of the
+// columns added since ("h" handover, "i" incarnation): they read as none,
+// as the rows of a table that gained the columns do. A current record
+// carries its incarnation exactly, and one out of range is ignored as
+// malformed.
+func TestDecodeNotificationsOfOlderTriggers(t *testing.T) {
+	o, err := Options{}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &feed{s: &Store{opts: o}, fctx: context.Background()}
+	head := `{"k":"b","s":"` + o.Schema + `","t":"` + o.Table + `","rs":[{"op":"U","e":"e","l":"a","n":3,"r":9,"ts":1700000000000000,"v":"","ls":1000,"sc":""`
+	for _, tc := range []struct {
+		name, rest            string
+		handover, incarnation uint64
+		malformed             bool
+	}{
+		{name: "before handover", rest: ``},
+		{name: "before incarnation", rest: `,"h":7`, handover: 7},
+		{name: "current", rest: `,"h":0,"i":9007199254740991`, incarnation: heartbeat.MaxToken},
+		{name: "current, incarnation 0", rest: `,"h":0,"i":0`},
+		{name: "incarnation over MaxToken", rest: `,"h":0,"i":9007199254740992`, malformed: true},
+		{name: "negative incarnation", rest: `,"h":0,"i":-1`, malformed: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := f.decode(&pgconn.Notification{Payload: head + tc.rest + `}]}`})
+			if len(ns) != 1 {
+				t.Fatalf("%d notifications, want 1", len(ns))
+			}
+			n := ns[0]
+			if tc.malformed {
+				if n.Type != backend.Ignored || !errors.Is(n.Err, backend.ErrMalformedRecord) {
+					t.Fatalf("got %v %+v (%v), want Ignored with ErrMalformedRecord", n.Type, n.Record, n.Err)
+				}
+				return
+			}
+			want := heartbeat.Record{Election: "e", Leader: "a", Term: 3, Revision: 9, Timestamp: time.UnixMicro(1700000000000000).UTC(),
+				Lease: time.Millisecond, Handover: tc.handover, Incarnation: tc.incarnation}
+			if n.Type != backend.RecordChanged || !n.Record.Equal(want) {
+				t.Fatalf("got %v %+v (%v), want %+v", n.Type, n.Record, n.Err, want)
+			}
+		})
 	}
 }

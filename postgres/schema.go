@@ -22,7 +22,7 @@ const createLockKey int64 = 0x4c46437265617465
 // call it, so that one statement that writes many records (a batch) sends
 // them in a few notifications, each a chunk of records under the 8,000-byte
 // payload limit: {"k":"b","s":schema,"t":table,"rs":[record, ...]}, a
-// record being {"op","e","l","n","r","ts","v","ls","sc","h"}, or
+// record being {"op","e","l","n","r","ts","v","ls","sc","h","i"}, or
 // {"op","e","big"} when it does not fit in a notification, or
 // {"op":"D","e"} for a deleted row. TG_ARGV[0] is the channel. A key longer
 // than any valid election name cannot be an election of ours and is not
@@ -45,7 +45,7 @@ BEGIN
     OPEN cur FOR SELECT CASE WHEN octet_length(x.j) > lim THEN json_build_object('op', op, 'e', x.election, 'big', true)::text ELSE x.j END
       FROM (SELECT n.election, json_build_object('op', op, 'e', n.election, 'l', n.leader, 'n', n.term, 'r', n.revision,
               'ts', CASE WHEN isfinite(n.ts) THEN (extract(epoch FROM n.ts) * 1000000)::bigint END,
-              'v', translate(encode(n.value, 'base64'), E'\n', ''), 'ls', n.lease_us, 'sc', n.successor, 'h', n.handover)::text AS j
+              'v', translate(encode(n.value, 'base64'), E'\n', ''), 'ls', n.lease_us, 'sc', n.successor, 'h', n.handover, 'i', n.incarnation)::text AS j
             FROM lf_new AS n WHERE octet_length(n.election) <= 1024 AND strpos(n.election, chr(31)) = 0) AS x;
   ELSE
     OPEN cur FOR SELECT y.item FROM (
@@ -56,7 +56,7 @@ BEGIN
         SELECT 1, CASE WHEN octet_length(x.j) > lim THEN json_build_object('op', op, 'e', x.election, 'big', true)::text ELSE x.j END
           FROM (SELECT n.election, json_build_object('op', op, 'e', n.election, 'l', n.leader, 'n', n.term, 'r', n.revision,
                   'ts', CASE WHEN isfinite(n.ts) THEN (extract(epoch FROM n.ts) * 1000000)::bigint END,
-                  'v', translate(encode(n.value, 'base64'), E'\n', ''), 'ls', n.lease_us, 'sc', n.successor, 'h', n.handover)::text AS j
+                  'v', translate(encode(n.value, 'base64'), E'\n', ''), 'ls', n.lease_us, 'sc', n.successor, 'h', n.handover, 'i', n.incarnation)::text AS j
                 FROM lf_new AS n WHERE octet_length(n.election) <= 1024 AND strpos(n.election, chr(31)) = 0) AS x
       ) AS y ORDER BY y.g;
   END IF;
@@ -160,12 +160,13 @@ var columns = []struct{ name, typ, ddl string }{
 	{"lease_us", "bigint", "bigint NOT NULL DEFAULT 0"},
 	{"successor", "text", "text NOT NULL DEFAULT ''"},
 	{"handover", "bigint", "bigint NOT NULL DEFAULT 0"},
+	{"incarnation", "bigint", "bigint NOT NULL DEFAULT 0"},
 }
 
 // addedColumns are the columns added after the first release: Create and
 // SchemaSQL add them to a table made before (an existing row reads as
-// having no lease, no successor and no handover token).
-var addedColumns = []string{"lease_us", "successor", "handover"}
+// having no lease, no successor, no handover token and no incarnation).
+var addedColumns = []string{"lease_us", "successor", "handover", "incarnation"}
 
 func (d ddl) addColumns() []string {
 	var out []string
@@ -262,7 +263,7 @@ func (d ddl) dropRecordTriggerIfExists(prefix string, i int) string {
 func (d ddl) announce(op string) string {
 	return "pg_notify(" + d.channel + ", " + d.head + " || json_build_object('op', '" + op + "', 'e', t.election, 'l', t.leader," +
 		" 'n', t.term, 'r', t.revision, 'ts', CASE WHEN isfinite(t.ts) THEN (extract(epoch FROM t.ts) * 1000000)::bigint END," +
-		" 'v', translate(encode(t.value, 'base64'), E'\\n', ''), 'ls', t.lease_us, 'sc', t.successor, 'h', t.handover)::text || ']}') AS notified," +
+		" 'v', translate(encode(t.value, 'base64'), E'\\n', ''), 'ls', t.lease_us, 'sc', t.successor, 'h', t.handover, 'i', t.incarnation)::text || ']}') AS notified," +
 		" set_config('" + notifiedSetting + "', 'on', true) AS announced"
 }
 

@@ -52,7 +52,7 @@ var (
 )
 
 // columns of a record, in the order scanRecord reads them.
-const recordCols = "election, leader, term, revision, ts, value, lease_us, successor, handover"
+const recordCols = "election, leader, term, revision, ts, value, lease_us, successor, handover, incarnation"
 
 // NewStore returns a Store on the election table that opts name, in the
 // database that pool reaches. The pool stays the caller's: Close never
@@ -74,13 +74,15 @@ func NewStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	// A single write announces its row itself (ddl.announce) and the
 	// triggers skip it: their function costs a write more than its own
 	// notification does, and a handover waits for two writes.
-	s.insertSQL = "WITH w AS (INSERT INTO " + t + " AS t (election, leader, term, value, lease_us, successor, handover, revision, ts)" +
-		" VALUES ($1, $2, $3, $4, $5, $6, $7, 1, clock_timestamp()) ON CONFLICT (election) DO NOTHING RETURNING " + recordCols +
+	s.insertSQL = "WITH w AS (INSERT INTO " + t + " AS t (election, leader, term, value, lease_us, successor, handover, incarnation, revision, ts)" +
+		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, clock_timestamp()) ON CONFLICT (election) DO NOTHING RETURNING " + recordCols +
 		", " + s.ddl.announce("I") + ") SELECT " + recordCols + " FROM w"
 	// The compare-and-set compares the write's identity (revision, leader,
 	// term), not the revision alone: see backend.Election.Heartbeat. Every
-	// write sets every field, so a renewal clears a handover token.
+	// write sets every field, so a renewal clears a handover token and a
+	// vacancy the incarnation.
 	s.updateSQL = "WITH w AS (UPDATE " + t + " AS t SET leader = $2, term = $3, value = $4, lease_us = $5, successor = $9, handover = $10," +
+		" incarnation = $11," +
 		" revision = t.revision + 1, ts = clock_timestamp() WHERE t.election = $1 AND t.revision = $6 AND t.leader = $7 AND t.term = $8" +
 		" RETURNING " + recordCols + ", " + s.ddl.announce("U") + ") SELECT " + recordCols + " FROM w"
 	// The batched compare-and-set: the same comparison, one row of unnest
@@ -89,19 +91,19 @@ func NewStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	// followers claiming the vacancies of a dead leader) queue behind each
 	// other instead of deadlocking.
 	s.batchUpdateSQL = "WITH v AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[]," +
-		" $5::bigint[], $6::bigint[], $7::text[], $8::bigint[], $9::text[], $10::bigint[])" +
-		" AS v(election, leader, term, value, lease_us, exp_rev, exp_leader, exp_term, successor, handover))," +
+		" $5::bigint[], $6::bigint[], $7::text[], $8::bigint[], $9::text[], $10::bigint[], $11::bigint[])" +
+		" AS v(election, leader, term, value, lease_us, exp_rev, exp_leader, exp_term, successor, handover, incarnation))," +
 		" l AS MATERIALIZED (SELECT x.election FROM " + t + " AS x WHERE x.election = ANY($1::text[])" +
 		" ORDER BY x.election FOR UPDATE)" +
 		" UPDATE " + t + " AS t SET leader = v.leader, term = v.term, value = v.value, lease_us = v.lease_us, successor = v.successor," +
-		" handover = v.handover, revision = t.revision + 1, ts = clock_timestamp()" +
+		" handover = v.handover, incarnation = v.incarnation, revision = t.revision + 1, ts = clock_timestamp()" +
 		" FROM v JOIN l ON l.election = v.election" +
 		" WHERE t.election = v.election AND t.revision = v.exp_rev AND t.leader = v.exp_leader AND t.term = v.exp_term" +
-		" RETURNING t.election, t.leader, t.term, t.revision, t.ts, t.value, t.lease_us, t.successor, t.handover"
-	s.batchInsertSQL = "INSERT INTO " + t + " AS t (election, leader, term, value, lease_us, successor, handover, revision, ts)" +
-		" SELECT v.election, v.leader, v.term, v.value, v.lease_us, v.successor, v.handover, 1, clock_timestamp()" +
-		" FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::bigint[], $6::text[], $7::bigint[])" +
-		" AS v(election, leader, term, value, lease_us, successor, handover)" +
+		" RETURNING t.election, t.leader, t.term, t.revision, t.ts, t.value, t.lease_us, t.successor, t.handover, t.incarnation"
+	s.batchInsertSQL = "INSERT INTO " + t + " AS t (election, leader, term, value, lease_us, successor, handover, incarnation, revision, ts)" +
+		" SELECT v.election, v.leader, v.term, v.value, v.lease_us, v.successor, v.handover, v.incarnation, 1, clock_timestamp()" +
+		" FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::bigint[], $6::text[], $7::bigint[], $8::bigint[])" +
+		" AS v(election, leader, term, value, lease_us, successor, handover, incarnation)" +
 		" ORDER BY v.election ON CONFLICT (election) DO NOTHING RETURNING " + recordCols
 	s.batchGet = "SELECT " + recordCols + " FROM " + t + " WHERE election = ANY($1::text[])"
 	return s, nil
@@ -287,10 +289,10 @@ func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 	}
 	var row pgx.Row
 	if expected.Revision == 0 {
-		row = s.pool.QueryRow(ctx, s.insertSQL, next.Election, next.Leader, int64(next.Term), valueOf(next), heartbeat.LeaseMicros(next.Lease), next.Successor, int64(next.Handover))
+		row = s.pool.QueryRow(ctx, s.insertSQL, next.Election, next.Leader, int64(next.Term), valueOf(next), heartbeat.LeaseMicros(next.Lease), next.Successor, int64(next.Handover), int64(next.Incarnation))
 	} else {
 		row = s.pool.QueryRow(ctx, s.updateSQL, next.Election, next.Leader, int64(next.Term), valueOf(next), heartbeat.LeaseMicros(next.Lease),
-			int64(expected.Revision), expected.Leader, int64(expected.Term), next.Successor, int64(next.Handover))
+			int64(expected.Revision), expected.Leader, int64(expected.Term), next.Successor, int64(next.Handover), int64(next.Incarnation))
 	}
 	stored, err := scanRecord(row)
 	if err == nil {
@@ -339,14 +341,14 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]b
 	out := make([]backend.WriteResult, len(writes))
 	index := make(heartbeat.Batch, len(writes)) // election -> write, of the writes sent
 	var upd struct {
-		elections, leaders, expLeaders, successors  []string
-		terms, leases, expRevs, expTerms, handovers []int64
-		values                                      [][]byte
+		elections, leaders, expLeaders, successors                []string
+		terms, leases, expRevs, expTerms, handovers, incarnations []int64
+		values                                                    [][]byte
 	}
 	var ins struct {
-		elections, leaders, successors []string
-		terms, leases, handovers       []int64
-		values                         [][]byte
+		elections, leaders, successors         []string
+		terms, leases, handovers, incarnations []int64
+		values                                 [][]byte
 	}
 	for i, w := range writes {
 		if err := checkWrite(w.Expected, w.Next); err != nil {
@@ -366,6 +368,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]b
 			ins.leases = append(ins.leases, heartbeat.LeaseMicros(w.Next.Lease))
 			ins.successors = append(ins.successors, w.Next.Successor)
 			ins.handovers = append(ins.handovers, int64(w.Next.Handover))
+			ins.incarnations = append(ins.incarnations, int64(w.Next.Incarnation))
 			continue
 		}
 		upd.elections = append(upd.elections, e)
@@ -378,6 +381,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]b
 		upd.expTerms = append(upd.expTerms, int64(w.Expected.Term))
 		upd.successors = append(upd.successors, w.Next.Successor)
 		upd.handovers = append(upd.handovers, int64(w.Next.Handover))
+		upd.incarnations = append(upd.incarnations, int64(w.Next.Incarnation))
 	}
 	if len(index) == 0 {
 		return out, nil
@@ -386,10 +390,10 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]b
 	var batch pgx.Batch
 	if len(upd.elections) > 0 {
 		batch.Queue(s.batchUpdateSQL, upd.elections, upd.leaders, upd.terms, upd.values, upd.leases,
-			upd.expRevs, upd.expLeaders, upd.expTerms, upd.successors, upd.handovers)
+			upd.expRevs, upd.expLeaders, upd.expTerms, upd.successors, upd.handovers, upd.incarnations)
 	}
 	if len(ins.elections) > 0 {
-		batch.Queue(s.batchInsertSQL, ins.elections, ins.leaders, ins.terms, ins.values, ins.leases, ins.successors, ins.handovers)
+		batch.Queue(s.batchInsertSQL, ins.elections, ins.leaders, ins.terms, ins.values, ins.leases, ins.successors, ins.handovers, ins.incarnations)
 	}
 	written := make(map[string]bool, len(index))
 	br := s.pool.SendBatch(ctx, &batch)
@@ -505,13 +509,13 @@ func scanRecord(row pgx.Row) (heartbeat.Record, error) {
 // well as the record, so that a malformed row still names its election.
 func scanRecordRow(row pgx.Row) (string, heartbeat.Record, error) {
 	var (
-		election                   string
-		leader, successor          *string
-		term, rev, lease, handover *int64
-		ts                         *time.Time
-		value                      []byte
+		election                                string
+		leader, successor                       *string
+		term, rev, lease, handover, incarnation *int64
+		ts                                      *time.Time
+		value                                   []byte
 	)
-	if err := row.Scan(&election, &leader, &term, &rev, &ts, &value, &lease, &successor, &handover); err != nil {
+	if err := row.Scan(&election, &leader, &term, &rev, &ts, &value, &lease, &successor, &handover, &incarnation); err != nil {
 		var scanErr pgx.ScanArgError
 		if errors.As(err, &scanErr) && election != "" {
 			return election, heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %w", election, backend.ErrMalformedRecord, err)
@@ -523,15 +527,15 @@ func scanRecordRow(row pgx.Row) (string, heartbeat.Record, error) {
 		m := ts.UnixMicro()
 		micros = &m
 	}
-	r, err := decodeRecord(election, leader, term, rev, micros, value, lease, successor, handover)
+	r, err := decodeRecord(election, leader, term, rev, micros, value, lease, successor, handover, incarnation)
 	return election, r, err
 }
 
 // decodeRecord checks the columns of an election row, from a query or from
 // a notification, and makes a Record of them (heartbeat.Decode). A nil
-// leaseMicros, successor or handover (a notification of a trigger from
-// before the column existed) reads as none.
-func decodeRecord(election string, leader *string, term, rev, tsMicros *int64, value []byte, leaseMicros *int64, successor *string, handover *int64) (heartbeat.Record, error) {
+// leaseMicros, successor, handover or incarnation (a notification of a
+// trigger from before the column existed) reads as none.
+func decodeRecord(election string, leader *string, term, rev, tsMicros *int64, value []byte, leaseMicros *int64, successor *string, handover, incarnation *int64) (heartbeat.Record, error) {
 	null := func(column string) (heartbeat.Record, error) {
 		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %s is NULL", election, backend.ErrMalformedRecord, column)
 	}
@@ -546,7 +550,7 @@ func decodeRecord(election string, leader *string, term, rev, tsMicros *int64, v
 		return null("ts")
 	}
 	r, err := heartbeat.Decode(heartbeat.Stored{Election: election, Leader: *leader, Term: *term, Revision: *rev,
-		Timestamp: time.UnixMicro(*tsMicros).UTC(), Value: value, LeaseMicros: leaseMicros, Successor: successor, Handover: handover})
+		Timestamp: time.UnixMicro(*tsMicros).UTC(), Value: value, LeaseMicros: leaseMicros, Successor: successor, Handover: handover, Incarnation: incarnation})
 	if err != nil {
 		return heartbeat.Record{}, fmt.Errorf("postgres: election %q: %w: %w", election, backend.ErrMalformedRecord, err)
 	}

@@ -35,6 +35,11 @@ const (
 	// handover (heartbeat.Record.Handover), 0 otherwise. Documents written
 	// before it existed lack it: they decode with no token.
 	fieldHandover = "handover"
+	// fieldIncarnation is the incarnation of the process that wrote a led
+	// record by a claim or renewal (heartbeat.Record.Incarnation), 0
+	// otherwise. Documents written before it existed lack it: they decode
+	// with none.
+	fieldIncarnation = "incarnation"
 
 	// formatVersion is the value of the mark field.
 	formatVersion = 1
@@ -57,16 +62,17 @@ func encodeRecord(election string, rev uint64, next heartbeat.Record) map[string
 		value = r.Binary(next.Value)
 	}
 	return map[string]any{
-		fieldID:        election,
-		fieldMark:      formatVersion,
-		fieldLeader:    next.Leader,
-		fieldTerm:      next.Term,
-		fieldRevision:  rev,
-		fieldTimestamp: r.Now(),
-		fieldValue:     value,
-		fieldLease:     heartbeat.LeaseMicros(next.Lease),
-		fieldSuccessor: next.Successor,
-		fieldHandover:  next.Handover,
+		fieldID:          election,
+		fieldMark:        formatVersion,
+		fieldLeader:      next.Leader,
+		fieldTerm:        next.Term,
+		fieldRevision:    rev,
+		fieldTimestamp:   r.Now(),
+		fieldValue:       value,
+		fieldLease:       heartbeat.LeaseMicros(next.Lease),
+		fieldSuccessor:   next.Successor,
+		fieldHandover:    next.Handover,
+		fieldIncarnation: next.Incarnation,
 	}
 }
 
@@ -128,6 +134,13 @@ func decodeRecord(election string, raw json.RawMessage) (heartbeat.Record, error
 			return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldHandover, err)
 		}
 		st.Handover = &token
+	}
+	if raw := doc[fieldIncarnation]; !isNull(raw) {
+		n, err := decodeInt(raw)
+		if err != nil {
+			return heartbeat.Record{}, errMalformed(election, "field %q: %v", fieldIncarnation, err)
+		}
+		st.Incarnation = &n
 	}
 	rec, err := heartbeat.Decode(st)
 	if err != nil {
@@ -225,11 +238,12 @@ func decodeBinary(raw json.RawMessage) ([]byte, error) {
 
 // ownWrite reports whether cur is exactly what a compare-and-set of next on
 // the write expected stores (revision expected.Revision+1, next's leader,
-// term, value, lease as stored and handover token), which only that write
-// produces when node ids are unique. Vacant records are left out: any node
-// may write one.
+// term, value, lease as stored, handover token and incarnation), which
+// only that write produces when node ids are unique, or when the writers
+// that share one write their incarnations. Vacant records are left out:
+// any node may write one.
 func ownWrite(cur, expected, next heartbeat.Record) bool {
 	return next.Leader != "" && cur.Revision == expected.Revision+1 && cur.Leader == next.Leader && cur.Term == next.Term &&
 		bytes.Equal(cur.Value, next.Value) && heartbeat.LeaseMicros(cur.Lease) == heartbeat.LeaseMicros(next.Lease) &&
-		cur.Handover == next.Handover
+		cur.Handover == next.Handover && cur.Incarnation == next.Incarnation
 }

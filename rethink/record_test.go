@@ -137,6 +137,46 @@ func TestDecodeHandover(t *testing.T) {
 	}
 }
 
+func TestDecodeIncarnation(t *testing.T) {
+	const ts = `{"$reql_type$":"TIME","epoch_time":1700000000.123,"timezone":"+00:00"}`
+	doc := func(leader, incarnation string) []byte {
+		d := `{"id":"e","leaderfeed":1,"leader":"` + leader + `","term":3,"revision":9,"timestamp":` + ts + `,"handover":0`
+		if incarnation != "" {
+			d += `,"incarnation":` + incarnation
+		}
+		return []byte(d + "}")
+	}
+	for name, c := range map[string]struct {
+		doc  []byte
+		want uint64
+	}{
+		// A document written before the field existed.
+		"missing":  {doc("a", ""), 0},
+		"null":     {doc("a", "null"), 0},
+		"zero":     {doc("a", "0"), 0},
+		"MaxToken": {doc("a", "9007199254740991"), heartbeat.MaxToken},
+		"exponent": {doc("a", "7e3"), 7000},
+		// An older writer's vacancy merged into a led record.
+		"vacant, stale incarnation": {doc("", "7"), 0},
+	} {
+		got, err := decodeRecord("e", c.doc)
+		if err != nil || got.Incarnation != c.want {
+			t.Errorf("%s: incarnation %d, %v; want %d", name, got.Incarnation, err, c.want)
+		}
+	}
+	for name, d := range map[string][]byte{
+		"string":        doc("a", `"7"`),
+		"negative":      doc("a", "-1"),
+		"fraction":      doc("a", "1.5"),
+		"over MaxToken": doc("a", "9007199254740992"),
+		"vacant, negative (refused before the fix-up)": doc("", "-1"),
+	} {
+		if _, err := decodeRecord("e", d); !errors.Is(err, backend.ErrMalformedRecord) {
+			t.Errorf("incarnation %s: %v, want ErrMalformedRecord", name, err)
+		}
+	}
+}
+
 func TestOwnWrite(t *testing.T) {
 	next := heartbeat.Record{Leader: "a", Term: 2, Value: []byte("v"), Lease: time.Second + 1}
 	cur := heartbeat.Record{Election: "e", Leader: "a", Term: 2, Revision: 6, Value: []byte("v"), Lease: time.Second + time.Microsecond}
@@ -151,6 +191,8 @@ func TestOwnWrite(t *testing.T) {
 		"other value":    {Leader: "a", Term: 2, Revision: 6, Lease: time.Second + time.Microsecond},
 		"other lease":    {Leader: "a", Term: 2, Revision: 6, Value: []byte("v"), Lease: time.Second},
 		"other handover": {Leader: "a", Term: 2, Revision: 6, Value: []byte("v"), Lease: time.Second + time.Microsecond, Handover: 7},
+		// Another process sharing the node id, at the same revision and term.
+		"other incarnation": {Leader: "a", Term: 2, Revision: 6, Value: []byte("v"), Lease: time.Second + time.Microsecond, Incarnation: 7},
 	} {
 		if ownWrite(c, expected, next) {
 			t.Errorf("%s: taken for our own write", name)

@@ -411,6 +411,7 @@ func casCondition(row, revision, leader, term r.Term) r.Term {
 	lease := row.Field(fieldLease).Default(nil)
 	successor := row.Field(fieldSuccessor).Default(nil)
 	handover := row.Field(fieldHandover).Default(nil)
+	incarnation := row.Field(fieldIncarnation).Default(nil)
 	return r.And(
 		row.Field(fieldMark).Default(nil).Eq(formatVersion),
 		row.Field(fieldRevision).Default(nil).Eq(revision),
@@ -436,6 +437,11 @@ func casCondition(row, revision, leader, term r.Term) r.Term {
 		// the token there.
 		r.Or(handover.TypeOf().Eq("NULL"),
 			r.And(handover.TypeOf().Eq("NUMBER"), handover.Ge(0), handover.Le(heartbeat.MaxToken), handover.Floor().Eq(handover))),
+		// Missing or null: written before the field existed. Range-checked
+		// on a vacant record too, as heartbeat.Decode does before it drops
+		// the incarnation there.
+		r.Or(incarnation.TypeOf().Eq("NULL"),
+			r.And(incarnation.TypeOf().Eq("NUMBER"), incarnation.Ge(0), incarnation.Le(heartbeat.MaxToken), incarnation.Floor().Eq(incarnation))),
 	)
 }
 

@@ -474,30 +474,35 @@ func malformedDocs(election string) map[string]map[string]any {
 		return d
 	}
 	return map[string]map[string]any{
-		"foreign (no mark)":   good(map[string]any{"leaderfeed": nil}),
-		"other format":        good(map[string]any{"leaderfeed": 2}),
-		"leader not a string": good(map[string]any{"leader": 7}),
-		"missing leader":      good(map[string]any{"leader": nil}),
-		"missing revision":    good(map[string]any{"revision": nil}),
-		"revision zero":       good(map[string]any{"revision": 0}),
-		"negative term":       good(map[string]any{"term": -1}),
-		"fractional term":     good(map[string]any{"term": 1.5}),
-		"term a string":       good(map[string]any{"term": "1"}),
-		"timestamp a string":  good(map[string]any{"timestamp": "2024-01-01"}),
-		"missing timestamp":   good(map[string]any{"timestamp": nil}),
-		"value a string":      good(map[string]any{"value": "addr"}),
-		"vacant with a value": good(map[string]any{"leader": "", "value": r.Binary([]byte("v"))}),
-		"leader with control": good(map[string]any{"leader": "a\x01"}),
-		"lease a string":      good(map[string]any{"lease_us": "1000"}),
-		"negative lease":      good(map[string]any{"lease_us": -1}),
-		"fractional lease":    good(map[string]any{"lease_us": 1.5}),
-		"lease too long":      good(map[string]any{"lease_us": heartbeat.MaxLease.Microseconds() + 1}),
-		"lease a binary":      good(map[string]any{"lease_us": r.Binary([]byte("1"))}),
-		"handover a string":   good(map[string]any{"handover": "7"}),
-		"negative handover":   good(map[string]any{"handover": -1}),
-		"fractional handover": good(map[string]any{"handover": 1.5}),
-		"handover too big":    good(map[string]any{"handover": heartbeat.MaxToken + 1}),
-		"vacant, handover -1": good(map[string]any{"leader": "", "handover": -1}),
+		"foreign (no mark)":      good(map[string]any{"leaderfeed": nil}),
+		"other format":           good(map[string]any{"leaderfeed": 2}),
+		"leader not a string":    good(map[string]any{"leader": 7}),
+		"missing leader":         good(map[string]any{"leader": nil}),
+		"missing revision":       good(map[string]any{"revision": nil}),
+		"revision zero":          good(map[string]any{"revision": 0}),
+		"negative term":          good(map[string]any{"term": -1}),
+		"fractional term":        good(map[string]any{"term": 1.5}),
+		"term a string":          good(map[string]any{"term": "1"}),
+		"timestamp a string":     good(map[string]any{"timestamp": "2024-01-01"}),
+		"missing timestamp":      good(map[string]any{"timestamp": nil}),
+		"value a string":         good(map[string]any{"value": "addr"}),
+		"vacant with a value":    good(map[string]any{"leader": "", "value": r.Binary([]byte("v"))}),
+		"leader with control":    good(map[string]any{"leader": "a\x01"}),
+		"lease a string":         good(map[string]any{"lease_us": "1000"}),
+		"negative lease":         good(map[string]any{"lease_us": -1}),
+		"fractional lease":       good(map[string]any{"lease_us": 1.5}),
+		"lease too long":         good(map[string]any{"lease_us": heartbeat.MaxLease.Microseconds() + 1}),
+		"lease a binary":         good(map[string]any{"lease_us": r.Binary([]byte("1"))}),
+		"handover a string":      good(map[string]any{"handover": "7"}),
+		"negative handover":      good(map[string]any{"handover": -1}),
+		"fractional handover":    good(map[string]any{"handover": 1.5}),
+		"handover too big":       good(map[string]any{"handover": heartbeat.MaxToken + 1}),
+		"vacant, handover -1":    good(map[string]any{"leader": "", "handover": -1}),
+		"incarnation a string":   good(map[string]any{"incarnation": "7"}),
+		"negative incarnation":   good(map[string]any{"incarnation": -1}),
+		"fractional incarnation": good(map[string]any{"incarnation": 1.5}),
+		"incarnation too big":    good(map[string]any{"incarnation": heartbeat.MaxToken + 1}),
+		"vacant, incarnation -1": good(map[string]any{"leader": "", "incarnation": -1}),
 	}
 }
 
@@ -848,5 +853,62 @@ func TestLease(t *testing.T) {
 	}
 	if r3, err := b.Heartbeat(ctx, v, next); err != nil || r3.Revision != 10 {
 		t.Fatalf("claim over it: got %v, %v", r3, err)
+	}
+}
+
+// TestIncarnation: the incarnation is stored as the exact number written,
+// MaxToken included; a document written before the field existed (no
+// incarnation) is a record with Incarnation 0 that a compare-and-set takes
+// over like any other, and so is a vacant document that still holds one
+// (an older writer merged a vacancy into it).
+func TestIncarnation(t *testing.T) {
+	db := newDatabase(t)
+	b := open(t, nil, db, table, "inc")
+	s := connect(t)
+	ctx := testCtx(t)
+	tb := r.DB(db).Table(table)
+
+	next := rec("a", 1, "")
+	next.Incarnation = heartbeat.MaxToken
+	r1, err := b.Heartbeat(ctx, none, next)
+	if err != nil || r1.Incarnation != heartbeat.MaxToken {
+		t.Fatalf("Heartbeat with incarnation MaxToken: got %+v, %v", r1, err)
+	}
+	raw, err := tb.Get("inc").Field("incarnation").Run(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored int64
+	if err := raw.One(&stored); err != nil || stored != heartbeat.MaxToken {
+		t.Fatalf("stored incarnation %d (%v), want %d (MaxToken)", stored, err, int64(heartbeat.MaxToken))
+	}
+	_ = raw.Close()
+
+	legacy := map[string]any{"id": "inc", "leaderfeed": 1, "leader": "old", "term": 4, "revision": 7, "timestamp": r.Now(), "value": nil,
+		"lease_us": 1000, "successor": "", "handover": 0}
+	if _, err := tb.Insert(legacy, r.InsertOpts{Conflict: "replace"}).RunWrite(s); err != nil {
+		t.Fatal(err)
+	}
+	old, err := b.Get(ctx)
+	if err != nil || old.Leader != "old" || old.Revision != 7 || old.Incarnation != 0 {
+		t.Fatalf("document without an incarnation: got %+v, %v; want leader old, revision 7, incarnation 0", old, err)
+	}
+	next.Incarnation = 5
+	r2, err := b.Heartbeat(ctx, old, next)
+	if err != nil || r2.Revision != 8 || r2.Incarnation != 5 {
+		t.Fatalf("claim over a document without an incarnation: got %+v, %v", r2, err)
+	}
+
+	// An older writer's vacancy, merged into the document.
+	if _, err := tb.Get("inc").Update(map[string]any{"leader": "", "revision": 9, "value": nil}).RunWrite(s); err != nil {
+		t.Fatal(err)
+	}
+	v, err := b.Get(ctx)
+	if err != nil || !v.Vacant() || v.Revision != 9 || v.Incarnation != 0 {
+		t.Fatalf("vacant document with a stale incarnation: got %+v, %v; want vacant at revision 9, incarnation 0", v, err)
+	}
+	next.Incarnation = 0
+	if r3, err := b.Heartbeat(ctx, v, next); err != nil || r3.Revision != 10 || r3.Incarnation != 0 {
+		t.Fatalf("claim over it: got %+v, %v", r3, err)
 	}
 }

@@ -247,6 +247,56 @@ func (s *suite) stores(t *testing.T) {
 		}
 	})
 
+	rule(t, "HeartbeatBatch and GetBatch store and return each write's Incarnation exactly, as Heartbeat and Get do; a write with Incarnation 0 clears it, and one over MaxToken fails alone", func(t *testing.T) {
+		st := s.openStore(t)
+		bs, ok := st.(backend.BatchStore)
+		if !ok {
+			t.Skip("skipped: the store does not batch (backend.BatchStore); Elections writes one record at a time")
+		}
+		renewed, cleared, created, bad := Election(), Election(), Election(), Election()
+		r1 := storeWrite(t, st, heartbeat.Record{}, renewed, "a", 1)
+		c1, err := st.Heartbeat(ctxFor(t), heartbeat.Record{}, heartbeat.Record{Election: cleared, Leader: "a", Term: 1, Incarnation: 7})
+		if err != nil || c1.Incarnation != 7 {
+			t.Fatalf("Heartbeat with incarnation 7: %+v, %v", c1, err)
+		}
+		res, err := bs.HeartbeatBatch(ctxFor(t), []backend.Write{
+			{Expected: r1, Next: heartbeat.Record{Election: renewed, Leader: "a", Term: 1, Lease: time.Second, Incarnation: heartbeat.MaxToken}},
+			{Expected: c1, Next: heartbeat.Record{Election: cleared, Leader: "a", Term: 1}},
+			{Next: heartbeat.Record{Election: created, Leader: "c", Term: 1, Incarnation: 1}},
+			{Next: heartbeat.Record{Election: bad, Leader: "d", Term: 1, Incarnation: heartbeat.MaxToken + 1}},
+		})
+		if err != nil || len(res) != 4 {
+			t.Fatalf("HeartbeatBatch: %+v, %v", res, err)
+		}
+		for i, want := range []uint64{heartbeat.MaxToken, 0, 1} {
+			if res[i].Err != nil || res[i].Record.Incarnation != want || res[i].Record.Vacant() {
+				t.Fatalf("write %d: %+v, %v; want a led record with incarnation %d", i, res[i].Record, res[i].Err, want)
+			}
+			got, err := st.Get(ctxFor(t), res[i].Record.Election)
+			if err != nil || !got.Equal(res[i].Record) {
+				t.Fatalf("Get = %+v, %v; the batch returned %+v", got, err, res[i].Record)
+			}
+		}
+		if !errors.Is(res[3].Err, heartbeat.ErrInvalidRecord) {
+			t.Fatalf("write 3: %+v, %v; want an error matching heartbeat.ErrInvalidRecord", res[3].Record, res[3].Err)
+		}
+		// A stale write in a batch gets a conflict carrying the incarnation.
+		stale, err := bs.HeartbeatBatch(ctxFor(t), []backend.Write{{Expected: r1, Next: heartbeat.Record{Election: renewed, Leader: "a", Term: 1, Incarnation: 2}}})
+		var ce *backend.ConflictError
+		if err != nil || len(stale) != 1 || !errors.As(stale[0].Err, &ce) || !ce.Current.Equal(res[0].Record) {
+			t.Fatalf("stale write in a batch: %+v, %v; want a conflict carrying %+v", stale, err, res[0].Record)
+		}
+		br, ok := st.(backend.BatchReader)
+		if !ok {
+			return
+		}
+		rs, err := br.GetBatch(ctxFor(t), []string{created, renewed, cleared})
+		if err != nil || len(rs) != 3 || rs[0].Err != nil || !rs[0].Record.Equal(res[2].Record) ||
+			rs[1].Err != nil || !rs[1].Record.Equal(res[0].Record) || rs[2].Err != nil || !rs[2].Record.Equal(res[1].Record) {
+			t.Fatalf("GetBatch = %+v, %v; want %+v, %+v and %+v as written, incarnations included", rs, err, res[2].Record, res[0].Record, res[1].Record)
+		}
+	})
+
 	for _, batch := range []bool{true, false} {
 		name := "batched"
 		if !batch {

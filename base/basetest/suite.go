@@ -385,6 +385,64 @@ func (s *suite) contract(t *testing.T) {
 		}
 	})
 
+	rule(t, "A claim's or renewal's Incarnation is stored and returned exactly, up to MaxToken, by Heartbeat, Get, the feed and a conflict; a later write with Incarnation 0 reads 0, and one on a vacancy or over MaxToken is refused", func(t *testing.T) {
+		// Two processes sharing a node id tell their writes apart by it
+		// alone: a store that drops or rounds it makes each take the
+		// other's record for its own.
+		b := s.open(t, Election())
+		ch, _ := subscribe(t, b)
+		r1, err := b.Heartbeat(ctxFor(t), heartbeat.Record{}, heartbeat.Record{Election: b.Name(), Leader: "node-a", Term: 1, Lease: time.Second, Incarnation: heartbeat.MaxToken})
+		if err != nil {
+			t.Fatalf("Heartbeat: %v", err)
+		}
+		if r1.Incarnation != heartbeat.MaxToken || r1.Leader != "node-a" || r1.Revision != 1 {
+			t.Fatalf("Heartbeat returned %+v, want node-a's record of revision 1 with incarnation %d (MaxToken)", r1, uint64(heartbeat.MaxToken))
+		}
+		got, err := b.Get(ctxFor(t))
+		if err != nil || !got.Equal(r1) {
+			t.Fatalf("Get = %+v, %v; Heartbeat returned %+v", got, err, r1)
+		}
+		n := next(t, ch, feedWait, "the claim", func(n backend.Notification) bool {
+			return n.Type == backend.RecordChanged && n.Record.Revision == r1.Revision
+		})
+		if n.Record.Incarnation != heartbeat.MaxToken {
+			t.Fatalf("the feed delivered incarnation %d, want %d", n.Record.Incarnation, uint64(heartbeat.MaxToken))
+		}
+		r2, err := b.Heartbeat(ctxFor(t), r1, heartbeat.Record{Election: b.Name(), Leader: "node-a", Term: 1, Lease: time.Second, Incarnation: 1})
+		if err != nil || r2.Incarnation != 1 {
+			t.Fatalf("a renewal with incarnation 1: %+v, %v", r2, err)
+		}
+		_, err = b.Heartbeat(ctxFor(t), r1, heartbeat.Record{Election: b.Name(), Leader: "node-a", Term: 1, Incarnation: 2})
+		var ce *backend.ConflictError
+		if !errors.As(err, &ce) || !ce.Current.Equal(r2) {
+			t.Fatalf("a write on the revision before the renewal: %v, want a conflict carrying %+v", err, r2)
+		}
+		r3 := write(t, b, r2, "node-a", 1, nil)
+		if r3.Incarnation != 0 {
+			t.Fatalf("a write with incarnation 0 reads %d, want 0", r3.Incarnation)
+		}
+		n = next(t, ch, feedWait, "the write without an incarnation", func(n backend.Notification) bool {
+			return n.Type == backend.RecordChanged && n.Record.Revision == r3.Revision
+		})
+		if n.Record.Incarnation != 0 {
+			t.Fatalf("the feed delivered incarnation %d after a write with 0", n.Record.Incarnation)
+		}
+		if got, err := b.Get(ctxFor(t)); err != nil || !got.Equal(r3) {
+			t.Fatalf("Get = %+v, %v; Heartbeat returned %+v", got, err, r3)
+		}
+		for _, bad := range []heartbeat.Record{
+			{Election: b.Name(), Term: 1, Incarnation: 1},
+			{Election: b.Name(), Leader: "node-a", Term: 1, Incarnation: heartbeat.MaxToken + 1},
+		} {
+			if _, err := b.Heartbeat(ctxFor(t), r3, bad); !errors.Is(err, heartbeat.ErrInvalidRecord) {
+				t.Fatalf("writing %+v: %v, want an error matching heartbeat.ErrInvalidRecord", bad, err)
+			}
+		}
+		if got, err := b.Get(ctxFor(t)); err != nil || !got.Equal(r3) {
+			t.Fatalf("after refused writes Get = %+v, %v; want %+v unchanged", got, err, r3)
+		}
+	})
+
 	rule(t, "A write on a revision other than 0 when no record exists is a conflict with an empty current record", func(t *testing.T) {
 		b := s.open(t, Election())
 		_, err := b.Heartbeat(ctxFor(t), heartbeat.Record{Revision: 3, Leader: "node-a", Term: 1}, heartbeat.Record{Election: b.Name(), Leader: "node-a", Term: 1})

@@ -153,11 +153,16 @@ type stored struct {
 	// Handover: the token of a led record written as a handover; absent
 	// in every other record, and in records of versions before it.
 	Handover int64 `json:"handover,omitempty"`
+	// Incarnation: the incarnation of the process that wrote a led record
+	// by a claim or renewal; absent in every other record, and in records
+	// of versions before it.
+	Incarnation int64 `json:"incarnation,omitempty"`
 }
 
 func encode(r heartbeat.Record) json.RawMessage {
 	data, err := json.Marshal(stored{Mark: 1, Leader: r.Leader, Term: int64(r.Term), Revision: int64(r.Revision), Time: r.Timestamp, Value: r.Value,
-		LeaseUS: heartbeat.LeaseMicros(r.Lease), Successor: r.Successor, Handover: int64(r.Handover)})
+		LeaseUS: heartbeat.LeaseMicros(r.Lease), Successor: r.Successor, Handover: int64(r.Handover),
+		Incarnation: int64(r.Incarnation)})
 	if err != nil {
 		panic(err) // cannot happen: every field marshals
 	}
@@ -179,7 +184,8 @@ func decode(election string, doc json.RawMessage) (heartbeat.Record, error) {
 	var r heartbeat.Record
 	if err == nil {
 		r, err = heartbeat.Decode(heartbeat.Stored{Election: election, Leader: s.Leader, Term: s.Term, Revision: s.Revision,
-			Timestamp: s.Time, Value: s.Value, LeaseMicros: &s.LeaseUS, Successor: &s.Successor, Handover: &s.Handover})
+			Timestamp: s.Time, Value: s.Value, LeaseMicros: &s.LeaseUS, Successor: &s.Successor, Handover: &s.Handover,
+			Incarnation: &s.Incarnation})
 	}
 	if err != nil {
 		return heartbeat.Record{}, fmt.Errorf("logstore: election %q: %w: %w", election, backend.ErrMalformedRecord, err)
@@ -296,15 +302,16 @@ func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 		return heartbeat.Record{}, backend.NewConflict(cur)
 	}
 	r := heartbeat.Record{
-		Election:  election,
-		Leader:    next.Leader,
-		Term:      next.Term,
-		Revision:  expected.Revision + 1,
-		Timestamp: l.now(),
-		Value:     bytes.Clone(next.Value),
-		Lease:     next.Lease,
-		Successor: next.Successor,
-		Handover:  next.Handover,
+		Election:    election,
+		Leader:      next.Leader,
+		Term:        next.Term,
+		Revision:    expected.Revision + 1,
+		Timestamp:   l.now(),
+		Value:       bytes.Clone(next.Value),
+		Lease:       next.Lease,
+		Successor:   next.Successor,
+		Handover:    next.Handover,
+		Incarnation: next.Incarnation,
 	}
 	l.write(election, encode(r))
 	return r, nil

@@ -4,12 +4,14 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/basetest"
 	"github.com/leaderfeed/leaderfeed/examples/custombackend/logstore"
+	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
 // TestMain fails the tests if a goroutine outlives them: every feed must
@@ -44,4 +46,33 @@ func TestConformance(t *testing.T) {
 			},
 		},
 	})
+}
+
+// TestOlderRecords reads records as versions before the lease, successor,
+// handover and incarnation fields wrote them: without those fields, they
+// read as none.
+func TestOlderRecords(t *testing.T) {
+	log := logstore.NewLog()
+	b, err := log.Election("e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := log.Put("e", map[string]any{"leaderfeed": 1, "leader": "a", "term": 3, "revision": 9, "ts": ts}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.Get(ctx)
+	want := heartbeat.Record{Election: "e", Leader: "a", Term: 3, Revision: 9, Timestamp: ts}
+	if err != nil || !got.Equal(want) {
+		t.Fatalf("Get = %+v, %v; want %+v", got, err, want)
+	}
+	r, err := b.Heartbeat(ctx, got, heartbeat.Record{Election: "e", Leader: "a", Term: 3, Incarnation: 7})
+	if err != nil || r.Incarnation != 7 || r.Revision != 10 {
+		t.Fatalf("a renewal over it: %+v, %v", r, err)
+	}
 }

@@ -56,8 +56,8 @@ func Permanent(err error) bool {
 // transient failure at Warn on log ("leaderfeed: store not reached,
 // waiting"), then a summary now and then while the failures go on (see
 // LogFirst), and one line at Info when a call succeeds after failures.
-// When ctx ends it returns an error matching ctx.Err() that carries the
-// last failure that said more than that ctx ended.
+// When ctx ends it returns an error matching ctx.Err(): a *NotReached
+// carrying the last failure that said more than that ctx ended, if any.
 func Retry(ctx context.Context, log *slog.Logger, r Rand, call func(context.Context) error) error {
 	var (
 		attempts int
@@ -123,5 +123,18 @@ func ended(cerr, err, last error) error {
 	if last == nil {
 		return err // it matches cerr: the backend contract
 	}
-	return fmt.Errorf("leaderfeed: store not reached: %w; last error: %w", cerr, last)
+	return &NotReached{Ctx: cerr, Last: last}
 }
+
+// NotReached is Retry's error when ctx ended after a failure that said
+// more than that: it matches both.
+type NotReached struct {
+	Ctx  error // ctx.Err()
+	Last error // the last failure that was not ctx's end
+}
+
+func (e *NotReached) Error() string {
+	return fmt.Sprintf("leaderfeed: store not reached: %v; last error: %v", e.Ctx, e.Last)
+}
+
+func (e *NotReached) Unwrap() []error { return []error{e.Ctx, e.Last} }

@@ -316,13 +316,14 @@ func (f *Feed) Dropped() uint64 {
 //
 // A store that cannot be reached yet is waited for, within ctx: a refused
 // connection, a name that does not resolve, a server still starting up, a
-// timeout are retried, the first retry a few hundred milliseconds later
-// and then at most 500 ms apart (jittered), so that a store that comes up
-// is in use within a second. The first failure is logged at Warn on
-// Options.Logger, then a line now and then while they go on. Bound the
-// wait with ctx: when it ends, Start returns an error matching ctx.Err()
-// that carries the last failure. What retrying cannot fix is returned at
-// once: an error matching ErrRefused (a missing privilege, failed
+// timeout are retried, the first retry within 200 ms and then at most
+// 500 ms apart (jittered), so that a store that comes up is in use within
+// a second. The first failure is logged at Warn on Options.Logger, then a
+// line now and then while they go on (at 5 s, 15 s, 35 s ..., at most a
+// minute apart), and the end of the wait at Info. Bound the wait with
+// ctx: when it ends, Start returns an error matching ctx.Err() that
+// carries the last failure. What retrying cannot fix is returned at once:
+// an error matching ErrRefused (a missing privilege, failed
 // authentication, a missing or foreign table; it names the cause and the
 // fix), ErrInvalidConfig or backend.ErrUnsupported.
 //

@@ -14,10 +14,11 @@
 //		return work(ctx, term) // until ctx is done; term is the fencing token
 //	})
 //
-// Run campaigns, runs the function each time the node is elected, under a
-// context cancelled the moment leadership ends (context.Cause says why),
-// and when its own context ends stops the work and the Feed, which hands
-// leadership over at once. A program that needs more calls Start and Stop
+// Run waits for a store that is not up yet, campaigns, runs the function
+// each time the node is elected, under a context cancelled the moment
+// leadership ends (context.Cause says why), and when its own context ends
+// stops the work and the Feed, which hands leadership over at once. Node
+// ids must be unique per process. A program that needs more calls Start and Stop
 // itself, reads events (Subscribe), and uses Resign, Proclaim, TransferTo
 // and Participants.
 //

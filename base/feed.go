@@ -13,6 +13,7 @@ import (
 
 	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
+	"github.com/leaderfeed/leaderfeed/internal/storewait"
 )
 
 // defaultMaxPendingChanges is the default of Options.MaxPendingChanges.
@@ -125,6 +126,8 @@ type Feed struct {
 	leaseEnd time.Time
 	defSub   *Subscription // of Events
 	health   Health        // the machine's, as published (publishHealth)
+
+	abortStart context.CancelFunc // ends a Start under way; guarded by mu
 }
 
 type feedState int
@@ -308,11 +311,26 @@ func (f *Feed) Dropped() uint64 {
 	return s.Dropped()
 }
 
-// Start checks and prepares the backend (Start, then Create) and
-// starts campaigning (or observing) in the background. It returns the
-// backend's error if that fails (one matching ErrRefused, naming the cause
-// and the fix, when the store refuses); the Feed can then be started again.
-// Starting a started Feed returns ErrAlreadyStarted, a stopped one ErrClosed.
+// Start checks and prepares the backend (Start, then Create; with
+// Participate, the first presence write) and starts campaigning (or
+// observing) in the background.
+//
+// A store that cannot be reached yet is waited for, within ctx: a refused
+// connection, a name that does not resolve, a server still starting up, a
+// timeout are retried, the first retry within 200 ms and then at most
+// 500 ms apart (jittered), so that a store that comes up is in use within
+// a second. The first failure is logged at Warn on Options.Logger, then a
+// line now and then while they go on (at 5 s, 15 s, 35 s ..., at most a
+// minute apart), and the end of the wait at Info. Bound the wait with
+// ctx: when it ends, Start returns an error matching ctx.Err() that
+// carries the last failure. What retrying cannot fix is returned at once:
+// an error matching ErrRefused (a missing privilege, failed
+// authentication, a missing or foreign table; it names the cause and the
+// fix), ErrInvalidConfig or backend.ErrUnsupported.
+//
+// After a failed Start the Feed can be started again. Starting a started
+// Feed returns ErrAlreadyStarted, a stopped one ErrClosed; Stop ends a
+// Start that waits, which then returns ErrClosed.
 func (f *Feed) Start(ctx context.Context) error {
 	f.mu.Lock()
 	switch f.state {
@@ -324,32 +342,18 @@ func (f *Feed) Start(ctx context.Context) error {
 		return ErrClosed
 	}
 	f.state = stateStarting
+	sctx, abort := context.WithCancel(ctx)
+	defer abort()
+	f.abortStart = abort
 	f.mu.Unlock()
 
-	err := f.b.Start(ctx)
-	if err == nil {
-		err = f.b.Create(ctx)
-	}
-	var pres *presence
-	if err == nil && f.opts.Participate {
-		// The first presence record is written before the Feed runs, so
-		// that a store without the capability fails Start. Like Start and
-		// Create it is bounded by ctx alone, not by a refresh's timeout:
-		// it may be the pool's first connection. Its token (0) is none a
-		// handover can carry.
-		pb, ok := f.b.(backend.PresenceElection)
-		if !ok {
-			err = fmt.Errorf("leaderfeed: Participate: the backend (%T) has no presence capability: %w", f.b, backend.ErrUnsupported)
-		} else {
-			pres = f.newPresence(pb)
-			err = pb.Present(ctx, pres.p)
-		}
-	}
+	pres, err := f.prepare(sctx)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.abortStart = nil
 	if f.state == stateStopped { // Stop ran meanwhile and waits for stopped
 		f.closeUnstarted()
-		if err != nil {
+		if err != nil && (ctx.Err() != nil || !errors.Is(err, context.Canceled)) {
 			return err
 		}
 		return ErrClosed
@@ -366,6 +370,40 @@ func (f *Feed) Start(ctx context.Context) error {
 	f.loop.start()
 	f.log.Info("leaderfeed: started", "observe_only", f.opts.ObserveOnly)
 	return nil
+}
+
+// prepare makes the store calls of Start, each retried while the store
+// cannot be reached (storewait.Retry), and returns the presence of a
+// participant.
+func (f *Feed) prepare(ctx context.Context) (*presence, error) {
+	steps := []func(context.Context) error{f.b.Start, f.b.Create}
+	var pres *presence
+	if f.opts.Participate {
+		// The first presence record is written before the Feed runs, so
+		// that a store without the capability fails Start. Like Start and
+		// Create it is bounded by ctx alone, not by a refresh's timeout:
+		// it may be the pool's first connection. Its token (0) is none a
+		// handover can carry.
+		pb, ok := f.b.(backend.PresenceElection)
+		if !ok {
+			return nil, fmt.Errorf("leaderfeed: Participate: the backend (%T) has no presence capability: %w", f.b, backend.ErrUnsupported)
+		}
+		pres = f.newPresence(pb)
+		steps = append(steps, func(ctx context.Context) error { return pb.Present(ctx, pres.p) })
+	}
+	done := 0
+	err := storewait.Retry(ctx, f.log, f.opts.Rand, func(ctx context.Context) error {
+		for ; done < len(steps); done++ {
+			if err := steps[done](ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return pres, nil
 }
 
 // goroutineStarts counts a goroutine of the Feed about to start;
@@ -418,8 +456,12 @@ func (f *Feed) Stop(ctx context.Context) error {
 		return err
 	case stateStarting, stateStopped:
 		// Start is under way (it sees stateStopped when it returns and
-		// closes stopped), or Stop ran already: wait for its end.
+		// closes stopped; abortStart ends its store calls and its wait for
+		// the store), or Stop ran already: wait for its end.
 		f.state = stateStopped
+		if f.abortStart != nil {
+			f.abortStart()
+		}
 		f.mu.Unlock()
 		select {
 		case <-f.stopped:

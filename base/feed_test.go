@@ -143,11 +143,13 @@ func TestStopBeforeStart(t *testing.T) {
 	})
 }
 
+// A Start that failed (here refused: a transient failure is waited for)
+// leaves the Feed unstarted, and it can be started again.
 func TestStartFailureCanBeRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b, _ := memory.NewDB().Election("e")
 		fb := faulty.Wrap(b)
-		fb.Inject(faulty.Fault{Method: faulty.MethodCreate, Nth: 1, Err: errors.New("no permission")})
+		fb.Inject(faulty.Fault{Method: faulty.MethodCreate, Nth: 1, Err: fmt.Errorf("%w: no permission", base.ErrRefused)})
 		f, _ := base.New(fb, "n1", base.Options{Timing: timing})
 		if err := f.Start(ctx(t)); err == nil || !strings.Contains(err.Error(), "no permission") {
 			t.Fatalf("Start: %v, want the Create error", err)

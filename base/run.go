@@ -15,23 +15,29 @@ import (
 //		return work(ctx, term) // until ctx is done; term is the fencing token
 //	})
 //
-// Run starts the Feed unless it has been started already; if Start fails,
-// Run returns its error and the Feed stays unstarted (Run may be called
-// again). Otherwise Run stops the Feed before it returns, so that a node
-// whose work has ended does not go on winning elections with nobody doing
-// the work. Stop resigns first, so another node takes over at once; it is
-// bounded by Timing.ElectionTimeoutMax, after which the others take over
-// on their own.
+// Run starts the Feed unless it has been started already. Like Start, it
+// waits for a store that cannot be reached yet (a server still starting,
+// a refused connection), retrying within ctx and logging at Warn, so that
+// a service started beside its database waits for it rather than fails;
+// a refusal (ErrRefused) or an invalid configuration ends it at once. If
+// Start fails, or ctx ends before the store is reached, Run returns that
+// error and the Feed stays unstarted (Run may be called again). Otherwise
+// Run stops the Feed before it returns, so that a node whose work has
+// ended does not go on winning elections with nobody doing the work. Stop
+// resigns first, so another node takes over at once; it is bounded by
+// Timing.ElectionTimeoutMax, after which the others take over on their
+// own.
 //
 // fn runs on a goroutine of its own, once per term this node wins, never
 // two at once: a term won while the previous fn is still returning starts
 // its fn when that one has returned (if the new term still lasts). fn's ctx
 // is done when leadership of term ends, context.Cause telling why
-// (ErrResigned, ErrDeposed, ErrLeaseExpired, ErrStopped), or when Run's ctx
-// ends (with its cause). Like the leader context, its Err compares the
-// clock with the lease, so work that must not outlive the lease checks
-// ctx.Err() before each step, and passes term to what it writes. fn must
-// return once ctx is done; Run waits for it.
+// (ErrResigned, ErrDeposed, ErrLeaseExpired, ErrStopped, ErrTransferred),
+// when Run's ctx ends (with its cause), or when the store refuses a call
+// (the refusal, matching ErrRefused; see below). Like the leader context,
+// its Err compares the clock with the lease, so work that must not
+// outlive the lease checks ctx.Err() before each step, and passes term to
+// what it writes. fn must return once ctx is done; Run waits for it.
 //
 // When Run's ctx ends, Run cancels fn's ctx and waits for fn to return
 // while the node still holds the lease, and only then stops the Feed,

@@ -605,9 +605,10 @@ func TestRunRejectsBadUse(t *testing.T) {
 			t.Errorf("observe-only, stopped: %v, want ErrObserveOnly", err)
 		}
 
-		// A failed Start leaves the Feed unstarted: Run can be called again.
-		n.link.Inject(faulty.Fault{Method: faulty.MethodStart, Nth: 1})
-		if err := n.feed.Run(ctx, noop); !errors.Is(err, faulty.ErrInjected) {
+		// A failed Start (refused: a transient failure is waited for)
+		// leaves the Feed unstarted: Run can be called again.
+		n.link.Inject(faulty.Fault{Method: faulty.MethodStart, Nth: 1, Err: errRefusedWrite})
+		if err := n.feed.Run(ctx, noop); !errors.Is(err, base.ErrRefused) {
 			t.Errorf("Run with Start failing: %v, want the Start error", err)
 		}
 		started := make(chan struct{})

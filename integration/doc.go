@@ -48,6 +48,11 @@
 // other packages use cannot serve here. A given server that cannot be used
 // fails the test in CI.
 //
+// TestStartWaitsForPostgres starts a Feed while its PostgreSQL address
+// refuses connections and opens a Proxy there 5 s later (2 s with -short):
+// it must lead within a second of that (times LEADERFEED_TEST_SCALE). It
+// uses LEADERFEED_POSTGRES_URL when given, else a private server.
+//
 // By default each kind of fault is injected 50 times (5 with -short), a
 // failover 10 times.
 // LEADERFEED_SOAK=<faults> turns each test into a soak: that many faults in

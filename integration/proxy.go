@@ -31,8 +31,13 @@ type pair struct{ client, server net.Conn }
 
 // NewProxy listens on a free port of 127.0.0.1 and forwards every
 // connection to target (host:port).
-func NewProxy(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func NewProxy(target string) (*Proxy, error) { return ListenProxy("127.0.0.1:0", target) }
+
+// ListenProxy listens on addr and forwards every connection to target
+// (host:port): a server that starts accepting connections at an address
+// its clients were already given, as a database started beside them does.
+func ListenProxy(addr, target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}

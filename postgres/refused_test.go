@@ -8,13 +8,16 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaderfeed/leaderfeed/base"
@@ -273,5 +276,23 @@ func TestRefusalWhileRunning(t *testing.T) {
 	}
 	if n := logs.count(`msg="leaderfeed: store takes the calls it refused"`); n != 1 {
 		t.Fatalf("%d lines saying the refusals ended, want 1", n)
+	}
+}
+
+// What a server that is not up yet answers is transient, not a refusal:
+// base.Feed.Start waits through it. No server is needed.
+func TestServerNotUpIsTransient(t *testing.T) {
+	s := &Store{}
+	for _, err := range []error{
+		&pgconn.PgError{Code: "57P03", Message: "the database system is starting up"},                  // cannot_connect_now
+		&pgconn.PgError{Code: "57P01", Message: "terminating connection due to administrator command"}, // admin_shutdown
+		&pgconn.PgError{Code: "53300", Message: "sorry, too many clients already"},                     // too_many_connections
+		&pgconn.PgError{Code: "08006", Message: "connection failure"},                                  // connection_failure
+		&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED},
+		&net.DNSError{Err: "no such host", Name: "db", IsNotFound: true},
+	} {
+		if got := s.wrapErr(context.Background(), "postgres: Start: cannot query the server", err); errors.Is(got, base.ErrRefused) {
+			t.Errorf("%v: sorted as a refusal (%v), want transient", err, got)
+		}
 	}
 }

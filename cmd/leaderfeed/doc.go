@@ -24,10 +24,16 @@
 // observer needs no right to change the database) and take neither
 // --no-create nor the timing flags.
 //
-// --connect-timeout (default 10s) is how long each command keeps trying
-// to reach the store at start: a refused connection, a name that does not
-// resolve, a server still starting are retried with backoff until then
-// (exit code 3). A refusal is not retried (exit code 4, below).
+// --connect-timeout (default 10s) bounds how long each command waits for
+// the store at start, from the connection to the last check of the table:
+// a refused connection, a name that does not resolve, a server still
+// starting are retried as the library's Feed.Start retries them (the
+// first retry within 200 ms, then at most 500 ms apart, so a store that
+// comes up is in use within a second), each wait logged on standard error
+// at Warn ("leaderfeed: store not reached, waiting", then now and then a
+// line while it goes on). When the timeout ends first the command exits
+// with code 3 and one line giving the store's last error. A refusal is
+// not retried (exit code 4, below).
 //
 // # When the store refuses
 //
@@ -127,6 +133,6 @@
 //	127  CMD was not found
 //	N    run without --restart: CMD's own status when it exited by itself
 //
-// Every error is one line on standard error, naming what is wrong; nothing
-// is left running.
+// Every error is one line on standard error, naming what is wrong (the
+// last line, after any log lines); nothing is left running.
 package main

@@ -14,6 +14,7 @@ import (
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/heartbeat"
+	"github.com/leaderfeed/leaderfeed/internal/storewait"
 )
 
 // Exit codes (see the package doc): one per cause, the same in every
@@ -167,7 +168,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.table, "table", "", "election table (postgres, rethinkdb) or collection (mongodb); default leaderfeed")
 	fs.StringVar(&c.schema, "schema", "", "postgres schema of the table; default public")
 	fs.DurationVar(&c.connectTimeout, "connect-timeout", 10*time.Second,
-		"how long to keep trying to reach the store at start, retrying with backoff (a refusal fails at once)")
+		"how long to wait for the store at start, retrying at most 500 ms apart (a refusal fails at once)")
 }
 
 func (c *common) registerLog(fs *flag.FlagSet, logLevel string) {
@@ -265,13 +266,12 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 }
 
 // openBackend connects to the store and makes the election's backend,
-// trying for as long as --connect-timeout allows (see retry). Its errors
-// carry their exit code.
-func openBackend(u *storeURL, c *common) (*store, backend.Election, error) {
-	ctx, cancel := contextWithTimeout(c.connectTimeout)
-	defer cancel()
+// waiting for a store that cannot be reached yet (storewait.Retry, as
+// base.Feed.Start does) until ctx ends: the command's ctx bounded by
+// --connect-timeout. Its errors carry their exit code.
+func openBackend(ctx context.Context, u *storeURL, c *common, log *slog.Logger) (*store, backend.Election, error) {
 	var st *store
-	err := retry(ctx, func(ctx context.Context) (err error) {
+	err := storewait.Retry(ctx, log, nil, func(ctx context.Context) (err error) {
 		st, err = u.open(ctx, c.storeOptions())
 		return err
 	})
@@ -286,37 +286,6 @@ func openBackend(u *storeURL, c *common) (*store, backend.Election, error) {
 	return st, b, nil
 }
 
-// retry calls f until it succeeds, fails in a way that retrying cannot fix
-// (permanent), or ctx ends: with backoff from 50 ms to 1 s between tries.
-// It returns the last error that said more than that ctx ended.
-func retry(ctx context.Context, f func(context.Context) error) error {
-	wait := 50 * time.Millisecond
-	var last error
-	for {
-		err := f(ctx)
-		if err == nil || permanent(err) {
-			return err
-		}
-		if last == nil || ctx.Err() == nil {
-			last = err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return last
-		case <-t.C:
-		}
-		wait = min(2*wait, time.Second)
-	}
-}
-
-// permanent reports whether retrying cannot fix err: the store refuses or
-// lacks a capability, or the configuration is wrong.
-func permanent(err error) bool {
-	return errors.Is(err, base.ErrRefused) || errors.Is(err, backend.ErrUnsupported) || errors.Is(err, base.ErrInvalidConfig)
-}
-
 // classify gives a store error its exit code (one per cause), and names
 // the store.
 func classify(c *common, err error) error {
@@ -329,6 +298,10 @@ func classify(c *common, err error) error {
 		return &exitError{exitRefused, fmt.Errorf("store %s: %w", redact(c.store), err)}
 	case errors.Is(err, base.ErrInvalidConfig):
 		return &exitError{exitUsage, err}
+	}
+	var nr *storewait.NotReached
+	if errors.As(err, &nr) {
+		err = nr.Last // what the store said; that the wait ended is said here
 	}
 	return &exitError{exitUnreachable, fmt.Errorf("store %s: not reached within --connect-timeout %v: %w", redact(c.store), c.connectTimeout, err)}
 }

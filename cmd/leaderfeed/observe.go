@@ -13,12 +13,9 @@ import (
 
 	"github.com/leaderfeed/leaderfeed/base"
 	"github.com/leaderfeed/leaderfeed/base/backend"
+	"github.com/leaderfeed/leaderfeed/internal/storewait"
 	"github.com/leaderfeed/leaderfeed/postgres"
 )
-
-func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), d)
-}
 
 const statusUse = `Usage: leaderfeed status --store URL --election NAME [--json]
 
@@ -45,7 +42,7 @@ type statusJSON struct {
 }
 
 func statusCommand(args []string, stdout, stderr io.Writer) error {
-	c := common{noCreate: true}
+	c := common{noCreate: true, logLevel: "warn"} // the wait for the store is logged
 	fs := newFlagSet("status", statusUse, stdout, stderr)
 	c.register(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object")
@@ -59,15 +56,17 @@ func statusCommand(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	st, b, err := openBackend(u, &c)
+	// --connect-timeout bounds the wait for the store and the read.
+	ctx, cancel := context.WithTimeout(context.Background(), c.connectTimeout)
+	defer cancel()
+	log := c.logger(stderr)
+	st, b, err := openBackend(ctx, u, &c, log)
 	if err != nil {
 		return err
 	}
 	defer st.close()
 	defer b.Close()
-	ctx, cancel := contextWithTimeout(c.connectTimeout)
-	defer cancel()
-	if err := retry(ctx, b.Start); err != nil {
+	if err := storewait.Retry(ctx, log, nil, b.Start); err != nil {
 		return classify(&c, err)
 	}
 	out := statusJSON{Election: c.election}
@@ -140,20 +139,27 @@ func watchCommand(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	st, b, err := openBackend(u, &c)
+	// --connect-timeout bounds the wait for the store, from the
+	// connection to Start's last check.
+	connectCtx, cancelConnect := context.WithTimeout(ctx, c.connectTimeout)
+	defer cancelConnect()
+	log := c.logger(stderr)
+	st, b, err := openBackend(connectCtx, u, &c, log)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // interrupted while connecting
+		}
 		return err
 	}
 	defer st.close()
-	feed, err := base.New(b, fmt.Sprintf("watch-%d", os.Getpid()), base.Options{Timing: timing, ObserveOnly: true, Logger: c.logger(stderr)})
+	feed, err := base.New(b, fmt.Sprintf("watch-%d", os.Getpid()), base.Options{Timing: timing, ObserveOnly: true, Logger: log})
 	if err != nil {
 		_ = b.Close()
 		return classify(&c, err)
 	}
 	sub := feed.Subscribe(ctx)
-	sctx, cancel := context.WithTimeout(ctx, c.connectTimeout)
-	err = retry(sctx, feed.Start)
-	cancel()
+	err = feed.Start(connectCtx) // waits for the store, as openBackend does
+	cancelConnect()
 	if err != nil {
 		_ = feed.Stop(context.Background())
 		if ctx.Err() != nil {

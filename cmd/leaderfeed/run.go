@@ -126,8 +126,15 @@ func runCommand(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	st, b, err := openBackend(u, &c)
+	// --connect-timeout bounds the wait for the store, from the
+	// connection to Start's last check.
+	connectCtx, cancelConnect := context.WithTimeout(ctx, c.connectTimeout)
+	defer cancelConnect()
+	st, b, err := openBackend(connectCtx, u, &c, log)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // interrupted while connecting
+		}
 		return err
 	}
 	defer st.close()
@@ -160,9 +167,8 @@ func runCommand(args []string, stdout, stderr io.Writer) error {
 		}
 		defer stopMetrics()
 	}
-	startCtx, cancelStart := context.WithTimeout(ctx, c.connectTimeout)
-	err = retry(startCtx, feed.Start)
-	cancelStart()
+	err = feed.Start(connectCtx) // waits for the store, as openBackend does
+	cancelConnect()
 	if err != nil {
 		_ = feed.Stop(context.Background())
 		if ctx.Err() != nil {

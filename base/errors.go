@@ -75,3 +75,11 @@ var (
 	// or a participant of higher Priority).
 	ErrTransferred = errors.New("leaderfeed: leadership ended: transferred")
 )
+
+// ErrFenced is matched by the errors of a backend's Fence (postgres.Fence,
+// mongo.Fence): the write it guards would land after the term it names
+// ended, because the election's record names another term, no leader, or
+// is missing, or (under snapshot isolation) the record changed after the
+// transaction's snapshot. The transaction must not commit; the message
+// names the election, the term asked and the term found.
+var ErrFenced = errors.New("leaderfeed: fenced: the term has ended")

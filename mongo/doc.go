@@ -40,6 +40,16 @@
 // caller's: their changes arrive as change events (New as relaxed extended
 // JSON, Old always nil).
 //
+// Fencing: a leader that writes into the election's database makes its
+// transaction commit only before the next term with Store.Fence (or
+// Fence, for a program that made its election with New), called with the
+// context of a session's transaction: a conditional write ($inc of the
+// field "fence" where the document names a leader in the term) that
+// makes every later write of the record wait for the transaction, and the
+// transaction fail once the record changed. It fails with
+// base.ErrFenced, and the transaction cannot commit. The change stream
+// drops the events of these writes: readers see none.
+//
 // There is no entry point for the deprecated driver v1: a program still on
 // v1 opens a v2 client beside it. A service importing this package gets
 // neither v1 nor lungo in its go.sum. Package

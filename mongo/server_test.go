@@ -82,6 +82,15 @@ func TestSuiteOnServer(t *testing.T) {
 				return err
 			},
 			Drop: func(ctx context.Context) error { return user().Drop(ctx) },
+			Transaction: func(ctx context.Context, fn func(ctx context.Context) error) error {
+				sess, err := c.StartSession()
+				if err != nil {
+					return err
+				}
+				defer sess.EndSession(context.WithoutCancel(ctx))
+				_, err = sess.WithTransaction(ctx, func(ctx context.Context) (any, error) { return nil, fn(ctx) })
+				return err
+			},
 		}
 	})
 }

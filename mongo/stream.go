@@ -25,6 +25,12 @@ type changeEvent struct {
 	OperationType string        `bson:"operationType"`
 	DocumentKey   bson.Raw      `bson:"documentKey"`
 	FullDocument  bson.RawValue `bson:"fullDocument"`
+	// UpdateDescription tells a fence's write (fenceOnly) from the
+	// record's.
+	UpdateDescription struct {
+		UpdatedFields bson.Raw `bson:"updatedFields"`
+		RemovedFields bson.Raw `bson:"removedFields"`
+	} `bson:"updateDescription"`
 }
 
 // streamState is what one subscription remembers between events.
@@ -289,6 +295,9 @@ func (s *Store) translate(ev *changeEvent, st *streamState) []backend.Notificati
 	case "insert", "update", "replace", "delete":
 	default:
 		return nil // an event type this store does not know
+	}
+	if fenceOnly(ev) {
+		return nil // a fence changes no field of the record: nothing to tell
 	}
 	key := ev.DocumentKey.Lookup("_id")
 	if id, isString := key.StringValueOK(); isString && backend.IsPresenceKey(id) {

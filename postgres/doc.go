@@ -39,6 +39,16 @@
 // directly or through a session-mode pooler (a transaction-mode pooler
 // delivers no notifications). Names must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$.
 //
+// Fencing: a leader that writes into the election's database makes its
+// transaction commit only before the next term with Store.Fence (or
+// Fence, for a program that made its election with New): in the
+// transaction, it locks the election's row FOR SHARE, which every write
+// of the record waits for, and checks that the row names a leader in the
+// term given; otherwise it fails with base.ErrFenced and the transaction
+// cannot commit. Create and SchemaSQL make the SQL function that does the
+// same for any language, Table+"_fence" in Schema (FenceFunction); it
+// raises SQLSTATE FencedSQLState.
+//
 // Not guaranteed: safety if the server loses commits it acknowledged
 // (synchronous_commit = off, a failover to an asynchronous standby); keep
 // synchronous commit on and fail over only to synchronous standbys.

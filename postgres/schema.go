@@ -301,6 +301,8 @@ func SchemaSQL(opts Options) (string, error) {
 		stmts = append(stmts, createFunction(d.changeFunc, changeFunctionBody),
 			"DROP TRIGGER IF EXISTS "+d.trigger+" ON "+d.watch, d.createTrigger(d.watch, d.changeFunc))
 	}
+	// The fence function (Fence, FenceFunction), for any language.
+	stmts = append(stmts, createFenceFunction(o))
 	stmts = append(stmts, "COMMIT")
 	return strings.Join(stmts, ";\n\n") + ";\n", nil
 }
@@ -349,6 +351,9 @@ func (s *Store) create(ctx context.Context) error {
 		return err
 	}
 	if err := s.ensureRecordTriggers(ctx, tx); err != nil {
+		return err
+	}
+	if err := ensureFenceFunction(ctx, tx, o); err != nil {
 		return err
 	}
 	if d.watch != "" {

@@ -41,6 +41,27 @@
 // credentials, a missing permission, a missing database or table, a table
 // with another primary key) match base.ErrRefused and carry the fix.
 //
+// Fencing: RethinkDB has no multi-document transactions, so nothing can
+// make a write to another document wait for the election's record, and
+// the package has no Fence. The resource fences itself instead: it keeps
+// the term of its last writer in a field of its own document ("term"
+// here), and every write of the leader is one atomic single-document
+// update that checks it, so that a write of an older term is refused:
+//
+//	res, err := r.Table("jobs").Get(jobID).Update(func(row r.Term) r.Term {
+//		return r.Branch(row.Field("term").Default(0).Le(term),
+//			map[string]any{"term": term, "state": "done"},
+//			r.Error("fenced: the resource holds a newer term"))
+//	}, r.UpdateOpts{Durability: "hard"}).RunWrite(session)
+//
+// A deposed leader's write then fails as soon as a newer leader wrote the
+// same document; until then it lands, so the newer leader must write each
+// document it takes over (its term) before relying on it. Each document is
+// fenced alone: a write spanning documents is not atomic. RunWrite
+// returns the r.Error as an error. reqlite, the stand-in CI runs, does not
+// run update functions atomically across connections: only a real
+// RethinkDB gives this guarantee.
+//
 // docs/OPERATING.md in the repository has the details: the document, the
 // writes and batches, how concurrent creators converge, durability, the
 // driver's known data race, and what was tested where (a real RethinkDB

@@ -97,6 +97,13 @@
 // LeaseDuration) or leaderfeed is frozen: CMD should pass LEADERFEED_TERM
 // to what it writes, so that a resource can refuse a deposed leader.
 //
+// On PostgreSQL the refusal can be exact: run creates (and schema prints)
+// the function TABLE_fence(election, term) beside the election table, and
+// a transaction of CMD that calls it with $LEADERFEED_ELECTION and
+// $LEADERFEED_TERM commits before the next term begins, or fails with
+// SQLSTATE LF001 and commits nothing (docs/OPERATING.md shows it with
+// psql).
+//
 // --health ADDR serves /healthz: 200 and "ok", or 503 and the reason when
 // the election is wedged or the store refuses (see base.Feed.Healthy;
 // --health-bound sets how long). The log line "leaderfeed: CMD started"

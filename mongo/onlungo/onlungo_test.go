@@ -88,6 +88,15 @@ func newServer(t *testing.T) *suite.Server {
 			return err
 		},
 		Drop: func(ctx context.Context) error { return user.Drop(ctx) },
+		Transaction: func(ctx context.Context, fn func(ctx context.Context) error) error {
+			sess, err := client.StartSession()
+			if err != nil {
+				return err
+			}
+			defer sess.EndSession(context.WithoutCancel(ctx))
+			_, err = sess.WithTransaction(ctx, func(sc lungo.ISessionContext) (any, error) { return nil, fn(sc) })
+			return err
+		},
 	}
 }
 

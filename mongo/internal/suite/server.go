@@ -42,6 +42,10 @@ type Server struct {
 	Update func(ctx context.Context, key any, update bson.M) error
 	Delete func(ctx context.Context, key any) error
 	Drop   func(ctx context.Context) error
+	// Transaction runs fn in a transaction of a session of the
+	// collection's client (fn's ctx carries it) and commits it when fn
+	// returns nil; nil when the server runs no transactions.
+	Transaction func(ctx context.Context, fn func(ctx context.Context) error) error
 
 	mu      sync.Mutex
 	faulted map[*mongo.Store]*faulty
@@ -79,6 +83,7 @@ func Run(t *testing.T, newServer NewServer) {
 		{"FeedMalformedRecordIgnored", testFeedMalformedRecordIgnored},
 		{"FeedHugeDocument", testFeedHugeDocument},
 		{"FeedTwoNodes", testFeedTwoNodes},
+		{"Fence", testFence},
 		{"Conformance", testConformance},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, newServer) })

@@ -63,12 +63,15 @@ type Options struct {
 	// Default false: the node writes nothing but the election record.
 	Participate bool
 	// PresenceInterval is how often a participant refreshes its presence
-	// record. Default: Timing.ElectionTimeoutMin. A leader hands the
-	// election over in one write (Resign) only to a successor that can
-	// still lead from a presence write the leader read: at most two
-	// intervals old, so one write needs PresenceInterval below half of
-	// LeaseDuration (a third leaves room for scheduling); a longer one
-	// costs the successor a claim of its own.
+	// record, and a participating leader reads the participants. Default:
+	// a quarter of LeaseDuration (375 ms with the default Timing), what
+	// the one-write handover needs: a successor leads on a handover for
+	// LeaseDuration from the presence write whose token the leader read,
+	// which is up to two intervals old when the leader hands over. A
+	// leader whose last read of its successor is too old for that (more
+	// than half of LeaseDuration) writes the vacancy reserved for it
+	// instead, which the successor claims at once: one more write, never a
+	// skipped term.
 	PresenceInterval time.Duration
 	// PresenceTTL is how long a presence record stays live without a
 	// refresh, judged by the store's own clock (the record's timestamp
@@ -230,7 +233,7 @@ func presenceOptions(opts *Options, t heartbeat.Timing) error {
 		problems = append(problems, fmt.Sprintf("PresenceTTL (%v) and PriorityHysteresis (%v) must not be negative", opts.PresenceTTL, opts.PriorityHysteresis))
 	}
 	if opts.PresenceInterval == 0 {
-		opts.PresenceInterval = t.ElectionTimeoutMin
+		opts.PresenceInterval = max(t.LeaseDuration/4, heartbeat.MinDuration)
 	}
 	if opts.PresenceTTL == 0 {
 		opts.PresenceTTL = presenceLives * opts.PresenceInterval

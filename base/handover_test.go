@@ -292,3 +292,36 @@ func TestMachinePresenceReadOnElection(t *testing.T) {
 		t.Fatalf("presence call %+v, want a read of the participants in term 1", call)
 	}
 }
+
+// A leader whose successor's last presence write it read is older than
+// half of the lease (a long PresenceInterval, a slow read) does not hand
+// the election over in one write the successor could not take (it would
+// claim again: a skipped term, two new leaders): it writes the vacancy
+// reserved for that successor, which claims it at once.
+func TestMachineStaleSuccessorGetsAReservedVacancy(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		age  time.Duration // of b's presence write when the leader read it
+		one  bool
+	}{
+		{"fresh", timing.LeaseDuration/2 - 10*time.Millisecond, true},
+		{"stale", timing.LeaseDuration/2 - 9*time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, _ := leader(t)
+			participating(m)
+			store := at(time.Hour)
+			ps := []backend.Presence{{Node: "b", CanLead: true, Token: 77, Timestamp: store.Add(-tc.age)}}
+			m.pres.busy = true
+			m.step(at(30*time.Millisecond), presenceResult{term: 1, check: true, ps: ps, storeNow: store})
+			done := make(chan error, 1)
+			now := at(40 * time.Millisecond) // 10 ms after the read
+			c := findCall(m.step(now, requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: done}}), callVacancy)
+			handed := heartbeat.Record{Election: "e", Leader: "b", Term: 2, Lease: timing.LeaseDuration, Handover: 77}
+			reserved := heartbeat.Record{Election: "e", Term: 1, Successor: "b"}
+			if want := map[bool]heartbeat.Record{true: handed, false: reserved}[tc.one]; c == nil || !c.next.Equal(want) {
+				t.Fatalf("resign wrote %+v, want %v", c, want)
+			}
+		})
+	}
+}

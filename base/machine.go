@@ -446,7 +446,8 @@ type vacancyWrite struct {
 	timeout   time.Duration
 	reply     chan<- error
 	term      uint64
-	successor string // a transfer: the node the vacancy is reserved for
+	successor string // the node the vacancy is reserved for (a transfer, or a successor whose presence is too old for to)
+	transfer  bool   // TransferTo or the Priority check: the write must reach successor
 	// to, when set, is the participant the election is handed to in one
 	// write: the record names it leader with a new term and the token of
 	// its presence (heartbeat.Record.Handover), instead of a vacancy.
@@ -1508,7 +1509,7 @@ func (m *machine) endVacancy(err error) {
 	switch {
 	case v.reply != nil:
 		m.do(reply{to: v.reply, err: err})
-	case err != nil && v.successor != "":
+	case err != nil && v.transfer:
 		m.do(logLine{level: slog.LevelInfo, msg: "leaderfeed: priority handover failed", args: []any{"to", v.successor, "err", err}})
 	case err != nil:
 		m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: stop: %w", err)})
@@ -1543,7 +1544,7 @@ func (m *machine) onVacancy(r callResult) {
 		cur := conflict.Current
 		m.observe(cur, m.current(r.sentStep))
 		var err error
-		if v.successor != "" && cur.Leader != v.successor && !(cur.Reserved() && cur.Successor == v.successor && cur.Term == v.term) {
+		if v.transfer && cur.Leader != v.successor && !(cur.Reserved() && cur.Successor == v.successor && cur.Term == v.term) {
 			err = fmt.Errorf("leaderfeed: transfer to %q: the record was written by another node first (%v): %w", v.successor, cur, backend.ErrConflict)
 		}
 		m.endVacancy(err)
@@ -1564,10 +1565,10 @@ func (m *machine) onRequest(r request) {
 			m.do(reply{to: r.reply, err: ErrNotLeader})
 			return
 		}
-		to, _ := m.successor("")
+		to, reserve := m.successor("")
 		m.stepDown(ReasonResigned, nil)
 		m.handedOver = true
-		m.vacancy = &vacancyWrite{ctx: r.ctx, reply: r.reply, term: m.term, to: to}
+		m.vacancy = &vacancyWrite{ctx: r.ctx, reply: r.reply, term: m.term, to: to, successor: reserve}
 		m.vacancyTerm = m.term
 		m.startVacancy()
 	case reqTransfer:
@@ -1602,7 +1603,7 @@ func (m *machine) transfer(target string, v *vacancyWrite) {
 	v.to, _ = m.successor(target)
 	m.stepDown(ReasonTransferred, nil)
 	m.handedOver = true
-	v.term, v.successor = m.term, target
+	v.term, v.successor, v.transfer = m.term, target, true
 	m.vacancy = v
 	m.vacancyTerm = m.term
 	m.startVacancy()
@@ -1616,7 +1617,7 @@ func (m *machine) onStop(ctx context.Context) {
 	}
 	m.stopCtx = ctx
 	wasLeader := m.role == roleLeader
-	to, _ := m.successor("")
+	to, reserve := m.successor("")
 	m.stepDown(ReasonStopped, nil)
 	m.role = roleStopping
 	m.stopTimer(timerClaim)
@@ -1628,7 +1629,7 @@ func (m *machine) onStop(ctx context.Context) {
 	}
 	if wasLeader {
 		m.handedOver = true
-		m.vacancy = &vacancyWrite{ctx: m.stopCtx, term: m.term, to: to}
+		m.vacancy = &vacancyWrite{ctx: m.stopCtx, term: m.term, to: to, successor: reserve}
 		m.vacancyTerm = m.term
 		m.startVacancy()
 	}

@@ -259,9 +259,11 @@ type priorityCheck struct {
 	next int
 
 	// The live participants of the leader's last read, in the order
-	// livePresences gives, and when its result came in (zero: none yet).
-	live   []backend.Presence
-	readAt time.Time
+	// livePresences gives, when its result came in (zero: none yet), and
+	// the store's time it gave.
+	live    []backend.Presence
+	readAt  time.Time
+	storeAt time.Time
 }
 
 // presenceTokens is how many presence writes a node remembers the token
@@ -309,26 +311,45 @@ func (p *priorityCheck) tokenSent(token uint64) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// successor returns the participant a leader hands over to in one write
-// (heartbeat.Record.Handover): the live participant of the highest
-// priority (then the lowest node id) that can lead and wrote a token, as
-// the leader read them at most two presence intervals ago (only leaders
-// read; any read is safe, the freshness is for the successor's lease).
-// The token must be that recent for the successor to still remember it
-// (presenceTokens) and, on a PresenceInterval well under the lease, to
-// still lead on it when the handover reaches it. false: none.
-func (m *machine) successor(node string) (backend.Presence, bool) {
+// successor returns whom a leader hands the election to when it gives it
+// up: the live participant of the highest priority (then the lowest node
+// id) that can lead and wrote a token (node, when given), as the leader
+// read them at most two presence intervals ago (only leaders read). to,
+// when set, is that participant, handed the election in one write
+// (heartbeat.Record.Handover): its presence write with that token is
+// young enough for its lease on the handover to run when the handover
+// reaches it (oneWriteAge). Otherwise reserve names it, for the vacancy
+// reserved for it, which it claims at once: one more write, but never a
+// handover its successor cannot take (a skipped term, two new leaders for
+// one change). Neither is set when there is no such participant or no
+// recent read: the vacancy is for whoever claims first. Any choice is
+// safe; the freshness is for the successor's lease.
+func (m *machine) successor(node string) (to backend.Presence, reserve string) {
 	p := m.pres
 	if p == nil || p.readAt.IsZero() || m.now.Sub(p.readAt) > 2*p.interval {
-		return backend.Presence{}, false
+		return backend.Presence{}, ""
 	}
 	for _, c := range p.live {
-		if c.Node != m.id && c.CanLead && c.Token != 0 && (node == "" || c.Node == node) {
-			return c, true
+		if c.Node == m.id || !c.CanLead || c.Token == 0 || (node != "" && c.Node != node) {
+			continue // no token: a participant of an older version
 		}
+		// The token's age now: at the read by the store's clock, then
+		// since by this node's (their rates are about the same).
+		age := p.storeAt.Sub(c.Timestamp) + m.now.Sub(p.readAt)
+		if age <= m.oneWriteAge() {
+			return c, ""
+		}
+		return backend.Presence{}, c.Node
 	}
-	return backend.Presence{}, false
+	return backend.Presence{}, ""
 }
+
+// oneWriteAge is the age a successor's presence write may have when the
+// leader hands over in one write: half of LeaseDuration, so that half of
+// the successor's lease is left for the write, its notification and the
+// successor's scheduling. A default PresenceInterval (a quarter of the
+// lease) keeps every live participant's token within it.
+func (m *machine) oneWriteAge() time.Duration { return m.t.LeaseDuration / 2 }
 
 // onPresence is the leader's Priority check: it transfers to the live
 // participant of the highest priority above its own (ties: the lowest node
@@ -364,7 +385,7 @@ func (m *machine) onPresence(r presenceResult) {
 		clear(p.since) // present continuously means seen at every check
 		return
 	}
-	p.live, p.readAt = livePresences(r.ps, r.storeNow, p.ttl), m.now
+	p.live, p.readAt, p.storeAt = livePresences(r.ps, r.storeNow, p.ttl), m.now, r.storeNow
 	seen := make(map[string]bool)
 	var best *backend.Presence
 	for _, c := range p.live {

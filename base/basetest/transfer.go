@@ -3,6 +3,7 @@ package basetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"reflect"
 	"slices"
@@ -227,6 +228,65 @@ func (s *suite) transfers(t *testing.T) {
 		e, _ := l.WaitEvent(t, 0, feedWait, "unelected", func(e base.Event) bool { return e.Type == base.EventUnelected })
 		if e.Reason != base.ReasonTransferred {
 			t.Fatalf("unelected with reason %v, want transferred", e.Reason)
+		}
+		return true
+	})
+
+	ruleRetried(t, "With the default presence options, a participating leader's Resign and then Stop each hand the election over in one write: the next term, one new leader announced by every node, no claim", func(t *testing.T) bool {
+		s.needPresence(t)
+		c := NewClusterWith(t, s.open1(t), s.h.Timing, 3, 0, func(_ int, o *base.Options) { o.Participate = true })
+		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
+		for _, step := range []string{"Resign", "Stop"} {
+			var live []*Node
+			for _, n := range c.Nodes {
+				if n.Feed.Healthy(0) == nil {
+					live = append(live, n)
+				}
+			}
+			waitParticipants(t, l, feedWait, "every live node", func(ps []backend.Presence) bool { return len(ps) == len(live) })
+			// The leader reads the participants once per (default)
+			// presence interval, a quarter of the lease: give it two.
+			time.Sleep(c.Timing.LeaseDuration / 2)
+			before, _ := l.Feed.Leader()
+			marks := make([]int, len(live))
+			for i, n := range live {
+				marks[i] = len(n.Events())
+			}
+			var err error
+			if step == "Resign" {
+				err = l.Feed.Resign(ctxFor(t))
+			} else {
+				err = l.Feed.Stop(ctxFor(t))
+			}
+			if err != nil {
+				if c.LeaseRanOut(t, l, err) {
+					return false
+				}
+				t.Fatalf("%s: %v", step, err)
+			}
+			l2 := c.WaitLeader(t, c.Timing.ElectionTimeoutMin, l)
+			el, _ := l2.WaitEvent(t, marks[slices.Index(live, l2)], feedWait, "elected", func(e base.Event) bool { return e.Type == base.EventElected })
+			if el.Term != before.Term+1 || el.Record.Revision != before.Revision+1 || el.Record.Handover == 0 {
+				t.Fatalf("after %s of %v, %s was elected on %v: want the next term on the next revision, handed over (a handover token)", step, before, l2.ID, el.Record)
+			}
+			// A second new leader (a successor that could not take the
+			// handover claims at once) would follow within milliseconds.
+			time.Sleep(c.Timing.HeartbeatInterval)
+			for i, n := range live {
+				if n == l && step == "Stop" {
+					continue // its events end with Stop
+				}
+				var news []string
+				for _, e := range n.Events()[marks[i]:] {
+					if e.Type == base.EventNewLeader {
+						news = append(news, fmt.Sprintf("%s term %d", e.Leader, e.Term))
+					}
+				}
+				if want := fmt.Sprintf("%s term %d", l2.ID, before.Term+1); len(news) != 1 || news[0] != want {
+					t.Fatalf("after %s, %s announced %q, want exactly %q", step, n.ID, news, want)
+				}
+			}
+			l = l2
 		}
 		return true
 	})

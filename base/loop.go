@@ -62,8 +62,11 @@ type loop struct {
 	notes     atomic.Int64 // notifications in the mailbox
 	overflow  atomic.Uint64
 
-	pres     *presence // the presence calls; nil: not participating
-	noLogger bool      // Options.Logger is nil: nothing is logged
+	pres *presence // the presence calls; nil: not participating
+	// presDone is closed when the last presence call started has ended:
+	// Stop deletes the presence record only after it (leavePresence).
+	presDone chan struct{}
+	noLogger bool // Options.Logger is nil: nothing is logged
 
 	// For note, see ownNote: what the taker last told of the machine, and
 	// the notification it holds back.

@@ -419,9 +419,12 @@ func (m *machine) onPresence(r presenceResult) {
 // store call bounded by a presence interval.
 func (l *loop) presenceCall(eff effect) {
 	c := eff.(presenceCall)
+	done := make(chan struct{})
+	l.presDone = done
 	l.f.goroutineStarts()
 	go func() {
 		defer l.f.goroutineEnds()
+		defer close(done)
 		r := presenceResult{term: c.term, check: c.check}
 		r.writeErr = l.pres.write(l.ctx, l.f.opts.PresenceInterval, c.token, c.value)
 		if c.check {
@@ -435,12 +438,22 @@ func (l *loop) presenceCall(eff effect) {
 
 // leavePresence deletes the presence record when the Feed stops, bounded
 // by Stop's context and a presence interval, not by the engine's context,
-// which Stop cancels as soon as the election is handed over.
+// which Stop cancels as soon as the election is handed over. It waits for
+// a presence write in flight (itself bounded by a presence interval):
+// one that committed after the delete would list the stopped node as a
+// live participant, and a successor, until its record expired.
 func (l *loop) leavePresence(eff effect) {
 	sctx := eff.(leavePresence).ctx
+	inFlight := l.presDone
 	l.f.goroutineStarts()
 	go func() {
 		defer l.f.goroutineEnds()
+		if inFlight != nil {
+			select {
+			case <-inFlight:
+			case <-sctx.Done(): // Absent fails at once, and says so
+			}
+		}
 		ctx, cancel := context.WithTimeout(sctx, l.f.opts.PresenceInterval)
 		defer cancel()
 		if err := l.pres.pb.Absent(ctx, l.f.id); err != nil {

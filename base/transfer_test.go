@@ -254,3 +254,45 @@ func TestStartPresenceSlowerThanInterval(t *testing.T) {
 		}
 	})
 }
+
+// Stop deletes the presence record only after a presence write in flight
+// has ended: one that committed after the delete would list the stopped
+// node as a live participant, a successor for a handover, until it
+// expired.
+func TestStopWaitsForPresenceInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := memory.NewDB()
+		b, _ := db.Election("e")
+		fb := faulty.Wrap(b)
+		const interval = 50 * time.Millisecond
+		f, err := base.New(fb, "n", base.Options{Timing: timing, Participate: true, PresenceInterval: interval})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		// A refresh held back, that commits even once Stop gave up on it.
+		fb.Inject(faulty.Fault{Method: faulty.MethodPresent, Delay: 30 * time.Millisecond, Late: true})
+		calls := fb.Calls(faulty.MethodPresent)
+		time.Sleep(interval + time.Millisecond) // a refresh is held back now
+		synctest.Wait()
+		if fb.Calls(faulty.MethodPresent) == calls {
+			t.Fatal("no presence refresh in flight")
+		}
+		if err := f.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		other, _ := db.Election("e")
+		ps, _, err := other.(backend.PresenceElection).Participants(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ps {
+			if p.Node == "n" {
+				t.Fatalf("the stopped node's presence record is in the store: %+v", p)
+			}
+		}
+	})
+}

@@ -56,6 +56,11 @@ type Fault struct {
 	Delay time.Duration
 	// Hang blocks the call until its context ends.
 	Hang bool
+	// Late, with Delay, makes a call that the caller gives up on go
+	// through all the same once Delay has passed, as a request already on
+	// its way to the server does: the caller gets its context's error, the
+	// store gets the call. Start, Create, Present and Absent only.
+	Late bool
 	// After makes the backend call first and then return Err: the write
 	// happened but the caller is told it failed.
 	After bool
@@ -241,6 +246,7 @@ type outcome struct {
 	err        error         // return it instead of the call's result
 	after      bool          // ... after making the call
 	replyDelay time.Duration // hold the reply back this long
+	late       bool          // make the call even if the caller gave up (Fault.Late)
 	writes     map[string]Fault
 }
 
@@ -290,7 +296,10 @@ func (in *injector) before(ctx context.Context, m Method, elections []string, pe
 			<-ctx.Done()
 			return outcome{err: ctx.Err()}
 		}
-		if !sleep(ctx, ft.Delay) {
+		if ft.Late {
+			time.Sleep(ft.Delay)
+			o.late = true
+		} else if !sleep(ctx, ft.Delay) {
 			return outcome{err: ctx.Err()}
 		}
 		o.replyDelay = max(o.replyDelay, ft.DelayReply)
@@ -347,6 +356,13 @@ func (f *Backend) Create(ctx context.Context) error {
 
 // call makes a call that returns only an error, as the outcome says.
 func call(ctx context.Context, o outcome, fn func(context.Context) error) error {
+	if o.late && o.err == nil {
+		err := fn(context.WithoutCancel(ctx))
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return o.reply(ctx, err)
+	}
 	if o.err != nil {
 		if o.after {
 			_ = fn(ctx)

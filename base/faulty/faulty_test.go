@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/leaderfeed/leaderfeed/base/backend"
 	"github.com/leaderfeed/leaderfeed/base/faulty"
@@ -127,4 +128,24 @@ func TestSubscribeFunc(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A Late fault makes a call its caller gave up on go through once its
+// Delay has passed: the caller gets its context's error, the store the
+// call.
+func TestLate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.NewDB().Election("e")
+		fb := faulty.Wrap(b)
+		fb.Inject(faulty.Fault{Method: faulty.MethodPresent, Nth: 1, Delay: 30 * time.Millisecond, Late: true})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		if err := fb.Present(ctx, backend.Presence{Node: "n", CanLead: true}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Present: %v, want the caller's context's error", err)
+		}
+		ps, _, err := fb.Participants(context.Background())
+		if err != nil || len(ps) != 1 || ps[0].Node != "n" {
+			t.Fatalf("Participants = %v, %v; want the late write in the store", ps, err)
+		}
+	})
 }

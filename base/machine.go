@@ -1036,15 +1036,22 @@ func (m *machine) announce(rec heartbeat.Record, term uint64, at time.Time) {
 //     R.Lease = 0, so its own ElectionTimeoutMin): not for safety, which
 //     case 2 gives already, but so that the successor wins unless it is
 //     dead, and a dead successor costs no more than a crashed leader.
-//  3. R was written by this node itself (a record naming it with the term
-//     of its last claim or of one of the few claims it sent before that,
-//     and no handover token, see ownClaim), and it does not lead on R: a
-//     claim or renewal whose reply came after its lease, or was lost, or a
-//     lease that ran out while a renewal was in flight. The only lease R
-//     can have granted is this node's own, which it does not hold; it
-//     claims with a new term. (R naming it with the term of a claim of its
-//     own but a handover token was written by another node: case 5 or
-//     case 1.)
+//  3. R was written by this process itself (a record naming its node id
+//     with the term of its last claim or of one of the few claims it sent
+//     before that, no handover token, and this process's incarnation, see
+//     ownClaim), and it does not lead on R: a claim or renewal whose reply
+//     came after its lease, or was lost, or a lease that ran out while a
+//     renewal was in flight. The only lease R can have granted is this
+//     process's own, which it does not hold; it claims with a new term.
+//     Node ids are the user's to choose and may be shared by two
+//     processes; incarnations are drawn by each process at random (one in
+//     2^53), so R's incarnation tells this process's writes from those of
+//     another with the same id, which this process treats as any other
+//     node's (case 1). A record without an incarnation (a store or writer
+//     of an older version) counts as the node's own by its id, as before
+//     incarnations, which is safe only with unique ids. (R naming it with
+//     the term of a claim of its own but a handover token was written by
+//     another node: case 5 or case 1.)
 //  4. The store never had a record (Revision 0): nobody ever led.
 //  5. R hands the election to this process: the leader of R-1 wrote R
 //     naming this node with a new term, R.Lease its own LeaseDuration, and
@@ -1067,6 +1074,12 @@ func (m *machine) announce(rec heartbeat.Record, term uint64, at time.Time) {
 // The known revision only goes forward (observe): an older record replaces
 // it only when it comes from a call sent after the known one was observed
 // (a store that lost writes), and case 1 then counts W from that reply.
+// "Sent after" is judged by the machine's step numbers, not by clock
+// readings (current): the call was asked for in the step that observed the
+// known record or a later one, so the driver sent it after that record
+// was committed. Two steps may read one clock value (a coarse clock,
+// testing/synctest), so a reply to a call sent at the same reading as a
+// later observation is older than what that observation brought.
 // So when a claim succeeds, every earlier lease has ended: never two
 // leaders. Terms strictly increase because a claim writes a term above
 // every term the node has seen, and the compare-and-set orders the writes.

@@ -40,6 +40,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Rand is the source of the randomized election timeouts and jitter.
 	// Default: math/rand/v2's global source. It is used from one goroutine.
+	// The numbers that tell this process's writes from another's (the
+	// incarnation, presence tokens) never come from it.
 	Rand heartbeat.Rand
 	// MaxPendingChanges bounds, per subscription, the EventChange events
 	// waiting for a slow reader; beyond it change events are dropped and

@@ -463,9 +463,16 @@ func newMachine(id, election string, t heartbeat.Timing, opts Options) *machine 
 	}
 	traced := opts.Trace != nil && (opts.Trace.ClaimDone != nil || opts.Trace.RenewDone != nil)
 	m := &machine{id: id, election: election, t: t, rand: opts.Rand, role: r, value: opts.Value, pres: newPriorityCheck(opts), traced: traced}
-	m.inc = uint64(1 + m.randN(heartbeat.MaxToken))
+	m.inc = drawIdentity()
 	return m
 }
+
+// drawIdentity draws an incarnation or a presence token: a number in [1,
+// heartbeat.MaxToken] that only this process may write, from math/rand/v2's
+// global source (seeded by the runtime from the system's entropy), never
+// from Options.Rand: a seeded Rand shared by two processes with one node id
+// would give both the same identity, and safety would rest on the ids.
+func drawIdentity() uint64 { return uint64(1 + rand.Int64N(heartbeat.MaxToken)) }
 
 // step is the transition of the machine on input in at instant now: it
 // updates the state and returns the effects, in the order the driver must

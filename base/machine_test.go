@@ -50,7 +50,9 @@ func newTestMachine(t *testing.T, opts Options) *machine {
 		t.Fatal(err)
 	}
 	opts.Rand = halfRand{}
-	return newMachine("a", "e", timing, opts)
+	m := newMachine("a", "e", timing, opts)
+	m.inc = testInc // drawn from the global source: fixed here to compare records
+	return m
 }
 
 // started is a machine after startInput at t0, with its first read in

@@ -294,7 +294,7 @@ func (m *machine) onPresenceTimer() {
 		return
 	}
 	p.busy = true
-	token := uint64(1 + m.randN(heartbeat.MaxToken))
+	token := drawIdentity()
 	p.sent[p.next] = sentToken{token: token, sentAt: m.now}
 	p.next = (p.next + 1) % presenceTokens
 	m.do(presenceCall{term: m.term, check: m.role == roleLeader, token: token, value: m.value})

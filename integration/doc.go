@@ -61,7 +61,7 @@
 // overlapping jobs and the store's history of writes for leader changes
 // per fault, and that a shared id is logged and a distinct one is not.
 //
-// By default each kind of fault is injected 50 times (5 with -short), a
+// By default each kind of fault is injected 20 times (5 with -short), a
 // failover 10 times.
 // LEADERFEED_SOAK=<faults> turns each test into a soak: that many faults in
 // total, spread evenly over the kinds, and a summary table printed at the

@@ -53,7 +53,15 @@
 // it must lead within a second of that (times LEADERFEED_TEST_SCALE). It
 // uses LEADERFEED_POSTGRES_URL when given, else a private server.
 //
-// By default each kind of fault is injected 50 times (5 with -short), a
+// TestREADMEPrograms runs the two programs of README.md as users copy
+// them (taken from its code blocks and built with this checkout): three
+// copies of each on one machine, with distinct node ids as the README has
+// them and with one shared id, 20 SIGTERMs and 5 SIGKILLs of the leader
+// each (5 and 2 with -short). It checks the copies' own logs for
+// overlapping jobs and the store's history of writes for leader changes
+// per fault, and that a shared id is logged and a distinct one is not.
+//
+// By default each kind of fault is injected 20 times (5 with -short), a
 // failover 10 times.
 // LEADERFEED_SOAK=<faults> turns each test into a soak: that many faults in
 // total, spread evenly over the kinds, and a summary table printed at the

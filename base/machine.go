@@ -840,7 +840,7 @@ func (m *machine) dupSeen(r heartbeat.Record) {
 	}
 	err := fmt.Errorf("%w: node id %q of election %q is used by another process (a record of term %d carries incarnation %d, this process's is %d)",
 		ErrDuplicateID, m.id, m.election, r.Term, r.Incarnation, m.inc)
-	m.do(logLine{level: slog.LevelError, msg: "leaderfeed: node id is used by another process", args: []any{"node", m.id, "term", r.Term, "err", err}})
+	m.do(logLine{level: slog.LevelError, msg: "leaderfeed: node id is used by another process", args: []any{"term", r.Term, "err", err}})
 	m.emit(Event{Type: EventError, Err: err})
 }
 

@@ -915,12 +915,51 @@ type writeReq struct {
 	done     func(heartbeat.Record, error)
 
 	answered atomic.Bool
+	// call is the batch in flight that waits for the answer (send), or
+	// answeredCall once answer has passed it by; nil before either.
+	call atomic.Pointer[batchCall]
 }
 
 // answer hands res to the waiter, unless the request was answered already.
 func (r *writeReq) answer(res backend.WriteResult) {
 	if r.answered.CompareAndSwap(false, true) {
 		r.done(res.Record, res.Err)
+		if c := r.call.Swap(answeredCall); c != nil {
+			c.answered()
+		}
+	}
+}
+
+// batchCall is the store call of a batch of several writes: it ends (its
+// context is cancelled) once every write in it has been answered, whoever
+// answered it, so that a hung store keeps no slot (maxInFlight) for writes
+// nobody waits for.
+type batchCall struct {
+	left   atomic.Int64 // writes not yet answered
+	cancel context.CancelFunc
+}
+
+// answeredCall marks a writeReq answered before a batchCall counted it.
+var answeredCall = new(batchCall)
+
+// newBatchCall returns the call of batch, counting each write's answer
+// once: answer counts those answered after this (it finds the call),
+// this counts those answered before (it finds answeredCall).
+func newBatchCall(batch []*writeReq, cancel context.CancelFunc) *batchCall {
+	c := &batchCall{cancel: cancel}
+	c.left.Store(int64(len(batch)))
+	for _, r := range batch {
+		if !r.call.CompareAndSwap(nil, c) {
+			c.answered()
+		}
+	}
+	return c
+}
+
+// answered counts one write answered; the last one ends the call.
+func (c *batchCall) answered() {
+	if c.left.Add(-1) == 0 {
+		c.cancel()
 	}
 }
 
@@ -1269,7 +1308,9 @@ func (g *gather) extend(now time.Time) bool {
 }
 
 // send writes one batch and hands out the results. The batch lasts as
-// long as its most patient write allows; each write is answered at its own
+// long as its most patient write allows, and no longer than some write
+// waits for it: a write alone ends with its context, several once each
+// has been answered (batchCall). Each write is answered at its own
 // deadline if the batch takes longer (one timer, at the earliest deadline
 // not yet passed).
 func (e *Elections) send(batch []*writeReq) {
@@ -1325,6 +1366,7 @@ func (e *Elections) send(batch []*writeReq) {
 	for i, r := range batch {
 		writes[i] = r.w
 	}
+	newBatchCall(batch, cancel)
 	results, err := e.batch.HeartbeatBatch(ctx, writes)
 	if err == nil && len(results) != len(batch) {
 		err = fmt.Errorf("leaderfeed: store returned %d results for a batch of %d writes", len(results), len(batch))

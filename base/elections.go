@@ -1328,9 +1328,12 @@ func (e *Elections) send(batch []*writeReq) {
 			deadline = r.deadline
 		}
 	}
-	ctx, cancel := context.WithCancel(e.ctx)
+	var ctx context.Context
+	var cancel context.CancelFunc
 	if bounded {
 		ctx, cancel = context.WithDeadline(e.ctx, deadline)
+	} else {
+		ctx, cancel = context.WithCancel(e.ctx)
 	}
 	defer cancel()
 	if len(batch) == 1 {

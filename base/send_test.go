@@ -3,6 +3,7 @@ package base
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,5 +55,59 @@ func BenchmarkElectionsSend(b *testing.B) {
 			*r = writeReq{ctx: r.ctx, deadline: r.deadline, w: r.w, arrived: r.arrived, flush: r.flush, window: r.window, done: r.done}
 		}
 		e.send(batch)
+	}
+}
+
+// parentCtx is a context that counts the children registered on it
+// (through AfterFunc, as package context does for a parent of a type of
+// its own) and not yet gone.
+type parentCtx struct {
+	done chan struct{}
+	mu   sync.Mutex
+	live int
+}
+
+func (p *parentCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (p *parentCtx) Done() <-chan struct{}       { return p.done }
+func (p *parentCtx) Err() error                  { return nil }
+func (p *parentCtx) Value(any) any               { return nil }
+
+func (p *parentCtx) AfterFunc(func()) func() bool {
+	p.mu.Lock()
+	p.live++
+	p.mu.Unlock()
+	var once sync.Once
+	return func() bool {
+		once.Do(func() {
+			p.mu.Lock()
+			p.live--
+			p.mu.Unlock()
+		})
+		return true
+	}
+}
+
+// send leaves no context of its batch registered on the Elections' own:
+// each would be kept until Close, one a batch.
+func TestElectionsSendLeavesNoContext(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		n        int
+		deadline time.Time
+	}{
+		{"one write with a deadline", 1, time.Now().Add(time.Hour)},
+		{"one write without", 1, time.Time{}},
+		{"a batch with deadlines", 3, time.Now().Add(time.Hour)},
+		{"a batch without", 3, time.Time{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &parentCtx{done: make(chan struct{})}
+			s := &okBatchStore{results: make([]backend.WriteResult, tc.n)}
+			e := &Elections{store: s, batch: s, ctx: p}
+			e.send(renewalBatch(tc.n, tc.deadline))
+			if p.live != 0 {
+				t.Errorf("%d contexts of the sent batch still registered on the Elections' context", p.live)
+			}
+		})
 	}
 }

@@ -914,18 +914,29 @@ type writeReq struct {
 	window   time.Duration
 	done     func(heartbeat.Record, error)
 
-	answered atomic.Bool
-	// call is the batch in flight that waits for the answer (send), or
-	// answeredCall once answer has passed it by; nil before either.
-	call atomic.Pointer[batchCall]
+	// state is nil while the request waits, the batchCall of its batch
+	// once in flight (send), answered once answered: one word, so that a
+	// request fits the allocator's 384-byte class.
+	state atomic.Pointer[batchCall]
 }
 
-// answer hands res to the waiter, unless the request was answered already.
+// answered is the state of an answered writeReq.
+var answered = new(batchCall)
+
+// answer hands res to the waiter, unless the request was answered
+// already, and counts the answer in the batch in flight, if any.
 func (r *writeReq) answer(res backend.WriteResult) {
-	if r.answered.CompareAndSwap(false, true) {
-		r.done(res.Record, res.Err)
-		if c := r.call.Swap(answeredCall); c != nil {
-			c.answered()
+	for {
+		c := r.state.Load()
+		if c == answered {
+			return
+		}
+		if r.state.CompareAndSwap(c, answered) { // fails only if send set c meanwhile, or another answered
+			r.done(res.Record, res.Err)
+			if c != nil {
+				c.answered()
+			}
+			return
 		}
 	}
 }
@@ -939,17 +950,14 @@ type batchCall struct {
 	cancel context.CancelFunc
 }
 
-// answeredCall marks a writeReq answered before a batchCall counted it.
-var answeredCall = new(batchCall)
-
 // newBatchCall returns the call of batch, counting each write's answer
-// once: answer counts those answered after this (it finds the call),
-// this counts those answered before (it finds answeredCall).
+// once: answer counts those answered after this (it finds the call in
+// their state), this counts those answered before (it finds answered).
 func newBatchCall(batch []*writeReq, cancel context.CancelFunc) *batchCall {
 	c := &batchCall{cancel: cancel}
 	c.left.Store(int64(len(batch)))
 	for _, r := range batch {
-		if !r.call.CompareAndSwap(nil, c) {
+		if !r.state.CompareAndSwap(nil, c) {
 			c.answered()
 		}
 	}
@@ -965,7 +973,7 @@ func (c *batchCall) answered() {
 
 // expired reports the error of a request that must not be sent any more.
 func (r *writeReq) expired(now time.Time) error {
-	if r.answered.Load() {
+	if r.state.Load() == answered {
 		return context.Canceled
 	}
 	if err := r.ctx.Err(); err != nil {

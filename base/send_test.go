@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,8 +27,8 @@ func (s *okBatchStore) HeartbeatBatch(_ context.Context, writes []backend.Write)
 	return s.results[:len(writes)], nil
 }
 
-// renewalBatch returns n answered-nowhere renewals with a deadline, of
-// elections b0000, b0001...
+// renewalBatch returns n renewals, whose answers go nowhere, with deadline
+// (zero: none), of elections b0000, b0001...
 func renewalBatch(n int, deadline time.Time) []*writeReq {
 	batch := make([]*writeReq, n)
 	for i := range batch {
@@ -109,5 +110,29 @@ func TestElectionsSendLeavesNoContext(t *testing.T) {
 				t.Errorf("%d contexts of the sent batch still registered on the Elections' context", p.live)
 			}
 		})
+	}
+}
+
+// Each write of a batch in flight is counted once, whether it is answered
+// before, while or after send sets the batch's call up: the call ends
+// when the last is answered, and only then.
+func TestBatchCallCountsEachAnswerOnce(t *testing.T) {
+	for range 1000 {
+		batch := renewalBatch(4, time.Time{})
+		var cancels atomic.Int64
+		var wg sync.WaitGroup
+		for _, r := range batch[:3] {
+			wg.Go(func() { r.answer(backend.WriteResult{}) })
+		}
+		c := newBatchCall(batch, func() { cancels.Add(1) })
+		wg.Wait()
+		if n := cancels.Load(); n != 0 || c.left.Load() != 1 {
+			t.Fatalf("3 of 4 writes answered: call cancelled %d times, %d left, want 0 and 1", n, c.left.Load())
+		}
+		batch[3].answer(backend.WriteResult{})
+		batch[3].answer(backend.WriteResult{})
+		if n := cancels.Load(); n != 1 || c.left.Load() != 0 {
+			t.Fatalf("every write answered: call cancelled %d times, %d left, want 1 and 0", n, c.left.Load())
+		}
 	}
 }

@@ -914,19 +914,66 @@ type writeReq struct {
 	window   time.Duration
 	done     func(heartbeat.Record, error)
 
-	answered atomic.Bool
+	// state is nil while the request waits, the batchCall of its batch
+	// once in flight (send), answered once answered: one word, so that a
+	// request fits the allocator's 384-byte class.
+	state atomic.Pointer[batchCall]
 }
 
-// answer hands res to the waiter, unless the request was answered already.
+// answered is the state of an answered writeReq.
+var answered = new(batchCall)
+
+// answer hands res to the waiter, unless the request was answered
+// already, and counts the answer in the batch in flight, if any.
 func (r *writeReq) answer(res backend.WriteResult) {
-	if r.answered.CompareAndSwap(false, true) {
-		r.done(res.Record, res.Err)
+	for {
+		c := r.state.Load()
+		if c == answered {
+			return
+		}
+		if r.state.CompareAndSwap(c, answered) { // fails only if send set c meanwhile, or another answered
+			r.done(res.Record, res.Err)
+			if c != nil {
+				c.answered()
+			}
+			return
+		}
+	}
+}
+
+// batchCall is the store call of a batch of several writes: it ends (its
+// context is cancelled) once every write in it has been answered, whoever
+// answered it, so that a hung store keeps no slot (maxInFlight) for writes
+// nobody waits for.
+type batchCall struct {
+	left   atomic.Int64 // writes not yet answered
+	cancel context.CancelFunc
+}
+
+// newBatchCall returns the call of batch, counting each write's answer
+// once: answer counts those answered after this (it finds the call in
+// their state), this counts those answered before (it finds answered).
+func newBatchCall(batch []*writeReq, cancel context.CancelFunc) *batchCall {
+	c := &batchCall{cancel: cancel}
+	c.left.Store(int64(len(batch)))
+	for _, r := range batch {
+		if !r.state.CompareAndSwap(nil, c) {
+			c.answered()
+		}
+	}
+	return c
+}
+
+// answered counts one write answered; the last one ends the call.
+func (c *batchCall) answered() {
+	if c.left.Add(-1) == 0 {
+		c.cancel()
 	}
 }
 
 // expired reports the error of a request that must not be sent any more.
 func (r *writeReq) expired(now time.Time) error {
-	if r.answered.Load() {
+	if r.state.Load() == answered {
 		return context.Canceled
 	}
 	if err := r.ctx.Err(); err != nil {
@@ -1269,7 +1316,9 @@ func (g *gather) extend(now time.Time) bool {
 }
 
 // send writes one batch and hands out the results. The batch lasts as
-// long as its most patient write allows; each write is answered at its own
+// long as its most patient write allows, and no longer than some write
+// waits for it: a write alone ends with its context, several once each
+// has been answered (batchCall). Each write is answered at its own
 // deadline if the batch takes longer (one timer, at the earliest deadline
 // not yet passed).
 func (e *Elections) send(batch []*writeReq) {
@@ -1287,9 +1336,12 @@ func (e *Elections) send(batch []*writeReq) {
 			deadline = r.deadline
 		}
 	}
-	ctx, cancel := context.WithCancel(e.ctx)
+	var ctx context.Context
+	var cancel context.CancelFunc
 	if bounded {
 		ctx, cancel = context.WithDeadline(e.ctx, deadline)
+	} else {
+		ctx, cancel = context.WithCancel(e.ctx)
 	}
 	defer cancel()
 	if len(batch) == 1 {
@@ -1325,6 +1377,7 @@ func (e *Elections) send(batch []*writeReq) {
 	for i, r := range batch {
 		writes[i] = r.w
 	}
+	newBatchCall(batch, cancel)
 	results, err := e.batch.HeartbeatBatch(ctx, writes)
 	if err == nil && len(results) != len(batch) {
 		err = fmt.Errorf("leaderfeed: store returned %d results for a batch of %d writes", len(results), len(batch))

@@ -329,7 +329,8 @@ type machine struct {
 	extending  extending     // the renewal whose extendLease awaits its answer
 	stopCtx    context.Context
 
-	pres *priorityCheck // presence and the Priority check; nil: not participating
+	pres   *priorityCheck // presence and the Priority check; nil: not participating
+	dupInc uint64         // the other incarnation of this node id whose write dupSeen saw last
 
 	// The changefeed.
 	feedUp    bool      // the feed is open
@@ -827,12 +828,20 @@ func (m *machine) mine(r heartbeat.Record) bool {
 	return r.Incarnation == m.inc || r.Incarnation == 0
 }
 
-// dupSeen takes in that a record written while this process runs names
-// this node with another process's incarnation: two processes use one node
-// id. Harmless to safety (neither takes the other's writes for its own,
-// see own), but the operator must hear of it: logged at Error once, an
-// EventError, and Health until it has not been seen for a while.
+// dupSeen takes in a record naming this node with another process's
+// incarnation, newer than the record this process knew: not the first it
+// saw, so written since it started, by a claim or renewal of another
+// process. One such write may be the last of the process that used the id
+// before this one (a renewal held up in the store when it stopped); a
+// second write of the same incarnation is another process that runs with
+// this node id. Harmless to safety (neither takes the other's writes for
+// its own, see own), but the operator must hear of it: logged at Error
+// once, an EventError, and Health until it has not been seen for a while.
 func (m *machine) dupSeen(r heartbeat.Record) {
+	if r.Incarnation != m.dupInc {
+		m.dupInc = r.Incarnation // the first write of it seen: a predecessor's late one, or a twin
+		return
+	}
 	first := m.health.DuplicateSeen.IsZero()
 	m.health.DuplicateSeen, m.healthChanged = m.now, true
 	if !first {
@@ -929,9 +938,7 @@ func (m *machine) observe(r heartbeat.Record, authoritative bool) {
 		}
 	}
 	now := m.now
-	if m.seen && m.role != roleObserver && r.Leader == m.id && r.Handover == 0 && !m.mine(r) {
-		// Not the first record this process saw, so written while it
-		// runs, by a claim or renewal of another incarnation.
+	if m.seen && m.role != roleObserver && r.Leader == m.id && r.Handover == 0 && !m.mine(r) && r.Revision > m.rec.Revision {
 		m.dupSeen(r)
 	}
 	m.rec, m.seen, m.missing, m.deleted, m.observedAt, m.observedIn = r.Clone(), true, false, false, now, m.steps

@@ -7,6 +7,9 @@
 //	leaderfeed watch  --store URL --election NAME
 //	leaderfeed schema --store postgres://... [--schema S] [--table T]
 //
+// (--store URL, or --store-file FILE, or LEADERFEED_STORE in the
+// environment: see Store URLs.)
+//
 // Install from a checkout: cd cmd/leaderfeed && go install . (a module of
 // its own, so library users do not pull its dependencies, and `go install
 // ./cmd/leaderfeed` at the root does not find it). The module is not
@@ -18,11 +21,38 @@
 // postgres:// and postgresql:// (pgx syntax; the table public.leaderfeed,
 // or --schema and --table), mongodb:// and mongodb+srv:// (a replica set;
 // the database of the URL's path, default leaderfeed; --table names the
-// collection), rethinkdb://host:port/database (port 28015 by default,
-// database leaderfeed by default). run creates what is missing unless
-// --no-create is given; status and watch never create anything (an
-// observer needs no right to change the database) and take neither
-// --no-create nor the timing flags.
+// collection), rethinkdb://[user[:password]@]host:port/database (port
+// 28015 by default, database leaderfeed by default, user admin by
+// default). run creates what is missing unless --no-create is given;
+// status and watch never create anything (an observer needs no right to
+// change the database) and take neither --no-create nor the timing flags.
+//
+// Every command takes the URL from --store, from the first line of the
+// file --store-file names, or from the environment variable
+// LEADERFEED_STORE, in that order. An argument is shown to every user of
+// the host (ps, /proc/PID/cmdline) and kept in shell history, so a URL
+// with a password in --store gets a one-line warning on standard error;
+// give it by LEADERFEED_STORE or --store-file (a file only its user may
+// read), or leave the password out of the URL. For PostgreSQL the
+// password (and any other part of the connection) may come from libpq's
+// variables, which pgx reads: PGPASSWORD, PGPASSFILE or ~/.pgpass (lines
+// host:port:database:user:password, the file readable by its owner
+// only), PGHOST, PGUSER, PGSSLMODE, PGSSLROOTCERT and the others of
+// libpq's documentation. A CMD of run inherits leaderfeed's environment,
+// LEADERFEED_STORE included.
+//
+// TLS, for each scheme, checking the server's certificate:
+//
+//	postgres://app@db/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem
+//	mongodb://app@db1,db2/app?replicaSet=rs0&tls=true&tlsCAFile=/etc/ssl/db-ca.pem
+//	rethinkdb://app@db:28015/app?tls=true&tlsCAFile=/etc/ssl/db-ca.pem
+//
+// (sslmode=verify-full checks the host name too; without sslrootcert,
+// pgx takes ~/.postgresql/root.crt if it exists, else the system's
+// roots, as sslrootcert=system does. MongoDB's driver takes the tls*
+// parameters of its documentation. For rethinkdb:// the parameters are
+// tls=true, which checks the certificate against the system's roots, and
+// tlsCAFile, which implies it; any other parameter is a usage error.)
 //
 // --connect-timeout (default 10s) bounds how long each command waits for
 // the store at start, from the connection to the last check of the table:

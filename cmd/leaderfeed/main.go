@@ -59,7 +59,9 @@ Usage:
 
 Run "leaderfeed COMMAND --help" for a command's flags.
 Store URLs: postgres://, postgresql://, mongodb://, mongodb+srv://,
-rethinkdb://host:port/database.
+rethinkdb://[user[:password]@]host:port/database. To keep a password out
+of ps, give the URL in LEADERFEED_STORE or a file (--store-file), or
+(postgres) the password in PGPASSWORD or ~/.pgpass.
 Exit codes, the same for every command:
   0    ok; run, watch: stopped by SIGINT or SIGTERM
   1    a failure while running (the store lost, a read that failed)
@@ -152,7 +154,8 @@ func cliWords(command string) *strings.Replacer {
 // registerRun for run alone (status and watch never create anything and
 // do not campaign, so --no-create and the timing flags are not theirs).
 type common struct {
-	store, election        string
+	store, storeFile       string
+	election               string
 	table, schema          string
 	noCreate               bool
 	connectTimeout         time.Duration
@@ -163,12 +166,52 @@ type common struct {
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.store, "store", "", "store URL: postgres://, postgresql://, mongodb://, mongodb+srv://, rethinkdb://host:port/database (required)")
+	registerStore(fs, &c.store, &c.storeFile)
 	fs.StringVar(&c.election, "election", "", "election name (required)")
 	fs.StringVar(&c.table, "table", "", "election table (postgres, rethinkdb) or collection (mongodb); default leaderfeed")
 	fs.StringVar(&c.schema, "schema", "", "postgres schema of the table; default public")
 	fs.DurationVar(&c.connectTimeout, "connect-timeout", 10*time.Second,
 		"how long to wait for the store at start, retrying at most 500 ms apart (a refusal fails at once)")
+}
+
+// storeEnv is the environment variable that names the store when
+// neither --store nor --store-file does: unlike an argument, it is not
+// shown to every user of the host by ps.
+const storeEnv = "LEADERFEED_STORE"
+
+// registerStore registers --store and --store-file (every command).
+func registerStore(fs *flag.FlagSet, store, file *string) {
+	fs.StringVar(store, "store", "", "store URL: postgres://, postgresql://, mongodb://, mongodb+srv://, rethinkdb://host:port/database; "+
+		"or "+storeEnv+" in the environment, or --store-file (either keeps a password out of ps)")
+	fs.StringVar(file, "store-file", "", "read the store URL from this file (its first line)")
+}
+
+// resolveStore returns the store URL: from --store, --store-file or
+// storeEnv, in that order; giving both flags is a usage error. A URL with a password given in the arguments, where every user
+// of the host can read it (ps, /proc), gets a one-line warning on stderr.
+func resolveStore(store, file string, stderr io.Writer) (string, error) {
+	switch {
+	case store != "" && file != "":
+		return "", exitf(exitUsage, "give --store or --store-file, not both")
+	case file != "":
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return "", exitf(exitUsage, "--store-file: %v", err)
+		}
+		line, _, _ := strings.Cut(string(data), "\n")
+		raw := strings.TrimSpace(line)
+		if raw == "" {
+			return "", exitf(exitUsage, "--store-file %s: no store URL on its first line", file)
+		}
+		return raw, nil
+	case store != "":
+		if hasPassword(store) {
+			slog.New(slog.NewTextHandler(stderr, nil)).Warn("leaderfeed: the password in --store is shown to every user of this host (ps, /proc)",
+				"fix", "give the URL in "+storeEnv+" or --store-file, or leave the password out (postgres: PGPASSWORD or ~/.pgpass)")
+		}
+		return store, nil
+	}
+	return os.Getenv(storeEnv), nil
 }
 
 func (c *common) registerLog(fs *flag.FlagSet, logLevel string) {
@@ -185,8 +228,13 @@ func (c *common) registerRun(fs *flag.FlagSet) {
 	fs.DurationVar(&c.failover, "failover", 0, "derive every timing from the longest acceptable failover after a crash (heartbeat.TimingFor); excludes the other timing flags")
 }
 
-// check validates the flags that need no connection: usage errors.
-func (c *common) check(needElection bool) (*storeURL, heartbeat.Timing, error) {
+// check validates the flags that need no connection: usage errors. It
+// resolves the store URL first (resolveStore).
+func (c *common) check(needElection bool, stderr io.Writer) (*storeURL, heartbeat.Timing, error) {
+	var err error
+	if c.store, err = resolveStore(c.store, c.storeFile, stderr); err != nil {
+		return nil, heartbeat.Timing{}, err
+	}
 	u, err := parseStore(c.store)
 	if err != nil {
 		return nil, heartbeat.Timing{}, &exitError{exitUsage, err}

@@ -52,7 +52,7 @@ func statusCommand(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return exitf(exitUsage, "unexpected argument %q", fs.Arg(0))
 	}
-	u, _, err := c.check(true)
+	u, _, err := c.check(true, stderr)
 	if err != nil {
 		return err
 	}
@@ -133,7 +133,7 @@ func watchCommand(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return exitf(exitUsage, "unexpected argument %q", fs.Arg(0))
 	}
-	u, timing, err := c.check(true)
+	u, timing, err := c.check(true, stderr)
 	if err != nil {
 		return err
 	}
@@ -202,7 +202,8 @@ Exit codes: 0 printed; 2 usage (not a postgres URL, bad names).
 
 func schemaCommand(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("schema", schemaUse, stdout, stderr)
-	store := fs.String("store", "", "store URL: postgres:// or postgresql:// (required)")
+	var store, storeFile string
+	registerStore(fs, &store, &storeFile)
 	schema := fs.String("schema", "", "schema of the table; default public")
 	table := fs.String("table", "", "election table; default leaderfeed")
 	if err := parseFlags(fs, args); err != nil {
@@ -211,7 +212,11 @@ func schemaCommand(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return exitf(exitUsage, "unexpected argument %q", fs.Arg(0))
 	}
-	u, err := parseStore(*store)
+	raw, err := resolveStore(store, storeFile, stderr)
+	if err != nil {
+		return err
+	}
+	u, err := parseStore(raw)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}

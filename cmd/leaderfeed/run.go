@@ -83,7 +83,7 @@ func runCommand(args []string, stdout, stderr io.Writer) error {
 	if len(cmdArgs) == 0 {
 		return exitf(exitUsage, "no CMD after --")
 	}
-	u, timing, err := c.check(true)
+	u, timing, err := c.check(true, stderr)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,7 @@
 //
 //	leaderfeed run    --store URL --election NAME [flags] -- CMD [ARGS...]
 //	leaderfeed status --store URL --election NAME [--json]
-//	leaderfeed watch  --store URL --election NAME
+//	leaderfeed watch  --store URL --election NAME [--max-outage D]
 //	leaderfeed schema --store postgres://... [--schema S] [--table T]
 //
 // (--store URL, or --store-file FILE, or LEADERFEED_STORE in the
@@ -64,6 +64,24 @@
 // line while it goes on). When the timeout ends first the command exits
 // with code 3 and one line giving the store's last error. A refusal is
 // not retried (exit code 4, below).
+//
+// # When the store is lost
+//
+// run and watch say on standard error, at Warn (shown at the default log
+// level of both), when the store is lost and when it is back:
+//
+//	level=WARN msg="leaderfeed: store lost" silent_for=1.502s err="... connect: connection refused"
+//	level=WARN msg="leaderfeed: store back" lost_for=20.291s
+//
+// The store is lost when its calls fail (the changefeed is down, reads
+// or renewals fail) and it has not answered anything for LeaseDuration;
+// it is back at its first answer. Meanwhile they wait, however long: run
+// stops CMD at the end of its lease (as for any lost leadership), keeps
+// campaigning, and is elected again once the store is back (each term
+// runs CMD anew); watch prints the leader it then finds. With
+// --max-outage D they give up instead once the store has not answered
+// for D: run stops CMD, and each exits with code 1 and one line ("store
+// lost: no answer for ..., longer than --max-outage D; last error: ...").
 //
 // # When the store refuses
 //
@@ -156,7 +174,9 @@
 // One code per cause, the same in every command:
 //
 //	0    success; run, watch: stopped by SIGINT or SIGTERM
-//	1    a failure while running (the store lost, a read that failed)
+//	1    a failure while running: run, watch: the store lost for longer
+//	     than --max-outage (without it they wait); status: a read that
+//	     failed
 //	2    usage: a bad flag (or one the command does not take), a
 //	     malformed or unsupported store URL, a missing --, an election
 //	     name or timing the library refuses, a taken --health or

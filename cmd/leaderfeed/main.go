@@ -64,7 +64,8 @@ of ps, give the URL in LEADERFEED_STORE or a file (--store-file), or
 (postgres) the password in PGPASSWORD or ~/.pgpass.
 Exit codes, the same for every command:
   0    ok; run, watch: stopped by SIGINT or SIGTERM
-  1    a failure while running (the store lost, a read that failed)
+  1    a failure while running: run, watch: the store lost for longer than
+       --max-outage (without it they wait); status: a read that failed
   2    usage: a bad flag, URL, election name or timing, a missing --
   3    the store could not be reached within --connect-timeout
   4    the store refuses: a missing privilege, a wrong password, a missing
@@ -159,6 +160,7 @@ type common struct {
 	table, schema          string
 	noCreate               bool
 	connectTimeout         time.Duration
+	maxOutage              time.Duration
 	logLevel               string
 	heartbeat, lease       time.Duration
 	timeoutMin, timeoutMax time.Duration
@@ -218,6 +220,12 @@ func (c *common) registerLog(fs *flag.FlagSet, logLevel string) {
 	fs.StringVar(&c.logLevel, "log-level", logLevel, "log level on stderr: debug, info, warn, error")
 }
 
+// registerOutage registers --max-outage (run and watch).
+func (c *common) registerOutage(fs *flag.FlagSet) {
+	fs.DurationVar(&c.maxOutage, "max-outage", 0,
+		"exit with code 1 once the store has not answered for this long (default 0: wait for it however long; the loss and the return are logged either way)")
+}
+
 func (c *common) registerRun(fs *flag.FlagSet) {
 	fs.BoolVar(&c.noCreate, "no-create", false, "do not create the table: only check it exists (see leaderfeed schema)")
 	fs.DurationVar(&c.heartbeat, "heartbeat", 0, "heartbeat interval (default 1s)")
@@ -249,6 +257,9 @@ func (c *common) check(needElection bool, stderr io.Writer) (*storeURL, heartbea
 	}
 	if c.connectTimeout <= 0 {
 		return nil, heartbeat.Timing{}, exitf(exitUsage, "bad --connect-timeout %v: must be positive", c.connectTimeout)
+	}
+	if c.maxOutage < 0 {
+		return nil, heartbeat.Timing{}, exitf(exitUsage, "bad --max-outage %v: must not be negative", c.maxOutage)
 	}
 	t := heartbeat.Timing{HeartbeatInterval: c.heartbeat, ElectionTimeoutMin: c.timeoutMin,
 		ElectionTimeoutMax: c.timeoutMax, LeaseDuration: c.lease, VacancyJitter: c.jitter}

@@ -805,6 +805,7 @@ func TestBadInput(t *testing.T) {
 		{"no store file", append([]string{"run", "--store-file", marker, "--election", "e"}, touch...), exitUsage, "--store-file: open " + marker},
 		{"rethinkdb unknown parameter", append([]string{"run", "--store", "rethinkdb://h/db?ssl=true", "--election", "e"}, touch...), exitUsage, `unknown parameter "ssl" (want tls=true, tlsCAFile=PATH)`},
 		{"rethinkdb no CA file", append([]string{"run", "--store", "rethinkdb://h/db?tlsCAFile=" + marker, "--election", "e"}, touch...), exitUsage, "tlsCAFile: open " + marker},
+		{"negative --max-outage", append([]string{"run", "--store", pg, "--election", "e", "--max-outage", "-1s"}, touch...), exitUsage, "bad --max-outage -1s"},
 		{"missing --", []string{"run", "--store", pg, "--election", "e", "sh", "-c", "touch " + marker}, exitUsage, `put CMD after --`},
 		{"missing -- and CMD", []string{"run", "--store", pg, "--election", "e"}, exitUsage, "missing -- before CMD"},
 		{"bad election name", append([]string{"run", "--store", pg, "--election", strings.Repeat("x", 200)}, touch...), exitUsage, "bad --election"},

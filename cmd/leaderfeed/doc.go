@@ -154,9 +154,12 @@
 //
 // --health ADDR serves /healthz: 200 and "ok", or 503 and the reason when
 // the election is wedged or the store refuses (see base.Feed.Healthy;
-// --health-bound sets how long). The log line "leaderfeed: CMD started"
-// gives CMD's own pid, and as group the pid of its process group's
-// leader (the guard on Linux). --metrics ADDR serves /metrics for Prometheus (see docs/METRICS.md
+// --health-bound sets how long). The log lines about CMD ("leaderfeed:
+// CMD started", "leaderfeed: stopping CMD", the SIGKILL after --grace)
+// give CMD's own pid, and as group the pid of its process group's leader
+// (the guard on Linux), which is what gets the signals. When the store
+// refuses while run leads, the line that ends the term ("leaderfeed:
+// unelected ... reason=stopped") carries the refusal as err. --metrics ADDR serves /metrics for Prometheus (see docs/METRICS.md
 // for the instruments and an example).
 //
 // # Timing
@@ -166,8 +169,11 @@
 // and 2s..4s); --failover D derives all of them from the longest acceptable
 // failover after a crash (heartbeat.TimingFor). Nodes of one election may
 // use different timings (a rolling change): every record carries its
-// writer's lease, and no node claims before that lease has ended. Impossible combinations are refused with exit
-// code 2, naming the fields.
+// writer's lease, and no node claims before that lease has ended.
+// Impossible combinations are refused with exit code 2, naming the flags
+// and saying which values are defaults: `run --heartbeat 5s` says
+// "--election-timeout-min (2s, the default) must be greater than
+// --heartbeat (5s)".
 //
 // # Exit codes
 //

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -271,7 +272,7 @@ func (c *common) check(needElection bool, stderr io.Writer) (*storeURL, heartbea
 			return nil, heartbeat.Timing{}, exitf(exitUsage, "bad --failover: %v", err)
 		}
 	}
-	if err := t.WithDefaults().Validate(); err != nil {
+	if err := validateTiming(t); err != nil {
 		return nil, heartbeat.Timing{}, exitf(exitUsage, "bad timing: %v", err)
 	}
 	var level slog.Level
@@ -279,6 +280,58 @@ func (c *common) check(needElection bool, stderr io.Writer) (*storeURL, heartbea
 		return nil, heartbeat.Timing{}, exitf(exitUsage, "bad --log-level %q: want debug, info, warn or error", c.logLevel)
 	}
 	return u, t, nil
+}
+
+// validateTiming validates t, the timing flags given, with the
+// library's defaults for the others, and words the problems for what the
+// user gave: a default is called one ("ElectionTimeoutMin (2s, the
+// default)"), and a lease that was not given is not said to be 0s when no
+// default lease could be derived (the default lies between the heartbeat
+// and the shortest election timeout: a heartbeat not under that timeout
+// leaves none, and that is the problem named).
+var marginRE = regexp.MustCompile(`(ElectionTimeoutMin - LeaseDuration \([^)]*)\)`)
+
+func validateTiming(t heartbeat.Timing) error {
+	d := t.WithDefaults()
+	err := d.Validate()
+	if err == nil {
+		return nil
+	}
+	prefix := heartbeat.ErrInvalidTiming.Error() + ": "
+	if !strings.HasPrefix(err.Error(), prefix) {
+		return err
+	}
+	given := []struct {
+		name  string
+		set   bool
+		value time.Duration
+	}{
+		{"HeartbeatInterval", t.HeartbeatInterval != 0, d.HeartbeatInterval},
+		{"ElectionTimeoutMin", t.ElectionTimeoutMin != 0, d.ElectionTimeoutMin},
+		{"ElectionTimeoutMax", t.ElectionTimeoutMax != 0, d.ElectionTimeoutMax},
+		{"LeaseDuration", t.LeaseDuration != 0, d.LeaseDuration},
+	}
+	var problems []string
+	for _, p := range strings.Split(strings.TrimPrefix(err.Error(), prefix), "; ") {
+		if t.LeaseDuration == 0 && d.LeaseDuration == 0 && strings.HasPrefix(p, "LeaseDuration must be positive") {
+			continue // no default lease: the heartbeat's problem, named apart
+		}
+		if t.LeaseDuration == 0 {
+			p = marginRE.ReplaceAllString(p, "${1}, with the default LeaseDuration "+d.LeaseDuration.String()+
+				", halfway between HeartbeatInterval and ElectionTimeoutMin)")
+		}
+		for _, g := range given {
+			if !g.set {
+				// "ElectionTimeoutMin - LeaseDuration (x)" is a difference,
+				// not the lease: keep it as it is.
+				p = strings.ReplaceAll(p, "- "+g.name+" (", "- "+g.name+"\x00(")
+				p = strings.ReplaceAll(p, g.name+" ("+g.value.String()+")", g.name+" ("+g.value.String()+", the default)")
+				p = strings.ReplaceAll(p, "- "+g.name+"\x00(", "- "+g.name+" (")
+			}
+		}
+		problems = append(problems, p)
+	}
+	return fmt.Errorf("%w: %s", heartbeat.ErrInvalidTiming, strings.Join(problems, "; "))
 }
 
 func (c *common) storeOptions() storeOptions {

@@ -393,6 +393,8 @@ func runThreeNodes(t *testing.T, url, bin, child string) bool {
 	t.Logf("metrics of the leader (excerpt):\n%s", excerpt(metrics, "leaderfeed_"))
 
 	// SIGTERM of the leader: its child ends, another starts in milliseconds.
+	// The line that says so names CMD's own pid too, and its group's.
+	stopping := fmt.Sprintf(`msg="leaderfeed: stopping CMD" term=%d pid=%d group=`, first.term, first.pid)
 	sent := time.Now()
 	if err := leader.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -402,6 +404,9 @@ func runThreeNodes(t *testing.T, url, bin, child string) bool {
 	handover := second.start.Sub(sent)
 	if code := leader.wait(t, 5*time.Second); code != 0 {
 		t.Fatalf("leader exited %d after SIGTERM, want 0", code)
+	}
+	if !strings.Contains(leader.stderr.String(), stopping) {
+		t.Fatalf("the leader's log does not say %q:\n%s", stopping, leader.stderr.String())
 	}
 	old := readChildren(t, dir)[0]
 	if old.end.IsZero() || !old.end.Before(second.start) {
@@ -712,6 +717,42 @@ func TestRunRefused(t *testing.T) {
 	}
 }
 
+// A GRANT revoked while run leads: the refused renewal ends run with
+// exit 4 and the fix, CMD is stopped, and the log line of the end of its
+// term names the refusal rather than saying only that it was stopped.
+func TestRunRefusedWhileRunning(t *testing.T) {
+	url := postgresURL(t)
+	bin, _ := binaries(t)
+	table := uniqueName("revoked")
+	applySchema(t, bin, url, "--table", table)
+	t.Cleanup(func() { adminExec(t, url, `DROP TABLE IF EXISTS "`+table+`" CASCADE`) })
+	role := uniqueName("role")
+	adminExec(t, url, `CREATE ROLE "`+role+`" LOGIN PASSWORD 'pw'; GRANT SELECT, INSERT, UPDATE, DELETE ON "`+table+`" TO "`+role+`"`)
+	t.Cleanup(func() { adminExec(t, url, `DROP OWNED BY "`+role+`"; DROP ROLE "`+role+`"`) })
+	env := append(envWithout(storeEnv), storeEnv+"="+withURL(t, url, func(u *neturl.URL) { u.User = neturl.User(role) }), "PGPASSWORD=pw")
+	dir := t.TempDir()
+	p := startEnv(t, bin, env, io.Discard, append([]string{"run", "--election", "e", "--table", table, "--no-create"},
+		append(timingFlags, "--", "sh", "-c", `echo $$ > "$0"; exec sleep 600`, filepath.Join(dir, "pid"))...)...)
+	waitFor(t, 20*time.Second, "CMD started", func() bool {
+		data, _ := os.ReadFile(filepath.Join(dir, "pid"))
+		return len(data) > 0
+	})
+	adminExec(t, url, `REVOKE UPDATE ON "`+table+`" FROM "`+role+`"`)
+	if code := p.wait(t, 20*time.Second); code != exitRefused {
+		t.Fatalf("exit %d after the REVOKE, want %d\n%s", code, exitRefused, p.stderr.String())
+	}
+	log := p.stderr.String()
+	lines := strings.Split(strings.TrimSpace(log), "\n")
+	if last := lines[len(lines)-1]; !strings.Contains(last, "permission denied for table "+table) || !strings.Contains(last, "fix: GRANT") {
+		t.Fatalf("last line %q, want the refusal and the fix", last)
+	}
+	unelected := grepLines(log, `msg="leaderfeed: unelected"`)
+	if !strings.Contains(unelected, "reason=stopped") || !strings.Contains(unelected, "permission denied for table "+table) {
+		t.Fatalf("the end of the term %q does not name the refusal\n%s", unelected, log)
+	}
+	t.Logf("%s", unelected)
+}
+
 // watch and status change nothing: against a database without the
 // election table they fail (exit 4, saying how to make it) and leave it
 // without the table.
@@ -812,7 +853,10 @@ func TestBadInput(t *testing.T) {
 		{"missing --", []string{"run", "--store", pg, "--election", "e", "sh", "-c", "touch " + marker}, exitUsage, `put CMD after --`},
 		{"missing -- and CMD", []string{"run", "--store", pg, "--election", "e"}, exitUsage, "missing -- before CMD"},
 		{"bad election name", append([]string{"run", "--store", pg, "--election", strings.Repeat("x", 200)}, touch...), exitUsage, "bad --election"},
-		{"bad timing", append([]string{"run", "--store", pg, "--election", "e", "--lease", "5s"}, touch...), exitUsage, "bad timing: heartbeat: invalid timing: --lease (5s) must be less than --election-timeout-min (2s)"},
+		{"bad timing", append([]string{"run", "--store", pg, "--election", "e", "--lease", "5s"}, touch...), exitUsage, "bad timing: heartbeat: invalid timing: --lease (5s) must be less than --election-timeout-min (2s, the default)"},
+		// No --lease given: the problem is the heartbeat, not a lease of 0s.
+		{"heartbeat over the default timeout", append([]string{"run", "--store", pg, "--election", "e", "--heartbeat", "5s"}, touch...), exitUsage,
+			"bad timing: heartbeat: invalid timing: --election-timeout-min (2s, the default) must be greater than --heartbeat (5s)\n"},
 		{"value too long", append([]string{"run", "--store", pg, "--election", "e", "--value", strings.Repeat("v", 3000)}, touch...), exitUsage, "--value is 3000 bytes, more than the limit (2048)"},
 		{"unknown flag", append([]string{"run", "--store", pg, "--election", "e", "--colour"}, touch...), exitUsage, "flag provided but not defined"},
 		{"CMD not found", []string{"run", "--store", pg, "--election", "e", "--", "no-such-command-xyz"}, exitNotFound, `CMD "no-such-command-xyz" not found`},

@@ -317,14 +317,14 @@ func (r *runner) lead(ctx context.Context, term uint64) error {
 	}
 	// Leadership ended (or leaderfeed was told to stop): SIGTERM now,
 	// SIGKILL after the grace period.
-	r.log.Info("leaderfeed: stopping CMD", "term", term, "pid", pid, "cause", context.Cause(ctx))
+	r.log.Info("leaderfeed: stopping CMD", "term", term, "pid", cmdPid, "group", pid, "cause", context.Cause(ctx))
 	killGroup(pid, syscall.SIGTERM)
 	t := time.NewTimer(r.grace)
 	defer t.Stop()
 	select {
 	case <-exited:
 	case <-t.C:
-		r.log.Info("leaderfeed: CMD still running after the grace period: SIGKILL", "term", term, "pid", pid)
+		r.log.Info("leaderfeed: CMD still running after the grace period: SIGKILL", "term", term, "pid", cmdPid, "group", pid)
 		killGroup(pid, syscall.SIGKILL)
 		<-exited
 	}

@@ -67,6 +67,10 @@ type loop struct {
 	// Stop deletes the presence record only after it (leavePresence).
 	presDone chan struct{}
 	noLogger bool // Options.Logger is nil: nothing is logged
+	// stopCause is why the Feed is being stopped, when the one who stops
+	// it knows more than that Stop was called (Run: the store's
+	// refusal); the log line of the stop's EventUnelected names it.
+	stopCause atomic.Pointer[error]
 
 	// For note, see ownNote: what the taker last told of the machine, and
 	// the notification it holds back.
@@ -599,7 +603,11 @@ func (l *loop) emit(e Event) {
 	case EventElected:
 		log.Info("leaderfeed: elected", "term", e.Term)
 	case EventUnelected:
-		log.Info("leaderfeed: unelected", "term", e.Term, "reason", e.Reason.String(), "err", e.Err)
+		err := e.Err
+		if c := l.stopCause.Load(); err == nil && e.Reason == ReasonStopped && c != nil {
+			err = *c
+		}
+		log.Info("leaderfeed: unelected", "term", e.Term, "reason", e.Reason.String(), "err", err)
 	case EventNewLeader:
 		log.Info("leaderfeed: new leader", "leader", e.Leader, "term", e.Term)
 	case EventSubscribeStarted:

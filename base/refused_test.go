@@ -184,3 +184,53 @@ func TestRunReturnsRefusal(t *testing.T) {
 		}
 	})
 }
+
+// A leader whose renewal the store refuses is stopped by Run, and the log
+// line of its end says why: the refusal, not only that Stop was called.
+func TestRunRefusedRenewalSaysWhy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewDB()
+		b, _ := store.Election("e")
+		fb := faulty.Wrap(b)
+		var out syncWriter
+		f, err := base.New(fb, "n", base.Options{Timing: timing, Logger: slog.New(slog.NewTextHandler(&out, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = f.Run(context.Background(), func(ctx context.Context, term uint64) error {
+			fb.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Err: errRefusedWrite})
+			<-ctx.Done()
+			return nil
+		})
+		if !errors.Is(err, base.ErrRefused) {
+			t.Fatalf("Run: %v, want the refusal", err)
+		}
+		var line string
+		for l := range strings.Lines(out.String()) {
+			if strings.Contains(l, `msg="leaderfeed: unelected"`) {
+				line = l
+			}
+		}
+		if !strings.Contains(line, "reason=stopped") || !strings.Contains(line, "permission denied for table t") {
+			t.Fatalf("the unelected line %q does not name the refusal\n%s", line, out.String())
+		}
+	})
+}
+
+// syncWriter is a bytes.Buffer safe for concurrent writes.
+type syncWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}

@@ -58,7 +58,9 @@ import (
 //
 // When the store refuses a call (an error matching ErrRefused: a missing
 // privilege, a missing table), Run cancels fn's ctx, waits for fn, stops
-// the Feed and returns the refusal, which names the cause and the fix:
+// the Feed (the log line of its end, "leaderfeed: unelected" with reason
+// stopped, names the refusal) and returns the refusal, which names the
+// cause and the fix:
 // a Feed keeps retrying a refused call slowly (see refusalRetry), but Run
 // is the one-call helper, and a process that cannot lead should say so
 // and exit rather than run on silently. A refusal at Start is Start's
@@ -121,7 +123,10 @@ func (f *Feed) Run(ctx context.Context, fn func(ctx context.Context, term uint64
 				r.elected(e.LeaderCtx, e.Term)
 			}
 			if (e.Type == EventError || e.Type == EventSubscribeError) && errors.Is(e.Err, ErrRefused) {
-				// Retrying cannot fix it: stop (fn first) and say why.
+				// Retrying cannot fix it: stop (fn first) and say why, also
+				// in the log line of the stop's EventUnelected, which
+				// would otherwise say only that Stop was called.
+				f.noteStopCause(e.Err)
 				if ferr := r.finish(e.Err); ferr != nil {
 					return errors.Join(e.Err, ferr)
 				}
@@ -143,6 +148,16 @@ func (f *Feed) Run(ctx context.Context, fn func(ctx context.Context, term uint64
 				f.log.Info("leaderfeed: run: work ended", "term", res.term, "err", res.err)
 			}
 		}
+	}
+}
+
+// noteStopCause records why Run is about to stop the Feed, for the log.
+func (f *Feed) noteStopCause(err error) {
+	f.mu.Lock()
+	l := f.loop
+	f.mu.Unlock()
+	if l != nil {
+		l.stopCause.Store(&err)
 	}
 }
 

@@ -464,12 +464,20 @@ func (h *harness) run(ctx context.Context) {
 			t.Fatal(err)
 		}
 	}
+	load := startLoadSampler()
 	elapsed, failed := h.injectAll(ctx, 100, h.inject)
+	load.close()
 	if failed != nil {
 		t.Error(failed)
 	}
 	logs, faults := h.collect()
+	// The liveness bound follows the load met during each fault; the
+	// safety rules do not depend on it.
+	load.stretch(faults, h.cfg.bound)
 	rep := Check(logs, faults, h.cfg.bound)
+	for _, s := range rep.Starved {
+		t.Logf("the machine was starved: %s", s)
+	}
 	table := rep.Summary(faults, h.cfg.kinds)
 	summary := fmt.Sprintf("%s: %d faults in %v, %d leadership intervals, seed %d\n\n%s\n%s",
 		h.cfg.label, len(faults), elapsed.Round(time.Second), len(rep.Intervals), h.cfg.seed, table, rep.Counts())

@@ -1173,6 +1173,68 @@ func TestCreate(t *testing.T) {
 		}
 	})
 
+	t.Run("SchemaSQL applied again, or over what Create made, changes nothing and locks nothing", func(t *testing.T) {
+		watched := uniqueName(t)
+		mustExec(t, pool, "CREATE TABLE "+pgx.Identifier{"public", watched}.Sanitize()+" (id int PRIMARY KEY)")
+		for _, first := range []string{"SchemaSQL", "Create"} {
+			t.Run("after "+first, func(t *testing.T) {
+				opts := Options{Table: uniqueName(t), ChannelPrefix: "lf_noop", WatchTable: watched}
+				script, err := SchemaSQL(opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if first == "Create" {
+					openStore(t, pool, opts)
+				} else {
+					mustExec(t, pool, script)
+				}
+				// What the catalog holds of every object the script makes:
+				// a replaced object gets a new row version (xmin).
+				o, _ := opts.withDefaults()
+				catalog := func() string {
+					var out string
+					err := pool.QueryRow(ctx, `SELECT string_agg(x, ' ' ORDER BY x) FROM (
+						SELECT t.tgname || ':' || t.oid || ':' || t.xmin AS x FROM pg_trigger t
+						 WHERE t.tgrelid IN (to_regclass($1), to_regclass($2)) AND NOT t.tgisinternal
+						UNION ALL SELECT p.proname || ':' || p.oid || ':' || p.xmin FROM pg_proc p
+						 WHERE p.proname IN ($3, $4, $5)
+						UNION ALL SELECT c.relname || ':' || c.oid || ':' || c.xmin FROM pg_class c WHERE c.oid = to_regclass($1)) AS s`,
+						newDDL(o).table, newDDL(o).watch, o.ChannelPrefix+recordFuncSuffix, o.ChannelPrefix+"_notify_change", fenceFuncName(o.Table)).Scan(&out)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return out
+				}
+				before := catalog()
+				// A transaction holds the election table (a fence does):
+				// a script that altered anything would wait for it.
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = tx.Rollback(ctx) }()
+				if _, err := tx.Exec(ctx, "SELECT * FROM "+newDDL(o).table+" FOR SHARE"); err != nil {
+					t.Fatal(err)
+				}
+				conn, err := pool.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Release()
+				if _, err := conn.Exec(ctx, "SET lock_timeout = '2s'"); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := conn.Exec(ctx, script); err != nil {
+					t.Fatalf("the script applied again: %v", err)
+				}
+				_, _ = conn.Exec(ctx, "RESET lock_timeout")
+				if after := catalog(); after != before {
+					t.Fatalf("the script applied again changed the catalog:\n%s\n%s", before, after)
+				}
+			})
+		}
+	})
+
 	t.Run("SchemaSQL with a watched table runs twice and makes what Create checks", func(t *testing.T) {
 		watched := uniqueName(t)
 		mustExec(t, pool, "CREATE TABLE "+pgx.Identifier{"public", watched}.Sanitize()+" (id int PRIMARY KEY)")

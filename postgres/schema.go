@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"crypto/md5"
 	"errors"
 	"fmt"
 	"slices"
@@ -242,12 +243,6 @@ func (d ddl) dropRecordTrigger(prefix string, i int) string {
 	return "DROP TRIGGER " + pgx.Identifier{prefix + recordTriggers[i].suffix}.Sanitize() + " ON " + d.table
 }
 
-// dropRecordTriggerIfExists is dropRecordTrigger for a script that may
-// run on a table without it.
-func (d ddl) dropRecordTriggerIfExists(prefix string, i int) string {
-	return "DROP TRIGGER IF EXISTS " + pgx.Identifier{prefix + recordTriggers[i].suffix}.Sanitize() + " ON " + d.table
-}
-
 // announce returns what a write's RETURNING adds so that it announces the
 // row it wrote (alias t) itself: the notification the trigger function
 // sends for a statement that wrote that row alone, byte for byte (op "I"
@@ -278,13 +273,16 @@ func (d ddl) createTrigger(table, function string) string {
 }
 
 // SchemaSQL returns the SQL script that creates what a Store with opts
-// needs (schema, election table, trigger functions, triggers), for a
-// database administrator to run when the application runs with NoCreate.
-// The script is one transaction and may be run again: it replaces each
-// trigger (DROP TRIGGER IF EXISTS, then CREATE TRIGGER), which also
-// upgrades the triggers of earlier versions (the row-level one, and
-// statement-level ones without WHEN), and no write commits between the
-// drop and the create. It fails with an error matching
+// needs (schema, election table, trigger functions, triggers, the fence
+// function), for a database administrator to run when the application
+// runs with NoCreate. The script is one transaction (one DO block) that
+// changes only what is missing or out of date, as Create does: it adds
+// the columns of later versions to an older table, replaces a function
+// whose body differs, and replaces the triggers of earlier versions (the
+// row-level one, and statement-level ones without WHEN), with no write
+// committed between a drop and its create. Applied again, or to a table
+// Create made, it only reads the catalog: it takes no lock on the table
+// and needs no privilege on what exists. It fails with an error matching
 // base.ErrInvalidConfig for the names NewStore rejects.
 func SchemaSQL(opts Options) (string, error) {
 	o, err := opts.withDefaults()
@@ -292,19 +290,60 @@ func SchemaSQL(opts Options) (string, error) {
 		return "", err
 	}
 	d := newDDL(o)
-	stmts := append([]string{"BEGIN", d.createSchema(), d.createTable()}, d.addColumns()...)
-	stmts = append(stmts, createFunction(d.recordFunc, recordFunctionBody), d.dropRowTrigger())
-	for i := range recordTriggers {
-		stmts = append(stmts, d.dropRecordTriggerIfExists(o.ChannelPrefix, i), d.createRecordTrigger(o.ChannelPrefix, i))
+	lit := func(s string) string { return "'" + s + "'" } // validated identifiers: nothing to escape
+	table := lit(d.table)
+	var b strings.Builder
+	step := func(comment, cond string, stmts ...string) {
+		b.WriteString("\n  -- " + comment + "\n  IF " + cond + " THEN\n")
+		for _, st := range stmts {
+			// Not indented past the first line: a function's body is
+			// stored as written, and compared with md5 above.
+			b.WriteString("    " + st + ";\n")
+		}
+		b.WriteString("  END IF;\n")
+	}
+	fn := func(schema, name string, nargs int, body string) string {
+		return fmt.Sprintf("NOT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace\n"+
+			"      WHERE n.nspname = %s AND p.proname = %s AND p.pronargs = %d AND md5(p.prosrc) = '%x')",
+			lit(schema), lit(name), nargs, md5.Sum([]byte(body)))
+	}
+	// trigger is a condition: the trigger exists, and also satisfies and
+	// when that is not "".
+	trigger := func(relation, name, and string) string {
+		cond := fmt.Sprintf("EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = to_regclass(%s) AND t.tgname = %s AND NOT t.tgisinternal", lit(relation), lit(name))
+		if and != "" {
+			cond += "\n      AND " + and
+		}
+		return cond + ")"
+	}
+	b.WriteString("BEGIN;\n\nDO $leaderfeed_schema$\nBEGIN")
+	step("the schema", fmt.Sprintf("NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s)", lit(o.Schema)), "CREATE SCHEMA "+d.schema)
+	step("the election table", "to_regclass("+table+") IS NULL", d.createTable())
+	for _, c := range columns {
+		if slices.Contains(addedColumns, c.name) {
+			step("a column a table of an earlier version lacks",
+				fmt.Sprintf("NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = %s AND attnum > 0 AND NOT attisdropped)", table, lit(c.name)),
+				"ALTER TABLE "+d.table+" ADD COLUMN "+c.name+" "+c.ddl)
+		}
+	}
+	step("the trigger function of the election table", fn(o.Schema, o.ChannelPrefix+recordFuncSuffix, 0, recordFunctionBody),
+		createFunction(d.recordFunc, recordFunctionBody))
+	step("the row-level trigger of earlier versions, replaced by the statement-level ones", trigger(d.table, o.ChannelPrefix, ""), d.dropRowTrigger())
+	for i, rt := range recordTriggers {
+		name := o.ChannelPrefix + rt.suffix
+		step("a statement-level trigger of an earlier version (without WHEN), replaced below",
+			trigger(d.table, name, "pg_get_triggerdef(t.oid) NOT LIKE "+lit("%"+notifiedSetting+"%")), d.dropRecordTrigger(o.ChannelPrefix, i))
+		step("a statement-level trigger of the election table", "NOT "+trigger(d.table, name, ""), d.createRecordTrigger(o.ChannelPrefix, i))
 	}
 	if d.watch != "" {
-		stmts = append(stmts, createFunction(d.changeFunc, changeFunctionBody),
-			"DROP TRIGGER IF EXISTS "+d.trigger+" ON "+d.watch, d.createTrigger(d.watch, d.changeFunc))
+		step("the trigger function of the watched table", fn(o.Schema, o.ChannelPrefix+"_notify_change", 0, changeFunctionBody),
+			createFunction(d.changeFunc, changeFunctionBody))
+		step("the trigger of the watched table", "NOT "+trigger(d.watch, o.ChannelPrefix, ""), d.createTrigger(d.watch, d.changeFunc))
 	}
-	// The fence function (Fence, FenceFunction), for any language.
-	stmts = append(stmts, createFenceFunction(o))
-	stmts = append(stmts, "COMMIT")
-	return strings.Join(stmts, ";\n\n") + ";\n", nil
+	step("the fence function (Fence, FenceFunction), for any language", fn(o.Schema, fenceFuncName(o.Table), 2, fenceFunctionBody(d.table)),
+		createFenceFunction(o))
+	b.WriteString("END\n$leaderfeed_schema$;\n\nCOMMIT;\n")
+	return b.String(), nil
 }
 
 // querier is what pgx.Tx and *pgxpool.Pool have in common.

@@ -225,7 +225,7 @@ func (s *suite) transfers(t *testing.T) {
 		if term2, _ := l2.Feed.Term(); term2 <= term {
 			t.Fatalf("the successor's term %d is not above the old term %d", term2, term)
 		}
-		e, _ := l.WaitEvent(t, 0, feedWait, "unelected", func(e base.Event) bool { return e.Type == base.EventUnelected })
+		e := l.WaitUnelected(t, term, feedWait, "unelected")
 		if e.Reason != base.ReasonTransferred {
 			t.Fatalf("unelected with reason %v, want transferred", e.Reason)
 		}

@@ -4,8 +4,11 @@
 //
 //	leaderfeed run    --store URL --election NAME [flags] -- CMD [ARGS...]
 //	leaderfeed status --store URL --election NAME [--json]
-//	leaderfeed watch  --store URL --election NAME
+//	leaderfeed watch  --store URL --election NAME [--max-outage D]
 //	leaderfeed schema --store postgres://... [--schema S] [--table T]
+//
+// (--store URL, or --store-file FILE, or LEADERFEED_STORE in the
+// environment: see Store URLs.)
 //
 // Install from a checkout: cd cmd/leaderfeed && go install . (a module of
 // its own, so library users do not pull its dependencies, and `go install
@@ -18,11 +21,38 @@
 // postgres:// and postgresql:// (pgx syntax; the table public.leaderfeed,
 // or --schema and --table), mongodb:// and mongodb+srv:// (a replica set;
 // the database of the URL's path, default leaderfeed; --table names the
-// collection), rethinkdb://host:port/database (port 28015 by default,
-// database leaderfeed by default). run creates what is missing unless
-// --no-create is given; status and watch never create anything (an
-// observer needs no right to change the database) and take neither
-// --no-create nor the timing flags.
+// collection), rethinkdb://[user[:password]@]host:port/database (port
+// 28015 by default, database leaderfeed by default, user admin by
+// default). run creates what is missing unless --no-create is given;
+// status and watch never create anything (an observer needs no right to
+// change the database) and take neither --no-create nor the timing flags.
+//
+// Every command takes the URL from --store, from the first line of the
+// file --store-file names, or from the environment variable
+// LEADERFEED_STORE, in that order. An argument is shown to every user of
+// the host (ps, /proc/PID/cmdline) and kept in shell history, so a URL
+// with a password in --store gets a one-line warning on standard error;
+// give it by LEADERFEED_STORE or --store-file (a file only its user may
+// read), or leave the password out of the URL. For PostgreSQL the
+// password (and any other part of the connection) may come from libpq's
+// variables, which pgx reads: PGPASSWORD, PGPASSFILE or ~/.pgpass (lines
+// host:port:database:user:password, the file readable by its owner
+// only), PGHOST, PGUSER, PGSSLMODE, PGSSLROOTCERT and the others of
+// libpq's documentation. A CMD of run inherits leaderfeed's environment,
+// LEADERFEED_STORE included.
+//
+// TLS, for each scheme, checking the server's certificate:
+//
+//	postgres://app@db/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem
+//	mongodb://app@db1,db2/app?replicaSet=rs0&tls=true&tlsCAFile=/etc/ssl/db-ca.pem
+//	rethinkdb://app@db:28015/app?tls=true&tlsCAFile=/etc/ssl/db-ca.pem
+//
+// (sslmode=verify-full checks the host name too; without sslrootcert,
+// pgx takes ~/.postgresql/root.crt if it exists, else the system's
+// roots, as sslrootcert=system does. MongoDB's driver takes the tls*
+// parameters of its documentation. For rethinkdb:// the parameters are
+// tls=true, which checks the certificate against the system's roots, and
+// tlsCAFile, which implies it; any other parameter is a usage error.)
 //
 // --connect-timeout (default 10s) bounds how long each command waits for
 // the store at start, from the connection to the last check of the table:
@@ -34,6 +64,24 @@
 // line while it goes on). When the timeout ends first the command exits
 // with code 3 and one line giving the store's last error. A refusal is
 // not retried (exit code 4, below).
+//
+// # When the store is lost
+//
+// run and watch say on standard error, at Warn (shown at the default log
+// level of both), when the store is lost and when it is back:
+//
+//	level=WARN msg="leaderfeed: store lost" silent_for=1.502s err="... connect: connection refused"
+//	level=WARN msg="leaderfeed: store back" lost_for=20.291s
+//
+// The store is lost when its calls fail (the changefeed is down, reads
+// or renewals fail) and it has not answered anything for LeaseDuration;
+// it is back at its first answer. Meanwhile they wait, however long: run
+// stops CMD at the end of its lease (as for any lost leadership), keeps
+// campaigning, and is elected again once the store is back (each term
+// runs CMD anew); watch prints the leader it then finds. With
+// --max-outage D they give up instead once the store has not answered
+// for D: run stops CMD, and each exits with code 1 and one line ("store
+// lost: no answer for ..., longer than --max-outage D; last error: ...").
 //
 // # When the store refuses
 //
@@ -106,9 +154,12 @@
 //
 // --health ADDR serves /healthz: 200 and "ok", or 503 and the reason when
 // the election is wedged or the store refuses (see base.Feed.Healthy;
-// --health-bound sets how long). The log line "leaderfeed: CMD started"
-// gives CMD's own pid, and as group the pid of its process group's
-// leader (the guard on Linux). --metrics ADDR serves /metrics for Prometheus (see docs/METRICS.md
+// --health-bound sets how long). The log lines about CMD ("leaderfeed:
+// CMD started", "leaderfeed: stopping CMD", the SIGKILL after --grace)
+// give CMD's own pid, and as group the pid of its process group's leader
+// (the guard on Linux), which is what gets the signals. When the store
+// refuses while run leads, the line that ends the term ("leaderfeed:
+// unelected ... reason=stopped") carries the refusal as err. --metrics ADDR serves /metrics for Prometheus (see docs/METRICS.md
 // for the instruments and an example).
 //
 // # Timing
@@ -118,15 +169,20 @@
 // and 2s..4s); --failover D derives all of them from the longest acceptable
 // failover after a crash (heartbeat.TimingFor). Nodes of one election may
 // use different timings (a rolling change): every record carries its
-// writer's lease, and no node claims before that lease has ended. Impossible combinations are refused with exit
-// code 2, naming the fields.
+// writer's lease, and no node claims before that lease has ended.
+// Impossible combinations are refused with exit code 2, naming the flags
+// and saying which values are defaults: `run --heartbeat 5s` says
+// "--election-timeout-min (2s, the default) must be greater than
+// --heartbeat (5s)".
 //
 // # Exit codes
 //
 // One code per cause, the same in every command:
 //
 //	0    success; run, watch: stopped by SIGINT or SIGTERM
-//	1    a failure while running (the store lost, a read that failed)
+//	1    a failure while running: run, watch: the store lost for longer
+//	     than --max-outage (without it they wait); status: a read that
+//	     failed
 //	2    usage: a bad flag (or one the command does not take), a
 //	     malformed or unsupported store URL, a missing --, an election
 //	     name or timing the library refuses, a taken --health or

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -59,10 +60,13 @@ Usage:
 
 Run "leaderfeed COMMAND --help" for a command's flags.
 Store URLs: postgres://, postgresql://, mongodb://, mongodb+srv://,
-rethinkdb://host:port/database.
+rethinkdb://[user[:password]@]host:port/database. To keep a password out
+of ps, give the URL in LEADERFEED_STORE or a file (--store-file), or
+(postgres) the password in PGPASSWORD or ~/.pgpass.
 Exit codes, the same for every command:
   0    ok; run, watch: stopped by SIGINT or SIGTERM
-  1    a failure while running (the store lost, a read that failed)
+  1    a failure while running: run, watch: the store lost for longer than
+       --max-outage (without it they wait); status: a read that failed
   2    usage: a bad flag, URL, election name or timing, a missing --
   3    the store could not be reached within --connect-timeout
   4    the store refuses: a missing privilege, a wrong password, a missing
@@ -152,10 +156,12 @@ func cliWords(command string) *strings.Replacer {
 // registerRun for run alone (status and watch never create anything and
 // do not campaign, so --no-create and the timing flags are not theirs).
 type common struct {
-	store, election        string
+	store, storeFile       string
+	election               string
 	table, schema          string
 	noCreate               bool
 	connectTimeout         time.Duration
+	maxOutage              time.Duration
 	logLevel               string
 	heartbeat, lease       time.Duration
 	timeoutMin, timeoutMax time.Duration
@@ -163,7 +169,7 @@ type common struct {
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.store, "store", "", "store URL: postgres://, postgresql://, mongodb://, mongodb+srv://, rethinkdb://host:port/database (required)")
+	registerStore(fs, &c.store, &c.storeFile)
 	fs.StringVar(&c.election, "election", "", "election name (required)")
 	fs.StringVar(&c.table, "table", "", "election table (postgres, rethinkdb) or collection (mongodb); default leaderfeed")
 	fs.StringVar(&c.schema, "schema", "", "postgres schema of the table; default public")
@@ -171,8 +177,54 @@ func (c *common) register(fs *flag.FlagSet) {
 		"how long to wait for the store at start, retrying at most 500 ms apart (a refusal fails at once)")
 }
 
+// storeEnv is the environment variable that names the store when
+// neither --store nor --store-file does: unlike an argument, it is not
+// shown to every user of the host by ps.
+const storeEnv = "LEADERFEED_STORE"
+
+// registerStore registers --store and --store-file (every command).
+func registerStore(fs *flag.FlagSet, store, file *string) {
+	fs.StringVar(store, "store", "", "store URL: postgres://, postgresql://, mongodb://, mongodb+srv://, rethinkdb://host:port/database; "+
+		"or "+storeEnv+" in the environment, or --store-file (either keeps a password out of ps)")
+	fs.StringVar(file, "store-file", "", "read the store URL from this file (its first line)")
+}
+
+// resolveStore returns the store URL: from --store, --store-file or
+// storeEnv, in that order; giving both flags is a usage error. A URL with a password given in the arguments, where every user
+// of the host can read it (ps, /proc), gets a one-line warning on stderr.
+func resolveStore(store, file string, stderr io.Writer) (string, error) {
+	switch {
+	case store != "" && file != "":
+		return "", exitf(exitUsage, "give --store or --store-file, not both")
+	case file != "":
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return "", exitf(exitUsage, "--store-file: %v", err)
+		}
+		line, _, _ := strings.Cut(string(data), "\n")
+		raw := strings.TrimSpace(line)
+		if raw == "" {
+			return "", exitf(exitUsage, "--store-file %s: no store URL on its first line", file)
+		}
+		return raw, nil
+	case store != "":
+		if hasPassword(store) {
+			slog.New(slog.NewTextHandler(stderr, nil)).Warn("leaderfeed: the password in --store is shown to every user of this host (ps, /proc)",
+				"fix", "give the URL in "+storeEnv+" or --store-file, or leave the password out (postgres: PGPASSWORD or ~/.pgpass)")
+		}
+		return store, nil
+	}
+	return os.Getenv(storeEnv), nil
+}
+
 func (c *common) registerLog(fs *flag.FlagSet, logLevel string) {
 	fs.StringVar(&c.logLevel, "log-level", logLevel, "log level on stderr: debug, info, warn, error")
+}
+
+// registerOutage registers --max-outage (run and watch).
+func (c *common) registerOutage(fs *flag.FlagSet) {
+	fs.DurationVar(&c.maxOutage, "max-outage", 0,
+		"exit with code 1 once the store has not answered for this long (default 0: wait for it however long; the loss and the return are logged either way)")
 }
 
 func (c *common) registerRun(fs *flag.FlagSet) {
@@ -185,8 +237,13 @@ func (c *common) registerRun(fs *flag.FlagSet) {
 	fs.DurationVar(&c.failover, "failover", 0, "derive every timing from the longest acceptable failover after a crash (heartbeat.TimingFor); excludes the other timing flags")
 }
 
-// check validates the flags that need no connection: usage errors.
-func (c *common) check(needElection bool) (*storeURL, heartbeat.Timing, error) {
+// check validates the flags that need no connection: usage errors. It
+// resolves the store URL first (resolveStore).
+func (c *common) check(needElection bool, stderr io.Writer) (*storeURL, heartbeat.Timing, error) {
+	var err error
+	if c.store, err = resolveStore(c.store, c.storeFile, stderr); err != nil {
+		return nil, heartbeat.Timing{}, err
+	}
 	u, err := parseStore(c.store)
 	if err != nil {
 		return nil, heartbeat.Timing{}, &exitError{exitUsage, err}
@@ -202,6 +259,9 @@ func (c *common) check(needElection bool) (*storeURL, heartbeat.Timing, error) {
 	if c.connectTimeout <= 0 {
 		return nil, heartbeat.Timing{}, exitf(exitUsage, "bad --connect-timeout %v: must be positive", c.connectTimeout)
 	}
+	if c.maxOutage < 0 {
+		return nil, heartbeat.Timing{}, exitf(exitUsage, "bad --max-outage %v: must not be negative", c.maxOutage)
+	}
 	t := heartbeat.Timing{HeartbeatInterval: c.heartbeat, ElectionTimeoutMin: c.timeoutMin,
 		ElectionTimeoutMax: c.timeoutMax, LeaseDuration: c.lease, VacancyJitter: c.jitter}
 	if c.failover != 0 {
@@ -212,7 +272,7 @@ func (c *common) check(needElection bool) (*storeURL, heartbeat.Timing, error) {
 			return nil, heartbeat.Timing{}, exitf(exitUsage, "bad --failover: %v", err)
 		}
 	}
-	if err := t.WithDefaults().Validate(); err != nil {
+	if err := validateTiming(t); err != nil {
 		return nil, heartbeat.Timing{}, exitf(exitUsage, "bad timing: %v", err)
 	}
 	var level slog.Level
@@ -220,6 +280,58 @@ func (c *common) check(needElection bool) (*storeURL, heartbeat.Timing, error) {
 		return nil, heartbeat.Timing{}, exitf(exitUsage, "bad --log-level %q: want debug, info, warn or error", c.logLevel)
 	}
 	return u, t, nil
+}
+
+// validateTiming validates t, the timing flags given, with the
+// library's defaults for the others, and words the problems for what the
+// user gave: a default is called one ("ElectionTimeoutMin (2s, the
+// default)"), and a lease that was not given is not said to be 0s when no
+// default lease could be derived (the default lies between the heartbeat
+// and the shortest election timeout: a heartbeat not under that timeout
+// leaves none, and that is the problem named).
+var marginRE = regexp.MustCompile(`(ElectionTimeoutMin - LeaseDuration \([^)]*)\)`)
+
+func validateTiming(t heartbeat.Timing) error {
+	d := t.WithDefaults()
+	err := d.Validate()
+	if err == nil {
+		return nil
+	}
+	prefix := heartbeat.ErrInvalidTiming.Error() + ": "
+	if !strings.HasPrefix(err.Error(), prefix) {
+		return err
+	}
+	given := []struct {
+		name  string
+		set   bool
+		value time.Duration
+	}{
+		{"HeartbeatInterval", t.HeartbeatInterval != 0, d.HeartbeatInterval},
+		{"ElectionTimeoutMin", t.ElectionTimeoutMin != 0, d.ElectionTimeoutMin},
+		{"ElectionTimeoutMax", t.ElectionTimeoutMax != 0, d.ElectionTimeoutMax},
+		{"LeaseDuration", t.LeaseDuration != 0, d.LeaseDuration},
+	}
+	var problems []string
+	for _, p := range strings.Split(strings.TrimPrefix(err.Error(), prefix), "; ") {
+		if t.LeaseDuration == 0 && d.LeaseDuration == 0 && strings.HasPrefix(p, "LeaseDuration must be positive") {
+			continue // no default lease: the heartbeat's problem, named apart
+		}
+		if t.LeaseDuration == 0 {
+			p = marginRE.ReplaceAllString(p, "${1}, with the default LeaseDuration "+d.LeaseDuration.String()+
+				", halfway between HeartbeatInterval and ElectionTimeoutMin)")
+		}
+		for _, g := range given {
+			if !g.set {
+				// "ElectionTimeoutMin - LeaseDuration (x)" is a difference,
+				// not the lease: keep it as it is.
+				p = strings.ReplaceAll(p, "- "+g.name+" (", "- "+g.name+"\x00(")
+				p = strings.ReplaceAll(p, g.name+" ("+g.value.String()+")", g.name+" ("+g.value.String()+", the default)")
+				p = strings.ReplaceAll(p, "- "+g.name+"\x00(", "- "+g.name+" (")
+			}
+		}
+		problems = append(problems, p)
+	}
+	return fmt.Errorf("%w: %s", heartbeat.ErrInvalidTiming, strings.Join(problems, "; "))
 }
 
 func (c *common) storeOptions() storeOptions {

@@ -145,8 +145,14 @@ func (s *syncBuffer) String() string {
 // start starts bin with args; the test's cleanup kills it if still running.
 func start(t *testing.T, bin string, stdout io.Writer, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, bin, nil, stdout, args...)
+}
+
+// startEnv is start with the environment env (nil: this process's).
+func startEnv(t *testing.T, bin string, env []string, stdout io.Writer, args ...string) *proc {
+	t.Helper()
 	p := &proc{cmd: exec.Command(bin, args...), stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = stdout, p.stderr
+	p.cmd.Stdout, p.cmd.Stderr, p.cmd.Env = stdout, p.stderr, env
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -387,6 +393,8 @@ func runThreeNodes(t *testing.T, url, bin, child string) bool {
 	t.Logf("metrics of the leader (excerpt):\n%s", excerpt(metrics, "leaderfeed_"))
 
 	// SIGTERM of the leader: its child ends, another starts in milliseconds.
+	// The line that says so names CMD's own pid too, and its group's.
+	stopping := fmt.Sprintf(`msg="leaderfeed: stopping CMD" term=%d pid=%d group=`, first.term, first.pid)
 	sent := time.Now()
 	if err := leader.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -396,6 +404,9 @@ func runThreeNodes(t *testing.T, url, bin, child string) bool {
 	handover := second.start.Sub(sent)
 	if code := leader.wait(t, 5*time.Second); code != 0 {
 		t.Fatalf("leader exited %d after SIGTERM, want 0", code)
+	}
+	if !strings.Contains(leader.stderr.String(), stopping) {
+		t.Fatalf("the leader's log does not say %q:\n%s", stopping, leader.stderr.String())
 	}
 	old := readChildren(t, dir)[0]
 	if old.end.IsZero() || !old.end.Before(second.start) {
@@ -706,6 +717,42 @@ func TestRunRefused(t *testing.T) {
 	}
 }
 
+// A GRANT revoked while run leads: the refused renewal ends run with
+// exit 4 and the fix, CMD is stopped, and the log line of the end of its
+// term names the refusal rather than saying only that it was stopped.
+func TestRunRefusedWhileRunning(t *testing.T) {
+	url := postgresURL(t)
+	bin, _ := binaries(t)
+	table := uniqueName("revoked")
+	applySchema(t, bin, url, "--table", table)
+	t.Cleanup(func() { adminExec(t, url, `DROP TABLE IF EXISTS "`+table+`" CASCADE`) })
+	role := uniqueName("role")
+	adminExec(t, url, `CREATE ROLE "`+role+`" LOGIN PASSWORD 'pw'; GRANT SELECT, INSERT, UPDATE, DELETE ON "`+table+`" TO "`+role+`"`)
+	t.Cleanup(func() { adminExec(t, url, `DROP OWNED BY "`+role+`"; DROP ROLE "`+role+`"`) })
+	env := append(envWithout(storeEnv), storeEnv+"="+withURL(t, url, func(u *neturl.URL) { u.User = neturl.User(role) }), "PGPASSWORD=pw")
+	dir := t.TempDir()
+	p := startEnv(t, bin, env, io.Discard, append([]string{"run", "--election", "e", "--table", table, "--no-create"},
+		append(timingFlags, "--", "sh", "-c", `echo $$ > "$0"; exec sleep 600`, filepath.Join(dir, "pid"))...)...)
+	waitFor(t, 20*time.Second, "CMD started", func() bool {
+		data, _ := os.ReadFile(filepath.Join(dir, "pid"))
+		return len(data) > 0
+	})
+	adminExec(t, url, `REVOKE UPDATE ON "`+table+`" FROM "`+role+`"`)
+	if code := p.wait(t, 20*time.Second); code != exitRefused {
+		t.Fatalf("exit %d after the REVOKE, want %d\n%s", code, exitRefused, p.stderr.String())
+	}
+	log := p.stderr.String()
+	lines := strings.Split(strings.TrimSpace(log), "\n")
+	if last := lines[len(lines)-1]; !strings.Contains(last, "permission denied for table "+table) || !strings.Contains(last, "fix: GRANT") {
+		t.Fatalf("last line %q, want the refusal and the fix", last)
+	}
+	unelected := grepLines(log, `msg="leaderfeed: unelected"`)
+	if !strings.Contains(unelected, "reason=stopped") || !strings.Contains(unelected, "permission denied for table "+table) {
+		t.Fatalf("the end of the term %q does not name the refusal\n%s", unelected, log)
+	}
+	t.Logf("%s", unelected)
+}
+
 // watch and status change nothing: against a database without the
 // election table they fail (exit 4, saying how to make it) and leave it
 // without the table.
@@ -762,6 +809,9 @@ func TestSchema(t *testing.T) {
 	if st := statusOf(t, bin, url, election, "--schema", schema); !st.Exists || st.Term != 1 {
 		t.Fatalf("status: %+v, want term 1", st)
 	}
+	// Applied again over a table in use, the script changes nothing (the
+	// postgres package's tests check the catalog and the locks).
+	applySchema(t, bin, url, "--schema", schema)
 	var n int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM "`+schema+`"."leaderfeed" WHERE election = $1`, election).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("rows of the election in the administrator's table: %d, %v", n, err)
@@ -794,11 +844,19 @@ func TestBadInput(t *testing.T) {
 		{"malformed URL", append([]string{"run", "--store", "postgres://%zz", "--election", "e"}, touch...), exitUsage, "malformed postgres store URL"},
 		{"unsupported scheme", append([]string{"run", "--store", "redis://h/0", "--election", "e"}, touch...), exitUsage, `unsupported store URL scheme "redis"`},
 		{"rethinkdb without host", append([]string{"run", "--store", "rethinkdb:///db", "--election", "e"}, touch...), exitUsage, "has no host"},
-		{"no store", append([]string{"run", "--election", "e"}, touch...), exitUsage, "--store is required"},
+		{"no store", append([]string{"run", "--election", "e"}, touch...), exitUsage, "no store: give --store URL, --store-file FILE or LEADERFEED_STORE"},
+		{"both store flags", append([]string{"run", "--store", pg, "--store-file", marker, "--election", "e"}, touch...), exitUsage, "give --store or --store-file, not both"},
+		{"no store file", append([]string{"run", "--store-file", marker, "--election", "e"}, touch...), exitUsage, "--store-file: open " + marker},
+		{"rethinkdb unknown parameter", append([]string{"run", "--store", "rethinkdb://h/db?ssl=true", "--election", "e"}, touch...), exitUsage, `unknown parameter "ssl" (want tls=true, tlsCAFile=PATH)`},
+		{"rethinkdb no CA file", append([]string{"run", "--store", "rethinkdb://h/db?tlsCAFile=" + marker, "--election", "e"}, touch...), exitUsage, "tlsCAFile: open " + marker},
+		{"negative --max-outage", append([]string{"run", "--store", pg, "--election", "e", "--max-outage", "-1s"}, touch...), exitUsage, "bad --max-outage -1s"},
 		{"missing --", []string{"run", "--store", pg, "--election", "e", "sh", "-c", "touch " + marker}, exitUsage, `put CMD after --`},
 		{"missing -- and CMD", []string{"run", "--store", pg, "--election", "e"}, exitUsage, "missing -- before CMD"},
 		{"bad election name", append([]string{"run", "--store", pg, "--election", strings.Repeat("x", 200)}, touch...), exitUsage, "bad --election"},
-		{"bad timing", append([]string{"run", "--store", pg, "--election", "e", "--lease", "5s"}, touch...), exitUsage, "bad timing: heartbeat: invalid timing: --lease (5s) must be less than --election-timeout-min (2s)"},
+		{"bad timing", append([]string{"run", "--store", pg, "--election", "e", "--lease", "5s"}, touch...), exitUsage, "bad timing: heartbeat: invalid timing: --lease (5s) must be less than --election-timeout-min (2s, the default)"},
+		// No --lease given: the problem is the heartbeat, not a lease of 0s.
+		{"heartbeat over the default timeout", append([]string{"run", "--store", pg, "--election", "e", "--heartbeat", "5s"}, touch...), exitUsage,
+			"bad timing: heartbeat: invalid timing: --election-timeout-min (2s, the default) must be greater than --heartbeat (5s)\n"},
 		{"value too long", append([]string{"run", "--store", pg, "--election", "e", "--value", strings.Repeat("v", 3000)}, touch...), exitUsage, "--value is 3000 bytes, more than the limit (2048)"},
 		{"unknown flag", append([]string{"run", "--store", pg, "--election", "e", "--colour"}, touch...), exitUsage, "flag provided but not defined"},
 		{"CMD not found", []string{"run", "--store", pg, "--election", "e", "--", "no-such-command-xyz"}, exitNotFound, `CMD "no-such-command-xyz" not found`},
@@ -827,6 +885,7 @@ func TestBadInput(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			cmd := exec.Command(bin, tc.args...)
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			cmd.Env = envWithout(storeEnv)
 			started := time.Now()
 			err := cmd.Run()
 			var ee *exec.ExitError
@@ -845,12 +904,12 @@ func TestBadInput(t *testing.T) {
 				msg = stderr.String()
 			}
 			checkCLIWords(t, msg)
-			if tc.code == exitUnreachable {
-				if !strings.Contains(lines[0], `level=WARN msg="leaderfeed: store not reached, waiting"`) {
-					t.Fatalf("the wait for the store is not logged: stderr %q", stderr.String())
-				}
-				lines = slices.DeleteFunc(lines, func(l string) bool { return strings.Contains(l, "level=WARN") })
+			if tc.code == exitUnreachable && !strings.Contains(stderr.String(), `level=WARN msg="leaderfeed: store not reached, waiting"`) {
+				t.Fatalf("the wait for the store is not logged: stderr %q", stderr.String())
 			}
+			// Warnings come before the error: the wait for the store, a
+			// password given in --store (the test server's URL has one).
+			lines = slices.DeleteFunc(lines, func(l string) bool { return strings.Contains(l, "level=WARN") })
 			if tc.args != nil && len(lines) != 1 {
 				t.Fatalf("stderr is not one line: %q", stderr.String())
 			}

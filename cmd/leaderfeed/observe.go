@@ -52,7 +52,7 @@ func statusCommand(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return exitf(exitUsage, "unexpected argument %q", fs.Arg(0))
 	}
-	u, _, err := c.check(true)
+	u, _, err := c.check(true, stderr)
 	if err != nil {
 		return err
 	}
@@ -102,16 +102,21 @@ func statusCommand(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-const watchUse = `Usage: leaderfeed watch --store URL --election NAME
+const watchUse = `Usage: leaderfeed watch --store URL --election NAME [--max-outage D]
 
 Follows the election without campaigning and prints each change of leader
 as one JSON line ({"time", "leader", "term", "value"}; leader "" when
 vacant), the current one first, until interrupted (SIGINT, SIGTERM).
 
+When the store is lost, a line says so on stderr ("leaderfeed: store
+lost"), and another when it is back; watch waits for it, or with
+--max-outage D exits 1 once the store has not answered for D.
+
 It never creates anything: without the table it fails with exit code 4.
 
-Exit codes: 0 interrupted; 1 failure; 2 usage; 3 store not reached within
---connect-timeout; 4 store refuses (a missing privilege or table).
+Exit codes: 0 interrupted; 1 the store lost for longer than --max-outage;
+2 usage; 3 store not reached within --connect-timeout; 4 store refuses (a
+missing privilege or table).
 `
 
 // watchLine is one line of watch.
@@ -127,13 +132,14 @@ func watchCommand(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("watch", watchUse, stdout, stderr)
 	c.register(fs)
 	c.registerLog(fs, "warn")
+	c.registerOutage(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return exitf(exitUsage, "unexpected argument %q", fs.Arg(0))
 	}
-	u, timing, err := c.check(true)
+	u, timing, err := c.check(true, stderr)
 	if err != nil {
 		return err
 	}
@@ -158,6 +164,7 @@ func watchCommand(args []string, stdout, stderr io.Writer) error {
 		return classify(&c, err)
 	}
 	sub := feed.Subscribe(ctx)
+	outageSub := feed.Subscribe(ctx)
 	err = feed.Start(connectCtx) // waits for the store, as openBackend does
 	cancelConnect()
 	if err != nil {
@@ -172,22 +179,33 @@ func watchCommand(args []string, stdout, stderr io.Writer) error {
 		defer cancel()
 		_ = feed.Stop(sctx)
 	}()
+	// An outage longer than --max-outage ends watch with exit code 1.
+	outageErr := make(chan error, 1)
+	outageCtx, stopOutages := context.WithCancel(ctx)
+	outagesDone := make(chan struct{})
+	go func() {
+		defer close(outagesDone)
+		newOutages(feed, log, timing, c.maxOutage).run(outageCtx, outageSub, func(err error) { outageErr <- err })
+	}()
+	defer func() { stopOutages(); <-outagesDone }()
 	enc := json.NewEncoder(stdout)
-	for e := range sub.C {
-		if (e.Type == base.EventError || e.Type == base.EventSubscribeError) && errors.Is(e.Err, base.ErrRefused) {
-			return classify(&c, e.Err) // retrying cannot fix it
-		}
-		if e.Type != base.EventNewLeader {
-			continue
-		}
-		if err := enc.Encode(watchLine{Time: e.At, Leader: e.Leader, Term: e.Term, Value: string(e.Value)}); err != nil {
-			return fmt.Errorf("write: %w", err)
+	for {
+		select {
+		case err := <-outageErr:
+			return &exitError{exitFailure, fmt.Errorf("store %s: %w", redact(c.store), err)}
+		case e, ok := <-sub.C:
+			switch {
+			case !ok:
+				return sub.Err()
+			case (e.Type == base.EventError || e.Type == base.EventSubscribeError) && errors.Is(e.Err, base.ErrRefused):
+				return classify(&c, e.Err) // retrying cannot fix it
+			case e.Type == base.EventNewLeader:
+				if err := enc.Encode(watchLine{Time: e.At, Leader: e.Leader, Term: e.Term, Value: string(e.Value)}); err != nil {
+					return fmt.Errorf("write: %w", err)
+				}
+			}
 		}
 	}
-	if err := sub.Err(); err != nil {
-		return err
-	}
-	return nil
 }
 
 const schemaUse = `Usage: leaderfeed schema --store postgres://... [--schema S] [--table T]
@@ -202,7 +220,8 @@ Exit codes: 0 printed; 2 usage (not a postgres URL, bad names).
 
 func schemaCommand(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("schema", schemaUse, stdout, stderr)
-	store := fs.String("store", "", "store URL: postgres:// or postgresql:// (required)")
+	var store, storeFile string
+	registerStore(fs, &store, &storeFile)
 	schema := fs.String("schema", "", "schema of the table; default public")
 	table := fs.String("table", "", "election table; default leaderfeed")
 	if err := parseFlags(fs, args); err != nil {
@@ -211,7 +230,11 @@ func schemaCommand(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return exitf(exitUsage, "unexpected argument %q", fs.Arg(0))
 	}
-	u, err := parseStore(*store)
+	raw, err := resolveStore(store, storeFile, stderr)
+	if err != nil {
+		return err
+	}
+	u, err := parseStore(raw)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}

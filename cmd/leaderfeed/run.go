@@ -41,10 +41,18 @@ When the store refuses (a missing privilege, a missing table), run exits
 with 4 and one line naming the cause and the fix, also when the refusal
 comes while it runs (a GRANT revoked): retrying cannot fix it.
 
-Exit codes: 0 stopped by a signal; 1 failure while running; 2 usage; 3 store
-not reached within --connect-timeout; 4 store refuses; 126 CMD not
-executable; 127 CMD not found; CMD's status (128+N if killed by signal N)
-when CMD exits by itself without --restart.
+When the store is lost, a line says so on stderr ("leaderfeed: store
+lost"), and another when it is back; CMD is stopped at the end of the
+lease and run campaigns on, elected again once the store is back. With
+--max-outage D it exits 1 once the store has not answered for D.
+
+The store URL may come from --store, --store-file or LEADERFEED_STORE:
+the last two keep a password out of ps.
+
+Exit codes: 0 stopped by a signal; 1 the store lost for longer than
+--max-outage; 2 usage; 3 store not reached within --connect-timeout; 4
+store refuses; 126 CMD not executable; 127 CMD not found; CMD's status
+(128+N if killed by signal N) when CMD exits by itself without --restart.
 `
 
 // childExit is CMD's exit status, for leaderfeed's own.
@@ -61,6 +69,7 @@ func runCommand(args []string, stdout, stderr io.Writer) error {
 	c.register(fs)
 	c.registerLog(fs, "info")
 	c.registerRun(fs)
+	c.registerOutage(fs)
 	host, _ := os.Hostname()
 	id := fs.String("id", fmt.Sprintf("%s-%d", host, os.Getpid()), "node id, unique in the election")
 	value := fs.String("value", "", "value published while leading (e.g. this node's address)")
@@ -83,7 +92,7 @@ func runCommand(args []string, stdout, stderr io.Writer) error {
 	if len(cmdArgs) == 0 {
 		return exitf(exitUsage, "no CMD after --")
 	}
-	u, timing, err := c.check(true)
+	u, timing, err := c.check(true, stderr)
 	if err != nil {
 		return err
 	}
@@ -160,6 +169,7 @@ func runCommand(args []string, stdout, stderr io.Writer) error {
 		_ = b.Close()
 		return classify(&c, err)
 	}
+	outageSub := feed.Subscribe(ctx) // before Start: every failure is seen
 	if metrics != nil {
 		stopMetrics, err := metrics.Observe(feed)
 		if err != nil {
@@ -199,12 +209,28 @@ func runCommand(args []string, stdout, stderr io.Writer) error {
 		}
 	}()
 
+	// An outage longer than --max-outage ends Run as a signal does (CMD
+	// stopped, the election handed over if the store takes it), and
+	// run exits 1.
+	runCtx, endRun := context.WithCancelCause(ctx)
+	defer endRun(nil)
+	outageCtx, stopOutages := context.WithCancel(ctx)
+	outagesDone := make(chan struct{})
+	go func() {
+		defer close(outagesDone)
+		newOutages(feed, log, timing, c.maxOutage).run(outageCtx, outageSub, endRun)
+	}()
+	defer func() { stopOutages(); <-outagesDone }()
+
 	sp := newSpawner()
 	r := &runner{feed: feed, log: log, path: path, args: cmdArgs, grace: *grace, restart: *restart, spawner: sp,
 		env: []string{"LEADERFEED_ELECTION=" + c.election, "LEADERFEED_NODE=" + *id}}
-	err = feed.Run(ctx, r.lead)
+	err = feed.Run(runCtx, r.lead)
 	if errors.Is(err, base.ErrRefused) {
 		return classify(&c, err)
+	}
+	if cause := context.Cause(runCtx); err == nil && errors.Is(cause, errOutage) {
+		return &exitError{exitFailure, fmt.Errorf("store %s: %w", redact(c.store), cause)}
 	}
 	return err
 }
@@ -291,14 +317,14 @@ func (r *runner) lead(ctx context.Context, term uint64) error {
 	}
 	// Leadership ended (or leaderfeed was told to stop): SIGTERM now,
 	// SIGKILL after the grace period.
-	r.log.Info("leaderfeed: stopping CMD", "term", term, "pid", pid, "cause", context.Cause(ctx))
+	r.log.Info("leaderfeed: stopping CMD", "term", term, "pid", cmdPid, "group", pid, "cause", context.Cause(ctx))
 	killGroup(pid, syscall.SIGTERM)
 	t := time.NewTimer(r.grace)
 	defer t.Stop()
 	select {
 	case <-exited:
 	case <-t.C:
-		r.log.Info("leaderfeed: CMD still running after the grace period: SIGKILL", "term", term, "pid", pid)
+		r.log.Info("leaderfeed: CMD still running after the grace period: SIGKILL", "term", term, "pid", cmdPid, "group", pid)
 		killGroup(pid, syscall.SIGKILL)
 		<-exited
 	}

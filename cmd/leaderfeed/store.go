@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -38,6 +41,8 @@ type storeURL struct {
 	raw  string // as given (postgres, mongodb)
 	// rethinkdb
 	addr, database string
+	user, password string
+	tls            *tls.Config // nil: no TLS
 	// postgres
 	pgConfig *pgxpool.Config
 }
@@ -49,24 +54,41 @@ type storeOptions struct {
 	noCreate bool
 }
 
-// redact returns raw without its password, for error messages.
+// redact returns raw without its password, for error messages: a URL
+// that does not parse, or has no scheme, is not shown at all (its
+// password could not be found in it).
 func redact(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil {
+	if err != nil || !strings.Contains(raw, "://") {
 		return "the URL given"
 	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
 	return u.Redacted()
+}
+
+// hasPassword reports whether the store URL raw holds a password (in its
+// user information, or as the parameter password that pgx takes).
+func hasPassword(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return strings.Contains(raw, "@") // cannot tell: say so rather than not
+	}
+	_, set := u.User.Password()
+	return set || u.Query().Has("password")
 }
 
 // parseStore checks a store URL without connecting. Its errors are usage
 // errors.
 func parseStore(raw string) (*storeURL, error) {
 	if raw == "" {
-		return nil, errors.New("--store is required (postgres://, postgresql://, mongodb://, mongodb+srv:// or rethinkdb://host:port/database)")
+		return nil, errors.New("no store: give --store URL, --store-file FILE or " + storeEnv + " in the environment (postgres://, postgresql://, mongodb://, mongodb+srv:// or rethinkdb://host:port/database)")
 	}
 	scheme, _, ok := strings.Cut(raw, "://")
 	if !ok {
-		return nil, fmt.Errorf("store URL %q has no scheme: want postgres://, postgresql://, mongodb://, mongodb+srv:// or rethinkdb://", redact(raw))
+		return nil, errors.New("the store URL has no scheme: want postgres://, postgresql://, mongodb://, mongodb+srv:// or rethinkdb://")
 	}
 	switch strings.ToLower(scheme) {
 	case "postgres", "postgresql":
@@ -107,9 +129,51 @@ func parseStore(raw string) (*storeURL, error) {
 		if db == "" {
 			db = rethink.DefaultDatabase
 		}
-		return &storeURL{kind: kindRethink, addr: addr, database: db, raw: raw}, nil
+		su := &storeURL{kind: kindRethink, addr: addr, database: db, raw: raw}
+		su.user = u.User.Username()
+		su.password, _ = u.User.Password()
+		if su.tls, err = rethinkTLS(u); err != nil {
+			return nil, fmt.Errorf("rethinkdb store URL %q: %w", redact(raw), err)
+		}
+		return su, nil
 	}
 	return nil, fmt.Errorf("unsupported store URL scheme %q: want postgres://, postgresql://, mongodb://, mongodb+srv:// or rethinkdb://", scheme)
+}
+
+// rethinkTLS returns the TLS configuration of a rethinkdb:// URL's
+// parameters, named as MongoDB's are: tls=true connects over TLS, checking
+// the server's certificate against the system's roots, or against the
+// PEM certificates of tlsCAFile (which implies tls=true). nil: no TLS.
+func rethinkTLS(u *url.URL) (*tls.Config, error) {
+	q := u.Query()
+	for k := range q {
+		if k != "tls" && k != "tlsCAFile" {
+			return nil, fmt.Errorf("unknown parameter %q (want tls=true, tlsCAFile=PATH)", k)
+		}
+	}
+	on := q.Get("tls")
+	if on != "" && on != "true" && on != "false" {
+		return nil, fmt.Errorf("tls=%q: want true or false", on)
+	}
+	ca := q.Get("tlsCAFile")
+	if on != "true" && ca == "" {
+		return nil, nil
+	}
+	if on == "false" {
+		return nil, errors.New("tlsCAFile with tls=false")
+	}
+	cfg := &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("tlsCAFile: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tlsCAFile %s: no PEM certificate in it", ca)
+		}
+	}
+	return cfg, nil
 }
 
 // store is an open connection to a store: it makes a backend per election.
@@ -173,7 +237,17 @@ func (u *storeURL) open(ctx context.Context, so storeOptions) (*store, error) {
 		if d, ok := ctx.Deadline(); ok {
 			timeout = time.Until(d)
 		}
-		sess, err := r.Connect(r.ConnectOpts{Address: u.addr, Timeout: timeout})
+		// rethinkdb-go v6.2.1 leaks a goroutine (the host pool's of the
+		// cluster it makes) and, after a failed handshake, a connection,
+		// per failed Connect: open is retried every 500 ms while the
+		// store cannot be reached. A server that is not up yet refuses
+		// the TCP connection, so try that first, without the driver.
+		conn, err := (&net.Dialer{Timeout: timeout}).DialContext(ctx, "tcp", u.addr)
+		if err != nil {
+			return nil, fmt.Errorf("rethinkdb: cannot connect to %s: %s", u.addr, oneLine(err))
+		}
+		_ = conn.Close()
+		sess, err := r.Connect(r.ConnectOpts{Address: u.addr, Timeout: timeout, Username: u.user, Password: u.password, TLSConfig: u.tls})
 		if errors.As(err, new(r.RQLAuthError)) {
 			return nil, fmt.Errorf("rethinkdb: cannot connect to %s: %w: %s; fix: the user and password of the connection", u.addr, base.ErrRefused, oneLine(err))
 		}

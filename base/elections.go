@@ -41,9 +41,10 @@ const (
 type ElectionsOptions struct {
 	// Logger receives the shared changefeed's failures. Default: discard.
 	Logger *slog.Logger
-	// NoBatch turns batching off even when the Store is a BatchStore or
-	// a BatchReader: every write is a compare-and-set of its own, every
-	// read a Get of its own.
+	// NoBatch turns batching off even when the Store is a BatchStore, a
+	// BatchReader or a PresenceBatchStore: every write is a
+	// compare-and-set of its own, every read a Get of its own, every
+	// presence refresh a Present of its own.
 	NoBatch bool
 	// MaxBatch bounds the writes of one batch. Default defaultMaxBatch.
 	MaxBatch int
@@ -63,8 +64,10 @@ type ElectionsOptions struct {
 // is started and created once, its one changefeed serves every election
 // (the notifications of each are queued and coalesced here, once for all
 // backends), and, when the Store is a BatchStore, the renewals of all
-// elections due at the same time are written in one batch. Election returns
-// the backend.Election of one election, for a Feed.
+// elections due at the same time are written in one batch; when it is a
+// PresenceBatchStore, the presence refreshes of the elections go out
+// together too, a few batches per presence interval. Election returns the
+// backend.Election of one election, for a Feed.
 //
 // Elections owns the Store: Close closes it. Its methods are safe for
 // concurrent use.
@@ -84,6 +87,7 @@ type Elections struct {
 	reads     chan *readReq
 	run       *mailbox.Runner // the loops' takers (sharedTakers)
 	clock     renewClock      // ticks the loops' aligned renewals (renewalTicker)
+	pres      *presenceBatch  // nil: every presence write alone
 
 	started, created onceCall
 
@@ -127,6 +131,7 @@ func NewElections(s backend.Store, opts ElectionsOptions) (*Elections, error) {
 		e.wg.Add(1)
 		go e.reader()
 	}
+	e.startPresenceBatch(s, opts)
 	return e, nil
 }
 

@@ -36,7 +36,8 @@ func (b *electionBackend) presenceStore() (backend.PresenceStore, error) {
 	return ps, nil
 }
 
-// Present writes the presence record of p in the election.
+// Present writes the presence record of p in the election: in a batch
+// with those of other elections when the Store can (presenceBatch).
 func (b *electionBackend) Present(ctx context.Context, p backend.Presence) error {
 	if err := b.check(ctx); err != nil {
 		return err
@@ -48,10 +49,14 @@ func (b *electionBackend) Present(ctx context.Context, p backend.Presence) error
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	if b.e.pres != nil {
+		return b.e.pres.present(ctx, b.name, p)
+	}
 	return ps.Present(ctx, b.name, p)
 }
 
-// Absent deletes the presence record of node in the election.
+// Absent deletes the presence record of node in the election, once no
+// batch in flight writes it.
 func (b *electionBackend) Absent(ctx context.Context, node string) error {
 	if err := b.check(ctx); err != nil {
 		return err
@@ -60,11 +65,16 @@ func (b *electionBackend) Absent(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
+	if b.e.pres != nil {
+		if err := b.e.pres.settle(ctx, b.name, node); err != nil {
+			return err
+		}
+	}
 	return ps.Absent(ctx, b.name, node)
 }
 
 // Participants returns the presence records of the election and the
-// store's time.
+// store's time, read in a batch with other elections' when the Store can.
 func (b *electionBackend) Participants(ctx context.Context) ([]backend.Presence, time.Time, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, time.Time{}, err
@@ -72,6 +82,9 @@ func (b *electionBackend) Participants(ctx context.Context) ([]backend.Presence,
 	ps, err := b.presenceStore()
 	if err != nil {
 		return nil, time.Time{}, err
+	}
+	if b.e.pres != nil {
+		return b.e.pres.participants(ctx, b.name)
 	}
 	return ps.Participants(ctx, b.name)
 }

@@ -1,7 +1,7 @@
 // Package memory is an in-process leaderfeed backend: the reference
 // implementation of backend.Store (and backend.BatchStore,
-// backend.BatchReader, backend.PresenceStore) and the embedded default of
-// the examples and unit tests.
+// backend.BatchReader, backend.PresenceStore, backend.PresenceBatchStore)
+// and the embedded default of the examples and unit tests.
 //
 // A DB holds any number of election records and other records, and feeds
 // every change to every subscriber in commit order; each of its Conns is a
@@ -156,9 +156,10 @@ type Conn struct {
 }
 
 var (
-	_ backend.BatchStore    = (*Conn)(nil)
-	_ backend.BatchReader   = (*Conn)(nil)
-	_ backend.PresenceStore = (*Conn)(nil)
+	_ backend.BatchStore         = (*Conn)(nil)
+	_ backend.BatchReader        = (*Conn)(nil)
+	_ backend.PresenceStore      = (*Conn)(nil)
+	_ backend.PresenceBatchStore = (*Conn)(nil)
 )
 
 func (c *Conn) check(ctx context.Context) error {
@@ -347,6 +348,34 @@ func (c *Conn) Present(ctx context.Context, election string, p backend.Presence)
 	db := c.db
 	db.mu.Lock()
 	defer db.mu.Unlock()
+	db.present1(election, p)
+	return nil
+}
+
+// PresentBatch writes the presence records of writes in one step under
+// the DB's lock, each as Present would. A write that breaks the rules of
+// backend.PresenceBatch fails alone.
+func (c *Conn) PresentBatch(ctx context.Context, writes []backend.PresenceWrite) ([]error, error) {
+	if err := c.check(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]error, len(writes))
+	seen := make(backend.PresenceBatch, len(writes))
+	db := c.db
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	for i, w := range writes {
+		if err := seen.Add(w, i); err != nil {
+			out[i] = fmt.Errorf("memory: %w: %w", base.ErrInvalidConfig, err)
+			continue
+		}
+		db.present1(w.Election, w.Presence)
+	}
+	return out, nil
+}
+
+// present1 writes one valid presence record; db.mu is held.
+func (db *DB) present1(election string, p backend.Presence) {
 	m := db.present[election]
 	if m == nil {
 		m = make(map[string]backend.Presence)
@@ -355,7 +384,6 @@ func (c *Conn) Present(ctx context.Context, election string, p backend.Presence)
 	p.Value = bytes.Clone(p.Value)
 	p.Timestamp = db.now()
 	m[p.Node] = p
-	return nil
 }
 
 // Absent deletes the presence record of node in election.
@@ -382,12 +410,40 @@ func (c *Conn) Participants(ctx context.Context, election string) ([]backend.Pre
 	db := c.db
 	db.mu.Lock()
 	defer db.mu.Unlock()
+	return db.participants(election), db.now(), nil
+}
+
+// ParticipantsBatch returns the presence records of elections, read in
+// one step under the DB's lock, each as Participants would.
+func (c *Conn) ParticipantsBatch(ctx context.Context, elections []string) ([]backend.ParticipantsResult, error) {
+	if err := c.check(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]backend.ParticipantsResult, len(elections))
+	seen := make(heartbeat.Batch, len(elections))
+	db := c.db
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	now := db.now()
+	for i, e := range elections {
+		if err := seen.Add(e, i); err != nil {
+			out[i].Err = fmt.Errorf("memory: %w: %w", base.ErrInvalidConfig, err)
+			continue
+		}
+		out[i] = backend.ParticipantsResult{Presences: db.participants(e), Now: now}
+	}
+	return out, nil
+}
+
+// participants returns copies of the presence records of election; db.mu
+// is held.
+func (db *DB) participants(election string) []backend.Presence {
 	out := make([]backend.Presence, 0, len(db.present[election]))
 	for _, p := range db.present[election] {
 		p.Value = bytes.Clone(p.Value)
 		out = append(out, p)
 	}
-	return out, db.now(), nil
+	return out
 }
 
 // Writes returns how many records the DB has written (every successful

@@ -21,7 +21,9 @@
 //	feed, err := els.Feed("partition-7", nodeID, base.Options{})
 //
 // Store implements backend.Store, backend.BatchStore (one unordered bulk
-// write for many renewals), backend.BatchReader and backend.PresenceStore;
+// write for many renewals), backend.BatchReader and backend.PresenceStore,
+// not backend.PresenceBatchStore: base.Elections writes each presence
+// refresh, and reads each election's participants, as a call of its own;
 // New is base.Open on a Store of its own. NewStore and New check the names
 // but do no I/O. Every write is one FindOneAndUpdate whose filter holds the
 // expected revision, leader and term, so the server executes the

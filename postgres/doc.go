@@ -20,8 +20,10 @@
 //
 // Store implements backend.Store, backend.BatchStore (one UPDATE ... FROM
 // unnest(...) for many renewals), backend.BatchReader,
-// backend.PresenceStore and backend.FuncSubscriber (its LISTEN connection's
-// goroutine hands each notification on). Every write is one statement that the server
+// backend.PresenceStore, backend.PresenceBatchStore (one INSERT ... SELECT
+// ... FROM unnest(...) for many presence refreshes) and
+// backend.FuncSubscriber (its LISTEN connection's goroutine hands each
+// notification on). Every write is one statement that the server
 // executes atomically, a compare-and-set on the row's revision, leader and
 // term, stamped with the server's clock_timestamp(). Create makes the
 // table, its triggers and their function when missing, in one transaction

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/leaderfeed/leaderfeed/base"
@@ -11,7 +12,10 @@ import (
 	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
-var _ backend.PresenceStore = (*Store)(nil)
+var (
+	_ backend.PresenceStore      = (*Store)(nil)
+	_ backend.PresenceBatchStore = (*Store)(nil)
+)
 
 // presenceValue is what the value column of a presence row holds, as JSON.
 //
@@ -21,7 +25,8 @@ var _ backend.PresenceStore = (*Store)(nil)
 // nothing of it (a refresh notifies nobody); Present and Absent set
 // notifiedSetting, so that the function does not even run for them. Its
 // leader column is the node id, its ts the server's clock_timestamp() of
-// the last refresh; term and revision are 0.
+// the last refresh; term and revision are 0. PresentBatch sets
+// notifiedSetting in the same way.
 type presenceValue struct {
 	Priority int    `json:"p"`
 	CanLead  bool   `json:"c"`
@@ -51,6 +56,45 @@ func (s *Store) Present(ctx context.Context, election string, p backend.Presence
 		return s.wrapErr(ctx, "postgres: Present", err)
 	}
 	return nil
+}
+
+// PresentBatch upserts the presence rows of writes in one statement
+// (INSERT ... SELECT ... FROM unnest(...) ON CONFLICT DO UPDATE), each as
+// Present would: stamped with the server's clock_timestamp(), announced
+// to nobody. A write that breaks the rules of backend.PresenceBatch fails
+// alone and is not sent. An error with nil results means the outcome of
+// every write is unknown.
+func (s *Store) PresentBatch(ctx context.Context, writes []backend.PresenceWrite) ([]error, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("postgres: PresentBatch: %w", base.ErrClosed)
+	}
+	out := make([]error, len(writes))
+	seen := make(backend.PresenceBatch, len(writes))
+	keys := make([]string, 0, len(writes))
+	nodes := make([]string, 0, len(writes))
+	values := make([][]byte, 0, len(writes))
+	for i, w := range writes {
+		if err := seen.Add(w, i); err != nil {
+			out[i] = fmt.Errorf("postgres: PresentBatch: %w: %w", base.ErrInvalidConfig, err)
+			continue
+		}
+		p := w.Presence
+		v, err := json.Marshal(presenceValue{Priority: p.Priority, CanLead: p.CanLead, Value: p.Value, Token: p.Token})
+		if err != nil {
+			out[i] = fmt.Errorf("postgres: PresentBatch: %w", err)
+			continue
+		}
+		keys = append(keys, backend.PresenceKey(w.Election, p.Node))
+		nodes = append(nodes, p.Node)
+		values = append(values, v)
+	}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	if _, err := s.pool.Exec(ctx, s.presentBatchSQL, keys, nodes, values); err != nil {
+		return nil, s.wrapErr(ctx, "postgres: PresentBatch", err)
+	}
+	return out, nil
 }
 
 func checkPresence(election string, p backend.Presence) error {
@@ -117,4 +161,67 @@ func (s *Store) Participants(ctx context.Context, election string) ([]backend.Pr
 		return nil, time.Time{}, s.wrapErr(ctx, "postgres: Participants", err)
 	}
 	return out, now, nil
+}
+
+// ParticipantsBatch returns the presence rows of elections and the
+// server's clock, in one statement (one pass over the table: a row's
+// election is its key up to chr(31)), each election's as Participants
+// would. A bad or repeated name fails alone; rows that do not decode are
+// left out.
+func (s *Store) ParticipantsBatch(ctx context.Context, elections []string) ([]backend.ParticipantsResult, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("postgres: ParticipantsBatch: %w", base.ErrClosed)
+	}
+	out := make([]backend.ParticipantsResult, len(elections))
+	index := make(heartbeat.Batch, len(elections))
+	names := make([]string, 0, len(elections))
+	for i, e := range elections {
+		if err := index.Add(e, i); err != nil {
+			out[i].Err = fmt.Errorf("postgres: ParticipantsBatch: %w: %w", base.ErrInvalidConfig, err)
+			continue
+		}
+		names = append(names, e)
+	}
+	if len(names) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, s.participantsBatchSQL, names)
+	if err != nil {
+		return nil, s.wrapErr(ctx, "postgres: ParticipantsBatch", err)
+	}
+	defer rows.Close()
+	var (
+		now       time.Time
+		key, node *string
+		val       []byte
+		ts        *time.Time
+	)
+	for rows.Next() {
+		if err := rows.Scan(&now, &key, &node, &val, &ts); err != nil {
+			return nil, s.wrapErr(ctx, "postgres: ParticipantsBatch", err)
+		}
+		if key == nil || node == nil || ts == nil {
+			continue // no presence row (the LEFT JOIN's row of the clock alone)
+		}
+		election, _, _ := strings.Cut(*key, backend.PresenceSep)
+		i, ok := index[election]
+		if !ok {
+			continue
+		}
+		var v presenceValue
+		if json.Unmarshal(val, &v) != nil {
+			continue
+		}
+		p := backend.Presence{Node: *node, Value: v.Value, Priority: v.Priority, CanLead: v.CanLead, Token: v.Token, Timestamp: *ts}
+		if p.Validate() == nil {
+			out[i].Presences = append(out[i].Presences, p)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrapErr(ctx, "postgres: ParticipantsBatch", err)
+	}
+	for _, i := range index {
+		out[i].Now = now
+	}
+	return out, nil
 }

@@ -36,6 +36,7 @@ type Store struct {
 
 	getSQL, insertSQL, updateSQL             string
 	batchUpdateSQL, batchInsertSQL, batchGet string
+	presentBatchSQL, participantsBatchSQL    string
 
 	ctx    context.Context // cancelled by Close: ends the subscriptions
 	cancel context.CancelFunc
@@ -106,6 +107,20 @@ func NewStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		" AS v(election, leader, term, value, lease_us, successor, handover, incarnation)" +
 		" ORDER BY v.election ON CONFLICT (election) DO NOTHING RETURNING " + recordCols
 	s.batchGet = "SELECT " + recordCols + " FROM " + t + " WHERE election = ANY($1::text[])"
+	// The presence refreshes of many elections, as Present's upsert: in
+	// the order of their keys, so that two processes refreshing
+	// overlapping sets of rows queue instead of deadlocking.
+	s.presentBatchSQL = "INSERT INTO " + t + " AS t (election, leader, term, revision, ts, value)" +
+		" SELECT v.election, v.leader, 0, 0, clock_timestamp(), v.value FROM unnest($1::text[], $2::text[], $3::bytea[])" +
+		" AS v(election, leader, value) ORDER BY v.election ON CONFLICT (election) DO UPDATE" +
+		" SET leader = excluded.leader, value = excluded.value, ts = clock_timestamp()" +
+		" RETURNING set_config('" + notifiedSetting + "', 'on', true)"
+	// The participants of many elections: one pass over the table, a
+	// presence row's election being its key up to chr(31) (no election
+	// name holds one), with the server's clock on every row, and alone
+	// when there is no presence row.
+	s.participantsBatchSQL = "SELECT c.now, t.election, t.leader, t.value, t.ts FROM (SELECT clock_timestamp() AS now) AS c" +
+		" LEFT JOIN " + t + " AS t ON strpos(t.election, chr(31)) > 0 AND split_part(t.election, chr(31), 1) = ANY($1::text[])"
 	return s, nil
 }
 

@@ -17,7 +17,9 @@
 //
 // Store implements backend.Store, backend.BatchStore (one
 // getAll(...).update(...) for many renewals), backend.BatchReader and
-// backend.PresenceStore. Every write is one single-document operation that
+// backend.PresenceStore, not backend.PresenceBatchStore: base.Elections
+// writes each presence refresh, and reads each election's participants,
+// as a call of its own. Every write is one single-document operation that
 // RethinkDB executes atomically (an insert with conflict "error" for the
 // first claim, then an update function that compares revision, leader and
 // term), asks for durability "hard", and is stamped with r.now(). If the

@@ -7,8 +7,9 @@
 // and the table's changefeed, which reports each committed change as a
 // Notification. Optional capabilities are interfaces discovered by type
 // assertion, as in database/sql/driver: BatchStore (many writes in one
-// round trip), BatchReader (many reads in one) and PresenceStore
-// (participants, for transfers and priorities).
+// round trip), BatchReader (many reads in one), PresenceStore
+// (participants, for transfers and priorities) and PresenceBatchStore
+// (many presence refreshes in one round trip).
 //
 // A Feed runs on an Election, one election's view of a Store;
 // base.Elections and base.Open make Elections from a Store, sharing its

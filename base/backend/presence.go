@@ -86,6 +86,76 @@ type PresenceStore interface {
 	Participants(ctx context.Context, election string) ([]Presence, time.Time, error)
 }
 
+// PresenceWrite is one presence write of a batch: the presence record of
+// Presence.Node in Election.
+type PresenceWrite struct {
+	Election string
+	Presence Presence
+}
+
+// ParticipantsResult is the outcome of one election of a
+// ParticipantsBatch: what Participants would return for it.
+type ParticipantsResult struct {
+	Presences []Presence
+	Now       time.Time // the store's time
+	Err       error
+}
+
+// PresenceBatchStore is a PresenceStore that can write many presence
+// records at once, and read the participants of many elections at once,
+// each in one round trip (PostgreSQL: one INSERT ... SELECT ... FROM
+// unnest(...) ON CONFLICT DO UPDATE; one SELECT). It is an optional
+// capability, discovered by type assertion as BatchStore is: Elections
+// uses it to refresh the presence records of its elections together, and
+// to read the participants its leaders check, so that participating costs
+// a few statements per presence interval for the process, not two per
+// election.
+type PresenceBatchStore interface {
+	PresenceStore
+	// PresentBatch performs the writes, each with exactly the semantics
+	// of Present (stamped with the store's current time, never announced
+	// on the changefeed), and returns one error per write, in order (nil:
+	// written). base's Elections sends only valid writes that name each
+	// (election, node) once; a store checks them all the same and fails
+	// a write that breaks Presence.Validate or heartbeat.ValidateName, or
+	// names an (election, node) that a write before it names, alone. An
+	// error (with nil results) means the outcome of every write is
+	// unknown, as for a Present that failed.
+	PresentBatch(ctx context.Context, writes []PresenceWrite) ([]error, error)
+	// ParticipantsBatch returns one result per election, in order, each
+	// what Participants would return for it (an election without
+	// presence records has none, and no error); the store's time may be
+	// one reading for all. base's Elections sends distinct valid names; a
+	// store checks them all the same (heartbeat.Batch) and fails a bad or
+	// repeated one alone. An error (with nil results) means nothing could
+	// be read.
+	ParticipantsBatch(ctx context.Context, elections []string) ([]ParticipantsResult, error)
+}
+
+// PresenceBatch indexes the writes of a batch of presence writes by
+// PresenceKey, as heartbeat.Batch does a batch of records, for stores to
+// check a batch with.
+type PresenceBatch map[string]int
+
+// Add admits write i of the batch: nil when it names a valid election
+// (heartbeat.ValidateName) and a valid presence (Presence.Validate) of an
+// (election, node) that no write added before names; otherwise an error
+// matching heartbeat.ErrInvalidRecord, and write i must fail alone.
+func (b PresenceBatch) Add(w PresenceWrite, i int) error {
+	if err := heartbeat.ValidateName("election name", w.Election); err != nil {
+		return err
+	}
+	if err := w.Presence.Validate(); err != nil {
+		return err
+	}
+	key := PresenceKey(w.Election, w.Presence.Node)
+	if first, dup := b[key]; dup {
+		return fmt.Errorf("%w: the presence of %q in election %q is named by writes %d and %d of one batch; a batch names each once", heartbeat.ErrInvalidRecord, w.Presence.Node, w.Election, first, i)
+	}
+	b[key] = i
+	return nil
+}
+
 // PresenceElection is the presence capability of one Election
 // (those Elections gives always have it; their calls fail with an error
 // matching ErrUnsupported when the Store is not a PresenceStore).

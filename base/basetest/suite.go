@@ -99,6 +99,7 @@ func Run(t *testing.T, h Harness) {
 	if h.OpenStore != nil {
 		t.Run("Store", s.stores)
 		t.Run("PresenceStore", s.presenceStore)
+		t.Run("PresenceBatchStore", s.presenceBatchStore)
 		t.Run("BatchSuccessor", s.batchSuccessor)
 		t.Run("BatchHandover", s.batchHandover)
 	} else {

@@ -40,6 +40,9 @@ const (
 	// The batch capabilities of a Store (backend.BatchStore, backend.BatchReader).
 	MethodHeartbeatBatch Method = "HeartbeatBatch"
 	MethodGetBatch       Method = "GetBatch"
+	// The presence batch capability of a Store (backend.PresenceBatchStore).
+	MethodPresentBatch      Method = "PresentBatch"
+	MethodParticipantsBatch Method = "ParticipantsBatch"
 )
 
 // Fault is a failure injected into calls of one method.
@@ -70,10 +73,11 @@ type Fault struct {
 	DelayReply time.Duration
 	// Election, when set, limits the fault to calls about that election
 	// (a Store's calls name it; a Backend's are all of its one election),
-	// and Nth counts only those. In a HeartbeatBatch of a Store, Err and
-	// After then hit that election's write alone: its result is Err (with
-	// After, after the batch made the write: one reply lost inside a
-	// batch); Delay, DelayReply and Hang hold back the whole batch.
+	// and Nth counts only those. In a HeartbeatBatch or PresentBatch of a
+	// Store, Err and After then hit that election's writes alone: their
+	// result is Err (with After, after the batch made the write: one reply
+	// lost inside a batch); Delay, DelayReply and Hang hold back the whole
+	// batch.
 	Election string
 }
 
@@ -674,21 +678,23 @@ func (f *Backend) Participants(ctx context.Context) ([]backend.Presence, time.Ti
 // Store wraps a backend.Store and injects the faults of Fault into its calls,
 // as Backend does into a Backend's: put under a base.Elections, it shows
 // what a store and network do to the batches of every election of a
-// process. It has the batch capabilities (HeartbeatBatch, GetBatch, each
-// made of single calls when the wrapped store lacks it), the presence
-// capability (failing with backend.ErrUnsupported when the wrapped store
-// lacks it) and backend.FuncSubscriber (reading the wrapped store's
-// channel when it lacks that). It is safe for concurrent use.
+// process. It has the batch capabilities (HeartbeatBatch, GetBatch,
+// PresentBatch, ParticipantsBatch, each made of single calls when the
+// wrapped store lacks it), the presence capability (failing with backend.ErrUnsupported when
+// the wrapped store lacks it) and backend.FuncSubscriber (reading the
+// wrapped store's channel when it lacks that). It is safe for concurrent
+// use.
 type Store struct {
 	backend.Store
 	in *injector
 }
 
 var (
-	_ backend.BatchStore     = (*Store)(nil)
-	_ backend.BatchReader    = (*Store)(nil)
-	_ backend.PresenceStore  = (*Store)(nil)
-	_ backend.FuncSubscriber = (*Store)(nil)
+	_ backend.BatchStore         = (*Store)(nil)
+	_ backend.BatchReader        = (*Store)(nil)
+	_ backend.PresenceStore      = (*Store)(nil)
+	_ backend.PresenceBatchStore = (*Store)(nil)
+	_ backend.FuncSubscriber     = (*Store)(nil)
 )
 
 // WrapStore returns s wrapped in a Store that injects nothing until told to.
@@ -888,4 +894,101 @@ func (f *Store) Participants(ctx context.Context, election string) ([]backend.Pr
 		return nil, time.Time{}, o.err
 	}
 	return ps.Participants(ctx, election)
+}
+
+// PresentBatch injects faults into a batch of presence writes: a fault
+// without Election hits the whole batch (Err: nothing is written; After:
+// all is written and the reply lost), one with Election the writes of
+// that election alone (see Fault.Election).
+func (f *Store) PresentBatch(ctx context.Context, writes []backend.PresenceWrite) ([]error, error) {
+	ps, err := f.presence()
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(writes))
+	for _, w := range writes {
+		if !slices.Contains(names, w.Election) {
+			names = append(names, w.Election)
+		}
+	}
+	o := f.in.before(ctx, MethodPresentBatch, names, true)
+	if o.err != nil {
+		if o.after {
+			_, _ = presentBatch(ctx, ps, writes)
+		}
+		return nil, o.err
+	}
+	// The writes refused before the batch are left out of it.
+	send := make([]backend.PresenceWrite, 0, len(writes))
+	for _, w := range writes {
+		if ft, ok := o.writes[w.Election]; !ok || ft.After {
+			send = append(send, w)
+		}
+	}
+	res, err := presentBatch(ctx, ps, send)
+	if !sleep(ctx, o.replyDelay) {
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]error, len(writes))
+	j := 0
+	for i, w := range writes {
+		ft, hit := o.writes[w.Election]
+		if !hit || ft.After {
+			out[i] = res[j]
+			j++
+		}
+		if hit {
+			out[i] = injected(ft)
+		}
+	}
+	return out, nil
+}
+
+// presentBatch writes through ps's PresentBatch, or one write after the
+// other when it has none.
+func presentBatch(ctx context.Context, ps backend.PresenceStore, writes []backend.PresenceWrite) ([]error, error) {
+	if len(writes) == 0 {
+		return nil, nil
+	}
+	if bs, ok := ps.(backend.PresenceBatchStore); ok {
+		res, err := bs.PresentBatch(ctx, writes)
+		if err == nil && len(res) != len(writes) {
+			err = fmt.Errorf("faulty: the wrapped store returned %d results for %d presence writes", len(res), len(writes))
+		}
+		return res, err
+	}
+	out := make([]error, len(writes))
+	for i, w := range writes {
+		out[i] = ps.Present(ctx, w.Election, w.Presence)
+	}
+	return out, nil
+}
+
+// ParticipantsBatch injects faults into a batch of reads of participants
+// (as a whole, as GetBatch).
+func (f *Store) ParticipantsBatch(ctx context.Context, elections []string) ([]backend.ParticipantsResult, error) {
+	ps, err := f.presence()
+	if err != nil {
+		return nil, err
+	}
+	o := f.in.before(ctx, MethodParticipantsBatch, elections, false)
+	if o.err != nil {
+		return nil, o.err
+	}
+	var res []backend.ParticipantsResult
+	if bs, ok := ps.(backend.PresenceBatchStore); ok {
+		res, err = bs.ParticipantsBatch(ctx, elections)
+	} else {
+		res = make([]backend.ParticipantsResult, len(elections))
+		for i, e := range elections {
+			res[i].Presences, res[i].Now, res[i].Err = ps.Participants(ctx, e)
+		}
+	}
+	if !sleep(ctx, o.replyDelay) {
+		return nil, ctx.Err()
+	}
+	return res, err
 }

@@ -3,6 +3,7 @@ package faulty_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -148,4 +149,78 @@ func TestLate(t *testing.T) {
 			t.Fatalf("Participants = %v, %v; want the late write in the store", ps, err)
 		}
 	})
+}
+
+// presenceOnly hides the presence batch capability of the store it wraps.
+type presenceOnly struct{ backend.PresenceStore }
+
+// A Store's PresentBatch forwards the wrapped store's, or makes it of
+// single Presents when it has none; a fault without Election fails the
+// whole batch (with After, once it was written), one with Election the
+// writes of that election alone. ParticipantsBatch forwards or falls
+// back the same way, and a fault fails it as a whole.
+func TestStorePresenceBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wrap func(db *memory.DB) *faulty.Store
+	}{
+		{"forwarded", func(db *memory.DB) *faulty.Store { return faulty.WrapStore(db.Conn()) }},
+		{"single calls", func(db *memory.DB) *faulty.Store { return faulty.WrapStore(presenceOnly{db.Conn()}) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := memory.NewDB()
+			fs := tc.wrap(db)
+			nodes := func(election string) []string {
+				t.Helper()
+				ps, _, err := db.Conn().Participants(ctx, election)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out []string
+				for _, p := range ps {
+					out = append(out, p.Node)
+				}
+				slices.Sort(out)
+				return out
+			}
+			batch := func(node string) []backend.PresenceWrite {
+				return []backend.PresenceWrite{
+					{Election: "e1", Presence: backend.Presence{Node: node, CanLead: true}},
+					{Election: "e2", Presence: backend.Presence{Node: node, CanLead: true}},
+				}
+			}
+			if errs, err := fs.PresentBatch(ctx, batch("a")); err != nil || len(errs) != 2 || errs[0] != nil || errs[1] != nil {
+				t.Fatalf("PresentBatch = %v, %v; want two writes", errs, err)
+			}
+			fs.Inject(faulty.Fault{Method: faulty.MethodPresentBatch, Nth: 1})
+			if _, err := fs.PresentBatch(ctx, batch("b")); !errors.Is(err, faulty.ErrInjected) {
+				t.Fatalf("PresentBatch with a fault: %v, want ErrInjected", err)
+			}
+			boom := errors.New("boom")
+			fs.Inject(faulty.Fault{Method: faulty.MethodPresentBatch, Nth: 1, Election: "e2", Err: boom})
+			if errs, err := fs.PresentBatch(ctx, batch("c")); err != nil || errs[0] != nil || !errors.Is(errs[1], boom) {
+				t.Fatalf("PresentBatch with a fault of e2: %v, %v; want e2's write alone to fail", errs, err)
+			}
+			fs.Inject(faulty.Fault{Method: faulty.MethodPresentBatch, Nth: 1, Election: "e2", Err: boom, After: true})
+			if errs, err := fs.PresentBatch(ctx, batch("d")); err != nil || errs[0] != nil || !errors.Is(errs[1], boom) {
+				t.Fatalf("PresentBatch with a lost reply of e2: %v, %v; want e2's write alone to fail", errs, err)
+			}
+			if got1, got2 := nodes("e1"), nodes("e2"); !slices.Equal(got1, []string{"a", "c", "d"}) || !slices.Equal(got2, []string{"a", "d"}) {
+				t.Fatalf("presence records %v in e1 and %v in e2, want a, c, d and a, d", got1, got2)
+			}
+			if got := fs.Calls(faulty.MethodPresentBatch); got != 4 {
+				t.Fatalf("%d PresentBatch calls counted, want 4", got)
+			}
+
+			res, err := fs.ParticipantsBatch(ctx, []string{"e2", "none"})
+			if err != nil || len(res) != 2 || len(res[0].Presences) != 2 || res[0].Now.IsZero() || len(res[1].Presences) != 0 || res[1].Err != nil {
+				t.Fatalf("ParticipantsBatch = %+v, %v; want e2's two participants and none of the other", res, err)
+			}
+			fs.Inject(faulty.Fault{Method: faulty.MethodParticipantsBatch, Nth: 1})
+			if _, err := fs.ParticipantsBatch(ctx, []string{"e1"}); !errors.Is(err, faulty.ErrInjected) {
+				t.Fatalf("ParticipantsBatch with a fault: %v, want ErrInjected", err)
+			}
+		})
+	}
 }

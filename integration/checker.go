@@ -18,6 +18,7 @@ const (
 	KindSubStarted = "sub-started" // the changefeed (re)opened
 	KindSubError   = "sub-error"   // the changefeed failed
 	KindAct        = "act"         // Term, First, Last, Count: the leader's job
+	KindFence      = "fence"       // Term, Count, Refused, Cancelled, Errors: the leader's fenced writes
 	KindExit       = "exit"        // the process is about to exit
 )
 
@@ -35,6 +36,7 @@ const linePrefix = "LF"
 //	unelected <term> <reason>
 //	new-leader <leader|-> <term>
 //	act <term> <first_ns> <last_ns> <count>
+//	fence <term> <commits> <refused> <cancelled> <errors>
 //
 // An act line is printed when a term's job ends: from the goroutine that
 // watched the term's leader context, the Monotonic times of the first and
@@ -50,6 +52,8 @@ type Line struct {
 	First  int64
 	Last   int64
 	Count  int64
+	// Of a fence line.
+	Refused, Cancelled, Errors int64
 }
 
 // String formats l as the node program prints it.
@@ -68,6 +72,8 @@ func (l Line) String() string {
 		return fmt.Sprintf("%s %s %d", head, leader, l.Term)
 	case KindAct:
 		return fmt.Sprintf("%s %d %d %d %d", head, l.Term, l.First, l.Last, l.Count)
+	case KindFence:
+		return fmt.Sprintf("%s %d %d %d %d %d", head, l.Term, l.Count, l.Refused, l.Cancelled, l.Errors)
 	}
 	return head
 }
@@ -91,7 +97,7 @@ func ParseLine(s string) (l Line, ok bool, err error) {
 	}
 	l = Line{Mono: mono, Node: f[2], Kind: f[3]}
 	args := f[4:]
-	want := map[string]int{KindElected: 1, KindUnelected: 2, KindNewLeader: 2, KindAct: 4}[l.Kind]
+	want := map[string]int{KindElected: 1, KindUnelected: 2, KindNewLeader: 2, KindAct: 4, KindFence: 5}[l.Kind]
 	if len(args) < want {
 		return bad("too few arguments")
 	}
@@ -121,6 +127,8 @@ func ParseLine(s string) (l Line, ok bool, err error) {
 		}
 	case KindAct:
 		l.Term, l.First, l.Last, l.Count = u(args[0]), i(args[1]), i(args[2]), i(args[3])
+	case KindFence:
+		l.Term, l.Count, l.Refused, l.Cancelled, l.Errors = u(args[0]), i(args[1]), i(args[2]), i(args[3]), i(args[4])
 	}
 	if err != nil {
 		return bad(err.Error())

@@ -23,6 +23,7 @@ func TestParseLineRoundTrip(t *testing.T) {
 		{Mono: 14, Node: "n2", Kind: KindNewLeader, Leader: "n1", Term: 3},
 		{Mono: 15, Node: "n2", Kind: KindNewLeader, Term: 4},
 		{Mono: 16, Node: "n1", Kind: KindAct, Term: 3, First: 12, Last: 13, Count: 7},
+		{Mono: 17, Node: "n1", Kind: KindFence, Term: 3, Count: 40, Refused: 2, Cancelled: 1, Errors: 1},
 		{Mono: 17, Node: "n1", Kind: KindSubStarted},
 	} {
 		got, ok, err := ParseLine(l.String())

@@ -28,6 +28,16 @@
 // harness notes the moment kill(2) returned), not when its exit is
 // noticed, which on a loaded machine can be much later.
 //
+// In TestFaultsPostgres the leader also runs fenced transactions all along
+// (postgres.Fence, then a write to a table of the tests'; half of them
+// check the leader context only as they begin and hold their lock a few
+// milliseconds, so that a pause can fall inside them), and the database
+// itself counts the ones that committed after a newer term's claim,
+// handover or vacancy had (FenceSchemaSQL: a trigger on the election table
+// and a head row that both update, in commit order). The run reports
+// commits, refusals (base.ErrFenced) and stale commits by kind of fault
+// and fails on any stale commit.
+//
 // On PostgreSQL the tests start a private server (initdb into a temporary
 // directory) so that they can restart it; they need the server binaries
 // (Debian's postgresql package) and fail in CI (CI=true) without them.

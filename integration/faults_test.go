@@ -22,10 +22,14 @@ func configFor(t *testing.T, kinds []string) config {
 }
 
 // TestFaultsPostgres runs five node processes against a private PostgreSQL
-// server and injects every kind of fault.
+// server and injects every kind of fault. The leader runs fenced
+// transactions all along (postgres.Fence), and the run fails if one of
+// them committed after a newer term had begun (see FenceSchemaSQL).
 func TestFaultsPostgres(t *testing.T) {
 	srv := startPG(t)
-	h := newHarness(t, srv, configFor(t, allKinds))
+	cfg := configFor(t, allKinds)
+	cfg.fence = fenceEvery
+	h := newHarness(t, srv, cfg)
 	h.run(context.Background())
 }
 

@@ -83,6 +83,10 @@ type config struct {
 	// reportOnly: violations of the rules are reported, not failures (a
 	// store known to lose acknowledged writes).
 	reportOnly bool
+	// fence, if not 0, makes leading nodes run a fenced transaction about
+	// this often, and the run count them and fail on a stale commit (see
+	// FenceSchemaSQL); the server must be a fenceServer.
+	fence time.Duration
 }
 
 func defaultConfig(kinds []string) config {
@@ -225,6 +229,9 @@ func (h *harness) start(i int) error {
 			// one write (base.Options.PresenceInterval).
 			"-presence", (tm.LeaseDuration / 3).String(),
 		)
+		if h.cfg.fence > 0 {
+			cmd.Args = append(cmd.Args, "-fence", h.cfg.fence.String())
+		}
 		addrs := make([]string, len(h.prox[i]))
 		for k, p := range h.prox[i] {
 			addrs[k] = p.Addr()
@@ -459,6 +466,11 @@ func (h *harness) run(ctx context.Context) {
 	if err := h.srv.prepare(ctx, h.cfg.election); err != nil {
 		t.Fatalf("prepare %s: %v", h.srv.name(), err)
 	}
+	if h.cfg.fence > 0 {
+		if err := h.prepareFence(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for i := range h.cfg.nodes {
 		if err := h.start(i); err != nil {
 			t.Fatal(err)
@@ -484,12 +496,18 @@ func (h *harness) run(ctx context.Context) {
 	if db := dbFailoverTimes(faults); db != "" {
 		summary += "\n" + db
 	}
+	var fenceErr error
+	if h.cfg.fence > 0 {
+		var fsum string
+		fsum, fenceErr = h.checkFence(ctx, logs, faults)
+		summary += "\nfenced writes (postgres.Fence, every " + h.cfg.fence.String() + " or so while leading):\n\n" + fsum
+	}
 	if soakFaults(t) > 0 || h.cfg.reportOnly {
 		fmt.Println(summary)
 	} else {
 		t.Log("\n" + summary)
 	}
-	if err := rep.Err(); err != nil {
+	if err := errors.Join(rep.Err(), fenceErr); err != nil {
 		h.keepLogs(logs, faults)
 		if h.cfg.reportOnly {
 			t.Logf("reported, not failed (%s):\n%v", h.cfg.label, err)

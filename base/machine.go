@@ -1202,14 +1202,6 @@ func (m *machine) armClaim(fresh bool) {
 	m.setTimer(timerClaim, at)
 }
 
-// randN draws from [0, n) with Options.Rand, or math/rand/v2's source.
-func (m *machine) randN(n int64) int64 {
-	if m.rand != nil {
-		return m.rand.Int64N(n)
-	}
-	return rand.Int64N(n)
-}
-
 func (m *machine) jitter(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0

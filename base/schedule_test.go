@@ -21,6 +21,15 @@ package base_test
 // node participates (presence records), with one priority. Then every
 // fault heals and the nodes that are stopped may restart.
 //
+// A quarter of the schedules (a stream of its own, so that the other
+// schedules replay as before) are worlds of ties, where several steps read
+// one clock reading on purpose: the chaos wrapper's delays are none at
+// all, or end on a grid of 1 ms or 10 ms (so the replies, notifications
+// and late commits of every node land on the same instants); the engine's
+// random durations (Options.Rand: timeouts, jitter, backoff) are whole
+// milliseconds, so its timers fire on those instants too; and the
+// driver's steps (user calls, checks) land on whole milliseconds.
+//
 // The judges, checked about every millisecond of the fake clock and at the
 // end:
 //   - at no instant are two leader contexts live (Err() == nil), whether
@@ -40,9 +49,11 @@ package base_test
 //     nothing fails (whatever the timings it shares batches with);
 //   - liveness: once every fault has healed and a campaigning node runs,
 //     some node leads within ElectionTimeoutMax plus the longest injected
-//     delay plus a few heartbeats, and keeps leading while nothing fails.
+//     delay (and its grid) plus a few heartbeats, and keeps leading while
+//     nothing fails.
 //
-// go test ./base -run TestSchedules -schedules=5000 runs more schedules;
+// go test ./base -run TestSchedules -schedules=5000 runs more schedules
+// (-firstseed=F from seed F, -keepgoing past a failure);
 // -seed=S replays one (the seed and the trace are printed on failure). The
 // driver's choices and every fault decision come from the seed; goroutines
 // that run at the same fake instant may still interleave differently, so a
@@ -75,6 +86,7 @@ var (
 	schedCount = flag.Int("schedules", 300, "randomized schedules TestSchedules runs")
 	schedSeed  = flag.Uint64("seed", 0, "run only the schedule of this seed (0: schedules 1..N)")
 	schedFirst = flag.Uint64("firstseed", 1, "first seed of TestSchedules")
+	schedAll   = flag.Bool("keepgoing", false, "TestSchedules runs every schedule, also after one failed (each failure is reported)")
 )
 
 func TestSchedules(t *testing.T) {
@@ -86,13 +98,15 @@ func TestSchedules(t *testing.T) {
 	if testing.Short() {
 		n = min(n, 20)
 	}
-	t.Cleanup(func() { t.Logf("%d transfers returned without error", schedTransfers.Load()) })
+	t.Cleanup(func() {
+		t.Logf("%d transfers returned without error; %d worlds of ties", schedTransfers.Load(), schedTies.Load())
+	})
 	// Two groups in parallel: each schedule is its own bubble.
 	for g := uint64(0); g < 2; g++ {
 		t.Run(fmt.Sprintf("group%d", g), func(t *testing.T) {
 			t.Parallel()
 			for s := *schedFirst + g; s < *schedFirst+n; s += 2 {
-				if !runSchedule(t, s) {
+				if !runSchedule(t, s) && !*schedAll {
 					return
 				}
 			}
@@ -103,6 +117,10 @@ func TestSchedules(t *testing.T) {
 // schedTransfers counts the transfers of every schedule that succeeded, so
 // that a run shows they were exercised.
 var schedTransfers atomic.Int64
+
+// schedTies counts the worlds of ties, so that a run shows they were
+// exercised.
+var schedTies atomic.Int64
 
 // Regression seeds: schedules that once found a fault, kept as cases.
 var schedRegressions = []uint64{1, 50, 1937}
@@ -162,13 +180,18 @@ type world struct {
 	sides  []sideElection
 	brng   *rand.Rand
 	incs   []*incarnation // every incarnation so far (owned by the driver)
-	maxDel time.Duration  // the longest injected delay
+	maxDel time.Duration  // the longest injected delay (before landing on the grid)
 	store  *memory.DB
 	raw    backend.Election // commits writes after their caller gave up
 	start  time.Time
 	nodes  []*schedNode
 	check  *basetest.Checker
 	bg     sync.WaitGroup // user calls, event readers, late commits
+
+	// ties: several steps read one clock reading on purpose; the chaos
+	// delays land on a grid of grain (0: no delay at all). See newWorld.
+	ties  bool
+	grain time.Duration
 
 	mu      sync.Mutex
 	trace   []string
@@ -269,11 +292,26 @@ func newWorld(seed uint64) *world {
 			w.sides = append(w.sides, sideElection{name: fmt.Sprintf("side%d", i+1), timing: st, check: basetest.NewChecker()})
 		}
 	}
+	// So do the worlds of ties: in a quarter of them, several steps read
+	// one clock reading on purpose. The chaos wrapper's delays are none at
+	// all (grain 0) or end on a grid of 1 ms or 10 ms, so that replies,
+	// notifications and late commits of every node land on the same
+	// instants; the engine's random draws of durations (timeouts, jitter)
+	// are whole milliseconds, so its timers fire on them too; and the
+	// driver's steps (user calls, checks) land on whole milliseconds.
+	if tr := rand.New(rand.NewPCG(seed, 0x71e5)); tr.IntN(4) == 0 {
+		w.ties = true
+		w.grain = []time.Duration{0, time.Millisecond, 10 * time.Millisecond}[tr.IntN(3)]
+	}
 	n := 3 + rng.IntN(3)
 	for i := range n {
 		w.nodes = append(w.nodes, &schedNode{w: w, id: fmt.Sprintf("n%d", i+1), idx: i, healed: make(chan struct{})})
 	}
 	w.tracef("world", "seed=%d nodes=%d timing=%+v", seed, n, tm)
+	if w.ties {
+		schedTies.Add(1)
+		w.tracef("world", "ties: chaos delays on a grid of %v (0: none), engine draws and steps on whole milliseconds", w.grain)
+	}
 	if w.mixed {
 		w.tracef("world", "mixed timings: alt=%+v", w.alt)
 	}
@@ -549,13 +587,38 @@ func (c *chaos) roll(r *rand.Rand, p float64) bool {
 	return r.Float64() < p
 }
 
+// dur draws an injected delay of up to d, landed on the grid of a world
+// of ties (land).
 func (c *chaos) dur(r *rand.Rand, d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
 	}
+	return c.n.w.land(time.Duration(c.count(r, int64(d))))
+}
+
+// count draws from [0, n].
+func (c *chaos) count(r *rand.Rand, n int64) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return time.Duration(r.Int64N(int64(d) + 1))
+	return r.Int64N(n + 1)
+}
+
+// land returns how long an injected delay of d lasts: d, or in a world of
+// ties nothing (grain 0) or until the first instant of the grain's grid at
+// least d from now, where the other delays of every node end too.
+func (w *world) land(d time.Duration) time.Duration {
+	if !w.ties {
+		return d
+	}
+	if w.grain == 0 {
+		return 0
+	}
+	now := time.Now()
+	at := now.Add(d)
+	if g := at.Truncate(w.grain); g.Before(at) {
+		at = g.Add(w.grain)
+	}
+	return at.Sub(now)
 }
 
 // hang blocks until ctx ends or the node's faults heal.
@@ -617,7 +680,7 @@ func (c *chaos) Get(ctx context.Context) (heartbeat.Record, error) {
 	var r heartbeat.Record
 	var err error
 	if c.roll(c.rGet, f.stale) {
-		r = c.n.w.staleRecord(uint64(c.dur(c.rGet, 3)))
+		r = c.n.w.staleRecord(uint64(c.count(c.rGet, 3)))
 		if r.Revision == 0 {
 			err = fmt.Errorf("chaos: stale read: %w", backend.ErrNotFound)
 		}
@@ -867,7 +930,11 @@ func (w *world) startNode(n *schedNode) {
 	// Every node participates (with one priority: a handover by priority
 	// would end the stable leadership the liveness judge expects), so that
 	// it can be the target of a transfer.
-	f, err := base.New(c, n.id, base.Options{Timing: inc.timing, Rand: w.newRand(n, 5), Value: []byte(inc.key), Participate: true})
+	var r heartbeat.Rand = w.newRand(n, 5)
+	if w.ties {
+		r = msRand{r.(*rand.Rand)}
+	}
+	f, err := base.New(c, n.id, base.Options{Timing: inc.timing, Rand: r, Value: []byte(inc.key), Participate: true})
 	if err != nil {
 		w.failf("New: %v", err)
 		return
@@ -933,6 +1000,20 @@ func (w *world) startNode(n *schedNode) {
 		}
 		w.mu.Unlock()
 	}()
+}
+
+// msRand is the engine's Rand in a world of ties: its draws of durations
+// (a span of up to a minute: timeouts, jitter, backoff) are whole
+// milliseconds, so that the timers of several nodes fire at one instant;
+// larger draws (incarnations, presence tokens) are left alone.
+type msRand struct{ r *rand.Rand }
+
+func (m msRand) Int64N(n int64) int64 {
+	const ms = int64(time.Millisecond)
+	if n > int64(time.Minute) {
+		return m.r.Int64N(n)
+	}
+	return m.r.Int64N((n-1)/ms+1) * ms
 }
 
 func (w *world) onEvent(inc *incarnation, e base.Event) {
@@ -1317,7 +1398,18 @@ func (w *world) checkStore() {
 // step advances the fake clock by about a millisecond (a random fraction,
 // so that checks land on arbitrary instants) and judges the new instant.
 func (w *world) step() {
-	time.Sleep(w.randDur(500*time.Microsecond, 1500*time.Microsecond))
+	d := w.randDur(500*time.Microsecond, 1500*time.Microsecond)
+	if w.ties {
+		// On the next whole millisecond from there: where the replies,
+		// notifications and timers of a world of ties land.
+		now := time.Now()
+		at := now.Add(d)
+		if g := at.Truncate(time.Millisecond); g.Before(at) {
+			at = g.Add(time.Millisecond)
+		}
+		d = at.Sub(now)
+	}
+	time.Sleep(d)
 	synctest.Wait()
 	w.checkNow()
 }
@@ -1406,12 +1498,13 @@ func (w *world) liveness() {
 	healed := time.Now()
 	// A leader within ElectionTimeoutMax once the last delayed effect
 	// (notification, commit, reply) landed, plus a few heartbeats.
-	bound := w.maxDel + tm.ElectionTimeoutMax + 5*tm.HeartbeatInterval + 20*time.Millisecond
+	settled := w.maxDel + w.grain // the last delay landed on its grid
+	bound := settled + tm.ElectionTimeoutMax + 5*tm.HeartbeatInterval + 20*time.Millisecond
 	var leader *schedNode
 	var term uint64
 	for !w.failed() {
 		w.step()
-		if l := w.leaderNow(); l != nil && time.Since(healed) >= w.maxDel {
+		if l := w.leaderNow(); l != nil && time.Since(healed) >= settled {
 			leader = l
 			_, term, _ = l.cur.feed.LeaderContext()
 			break

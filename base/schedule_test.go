@@ -40,6 +40,18 @@ package base_test
 //   - the leadership intervals of the events (basetest.Checker) never
 //     overlap and their terms strictly increase; the store's terms never
 //     decrease from one revision to the next;
+//   - the view: no incarnation's view of the record goes back to an older
+//     one, judged in order over its EventNewLeader and EventElected
+//     records and Leader() at every step (after every event so far was
+//     read): never a lower revision, nor of one revision a lower term.
+//     The memory store never loses an acknowledged write, nor does the
+//     chaos wrapper; the only older records it hands a node are its stale
+//     reads (one of the last three records), which the engine takes when
+//     the read was asked after its last observation (it cannot tell them
+//     from a store that lost writes). So the view may go back only to a
+//     record no older than one a stale read returned to that incarnation
+//     in the last staleWindow (the engine takes a reply in the instant it
+//     comes), and only forward from there;
 //   - Stop, Resign and Proclaim return within their context;
 //   - a reader of Events slower than the events (up to 2 ms each) gets
 //     every leadership event the judges' reader got, Stop's included, and
@@ -518,6 +530,27 @@ type incarnation struct {
 	writes   []writeRec
 	presents map[uint64]time.Time // presence token -> when its write was sent
 	events   []base.Event         // leadership events, as the judges' reader took them
+	// The view check (checkView): the last view judged, and the stale
+	// reads the chaos wrapper returned to it lately.
+	view   viewPoint
+	stales []staleRead
+}
+
+// viewPoint is a node's view of the record at one moment: the revision
+// of the record it holds (0: none, or none in the store) and its term,
+// when known (a record's; a missing record's view has none).
+type viewPoint struct {
+	rev, term uint64
+	termKnown bool
+	ok        bool   // a view was judged
+	what      string // where it came from, for the failure message
+}
+
+// staleRead is a record the chaos wrapper returned to a read as a stale
+// one, and when.
+type staleRead struct {
+	rev, term uint64
+	at        time.Time
 }
 
 // writeRec is one Heartbeat call of an incarnation, as its wrapper saw it.
@@ -679,7 +712,8 @@ func (c *chaos) Get(ctx context.Context) (heartbeat.Record, error) {
 	}
 	var r heartbeat.Record
 	var err error
-	if c.roll(c.rGet, f.stale) {
+	stale := c.roll(c.rGet, f.stale)
+	if stale {
 		r = c.n.w.staleRecord(uint64(c.count(c.rGet, 3)))
 		if r.Revision == 0 {
 			err = fmt.Errorf("chaos: stale read: %w", backend.ErrNotFound)
@@ -689,6 +723,11 @@ func (c *chaos) Get(ctx context.Context) (heartbeat.Record, error) {
 	}
 	if !sleepCtx(ctx, c.dur(c.rGet, f.replyDelay)) {
 		return heartbeat.Record{}, ctx.Err()
+	}
+	if stale {
+		c.inc.mu.Lock()
+		c.inc.stales = append(c.inc.stales, staleRead{rev: r.Revision, term: r.Term, at: time.Now()})
+		c.inc.mu.Unlock()
 	}
 	return r, err
 }
@@ -1024,6 +1063,9 @@ func (w *world) onEvent(inc *incarnation, e base.Event) {
 		w.mu.Lock()
 		w.ctxs = append(w.ctxs, leaderCtx{key: inc.key, term: e.Term, ctx: e.LeaderCtx, rec: e.Record})
 		w.mu.Unlock()
+		w.checkView(inc, recordView(e.Record, "EventElected"))
+	case base.EventNewLeader:
+		w.checkView(inc, recordView(e.Record, "EventNewLeader"))
 	}
 	if leadership(e) {
 		inc.mu.Lock()
@@ -1032,6 +1074,48 @@ func (w *world) onEvent(inc *incarnation, e base.Event) {
 	}
 	w.check.Observe(inc.key, e)
 	w.tracef(inc.key, "%v", e)
+}
+
+// recordView is the view of a node that holds r (Revision 0: none).
+func recordView(r heartbeat.Record, what string) viewPoint {
+	return viewPoint{rev: r.Revision, term: r.Term, termKnown: r.Revision != 0, ok: true, what: what}
+}
+
+// staleWindow is how long after a stale read returned a node's view may
+// go back to it: the engine takes a reply in the instant it comes, and the
+// next judgement of its view (an event, or Leader at the next step, at
+// most 2 ms later) sees it.
+const staleWindow = 3 * time.Millisecond
+
+// checkView judges the next view v of inc (from its events in order, and
+// from Leader at every step once every event so far was read): never a
+// record older than the last view judged (a lower revision, or of one
+// revision a lower term), unless a stale read returned a record no newer
+// than v to inc within staleWindow.
+func (w *world) checkView(inc *incarnation, v viewPoint) {
+	now := time.Now()
+	inc.mu.Lock()
+	prev := inc.view
+	back := prev.ok && (v.rev < prev.rev || (v.termKnown && prev.termKnown && v.term < prev.term))
+	licensed := false
+	keep := inc.stales[:0]
+	for _, s := range inc.stales {
+		if now.Sub(s.at) > staleWindow {
+			continue
+		}
+		keep = append(keep, s)
+		licensed = licensed || (s.rev <= v.rev && (!v.termKnown || s.term <= v.term))
+	}
+	inc.stales = keep
+	if !v.termKnown && prev.ok && prev.rev == v.rev {
+		v.term, v.termKnown = prev.term, prev.termKnown
+	}
+	inc.view = v
+	inc.mu.Unlock()
+	if back && !licensed {
+		w.failf("%s: view went back from revision %d term %d (%s) to revision %d term %d (%s), and no stale read returned it",
+			inc.key, prev.rev, prev.term, prev.what, v.rev, v.term, v.what)
+	}
 }
 
 // leadership reports whether e is an event the docs promise never to drop
@@ -1333,6 +1417,15 @@ func (w *world) checkNow() {
 	}
 	w.ctxs = ctxs
 	w.mu.Unlock()
+	// Every event so far was read (the step waited for every goroutine):
+	// Leader is each incarnation's view after them.
+	for _, inc := range w.incs {
+		if inc.feed != nil {
+			if r, ok := inc.feed.Leader(); ok {
+				w.checkView(inc, recordView(r, "Leader"))
+			}
+		}
+	}
 	if len(live) > 1 {
 		var s []string
 		for _, c := range live {

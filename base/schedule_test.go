@@ -21,25 +21,32 @@ package base_test
 // node participates (presence records), with one priority. Then every
 // fault heals and the nodes that are stopped may restart.
 //
-// A quarter of the schedules (a stream of its own, so that the other
-// schedules replay as before) are worlds of ties, where several steps read
-// one clock reading on purpose: the chaos wrapper's delays are none at
-// all, or end on a grid of 1 ms or 10 ms (so the replies, notifications
-// and late commits of every node land on the same instants); the engine's
-// random durations (Options.Rand: timeouts, jitter, backoff) are whole
-// milliseconds, so its timers fire on those instants too; and the
-// driver's steps (user calls, checks) land on whole milliseconds.
+// Two kinds of worlds, each a quarter of the schedules (streams of their
+// own, so that the other schedules replay as before):
+//   - worlds of ties, where several steps read one clock reading on
+//     purpose: the chaos wrapper's delays are none at all, or end on a
+//     grid of 1 ms or 10 ms (so the replies, notifications and late
+//     commits of every node land on the same instants); the engine's
+//     random durations (Options.Rand: timeouts, jitter, backoff) are whole
+//     milliseconds, so its timers fire on those instants too; and the
+//     driver's steps (user calls, checks) land on whole milliseconds;
+//   - worlds with a shared node id: two (in a third of them three)
+//     schedNodes use one node id, each with faults and incarnations of
+//     its own, all running from the start. Their Feeds must act as two or
+//     three nodes. Elsewhere a node id is used again only by a restart,
+//     after the earlier Feed stopped.
 //
 // The judges, checked about every millisecond of the fake clock and at the
-// end:
+// end (an incarnation is one Feed, named by its schedNode and number: two
+// Feeds with one node id are two incarnations to every judge):
 //   - at no instant are two leader contexts live (Err() == nil), whether
 //     taken from EventElected or from LeaderContext, over every incarnation;
 //   - a live leader context is covered by the engine's own lease rule, judged
 //     from outside: a write of that term whose reply the node got, sent less
 //     than LeaseDuration ago (and answered before its lease ended);
-//   - the leadership intervals of the events (basetest.Checker) never
-//     overlap and their terms strictly increase; the store's terms never
-//     decrease from one revision to the next;
+//   - the leadership intervals of the events (basetest.Checker, keyed by
+//     incarnation) never overlap and their terms strictly increase; the
+//     store's terms never decrease from one revision to the next;
 //   - the view: no incarnation's view of the record goes back to an older
 //     one, judged in order over its EventNewLeader and EventElected
 //     records and Leader() at every step (after every event so far was
@@ -52,6 +59,20 @@ package base_test
 //     record no older than one a stale read returned to that incarnation
 //     in the last staleWindow (the engine takes a reply in the instant it
 //     comes), and only forward from there;
+//   - shared node ids: an incarnation announces (EventNewLeader) a record
+//     of its node id written by another process's claim or renewal (an
+//     incarnation its own writes never carried, no handover token) only
+//     after an EventError matching base.ErrDuplicateID, except in its
+//     first EventNewLeader (a predecessor's record found at start); it
+//     reports at most once, and Health.DuplicateSeen is set exactly when
+//     it did; a twin of the leader (an incarnation with its node id) that
+//     runs through the stable window below has reported, and Healthy
+//     fails with ErrDuplicateID; no incarnation reports unless a twin
+//     that ran while it ran sent a claim or renewal (in worlds with
+//     unique ids: never). Two known false reports of the engine (a stale
+//     read or a late commit of a predecessor's record, see checkDuplicates)
+//     are counted instead, and fail with -strictdup; the claims and
+//     renewals of one Feed carry one incarnation, which no twin's carry;
 //   - Stop, Resign and Proclaim return within their context;
 //   - a reader of Events slower than the events (up to 2 ms each) gets
 //     every leadership event the judges' reader got, Stop's included, and
@@ -95,10 +116,11 @@ import (
 )
 
 var (
-	schedCount = flag.Int("schedules", 300, "randomized schedules TestSchedules runs")
-	schedSeed  = flag.Uint64("seed", 0, "run only the schedule of this seed (0: schedules 1..N)")
-	schedFirst = flag.Uint64("firstseed", 1, "first seed of TestSchedules")
-	schedAll   = flag.Bool("keepgoing", false, "TestSchedules runs every schedule, also after one failed (each failure is reported)")
+	schedCount     = flag.Int("schedules", 300, "randomized schedules TestSchedules runs")
+	schedSeed      = flag.Uint64("seed", 0, "run only the schedule of this seed (0: schedules 1..N)")
+	schedFirst     = flag.Uint64("firstseed", 1, "first seed of TestSchedules")
+	schedAll       = flag.Bool("keepgoing", false, "TestSchedules runs every schedule, also after one failed (each failure is reported)")
+	schedStrictDup = flag.Bool("strictdup", false, "fail the known false ErrDuplicateID reports too (see checkDuplicates)")
 )
 
 func TestSchedules(t *testing.T) {
@@ -111,7 +133,8 @@ func TestSchedules(t *testing.T) {
 		n = min(n, 20)
 	}
 	t.Cleanup(func() {
-		t.Logf("%d transfers returned without error; %d worlds of ties", schedTransfers.Load(), schedTies.Load())
+		t.Logf("%d transfers returned without error; %d worlds of ties, %d with a shared node id (%d duplicate ids reported); %d false duplicate reports of the known kinds",
+			schedTransfers.Load(), schedTies.Load(), schedShared.Load(), schedDupReports.Load(), schedFalseDups.Load())
 	})
 	// Two groups in parallel: each schedule is its own bubble.
 	for g := uint64(0); g < 2; g++ {
@@ -130,9 +153,14 @@ func TestSchedules(t *testing.T) {
 // that a run shows they were exercised.
 var schedTransfers atomic.Int64
 
-// schedTies counts the worlds of ties, so that a run shows they were
-// exercised.
-var schedTies atomic.Int64
+// schedTies, schedShared and schedDupReports count the worlds of ties,
+// those with a shared node id, and the ErrDuplicateID reports in them, so
+// that a run shows they were exercised.
+var schedTies, schedShared, schedDupReports atomic.Int64
+
+// schedFalseDups counts the false ErrDuplicateID reports of the known
+// kinds (checkDuplicates).
+var schedFalseDups atomic.Int64
 
 // Regression seeds: schedules that once found a fault, kept as cases.
 var schedRegressions = []uint64{1, 50, 1937}
@@ -204,11 +232,15 @@ type world struct {
 	// delays land on a grid of grain (0: no delay at all). See newWorld.
 	ties  bool
 	grain time.Duration
+	// shared: one node id is used by two or three schedNodes at once
+	// (twins), whose incarnations must act as two or three nodes.
+	shared bool
 
 	mu      sync.Mutex
 	trace   []string
 	failure string
 	history map[uint64]heartbeat.Record // committed records by revision
+	lates   []lateWrite                 // the writes committed after their caller gave up
 	lastRev uint64
 	ctxs    []leaderCtx // leader contexts of EventElected still live
 	window  time.Time   // the millisecond calls are counted in
@@ -238,6 +270,12 @@ func (w *world) called(what string) bool {
 		w.failf("storm: more than %d store calls in one millisecond (the last: %s)", stormCalls, what)
 	}
 	return storm
+}
+
+// lateWrite is a write committed after its caller gave up, and when.
+type lateWrite struct {
+	rec heartbeat.Record
+	at  time.Time
 }
 
 type leaderCtx struct {
@@ -317,9 +355,30 @@ func newWorld(seed uint64) *world {
 	}
 	n := 3 + rng.IntN(3)
 	for i := range n {
-		w.nodes = append(w.nodes, &schedNode{w: w, id: fmt.Sprintf("n%d", i+1), idx: i, healed: make(chan struct{})})
+		id := fmt.Sprintf("n%d", i+1)
+		w.nodes = append(w.nodes, &schedNode{w: w, id: id, name: id, idx: i, healed: make(chan struct{})})
+	}
+	// Shared node ids come from a stream of their own: in a quarter of the
+	// worlds, one node id is used by two schedNodes (in a third of those by
+	// three), each with its own faults and incarnations, all running at
+	// once from the start.
+	if dr := rand.New(rand.NewPCG(seed, 0xd0b1)); dr.IntN(4) == 0 {
+		j := dr.IntN(n)
+		for k := range 1 + dr.IntN(3)/2 {
+			id := w.nodes[j].id
+			w.nodes = append(w.nodes, &schedNode{w: w, id: id, name: fmt.Sprintf("%s%c", id, 'b'+k), idx: len(w.nodes), healed: make(chan struct{})})
+		}
+		w.shared = true
 	}
 	w.tracef("world", "seed=%d nodes=%d timing=%+v", seed, n, tm)
+	if w.shared {
+		schedShared.Add(1)
+		var names []string
+		for _, sn := range w.nodes[n:] {
+			names = append(names, sn.name)
+		}
+		w.tracef("world", "shared node id %s: %s run with it too", w.nodes[n].id, strings.Join(names, ", "))
+	}
 	if w.ties {
 		schedTies.Add(1)
 		w.tracef("world", "ties: chaos delays on a grid of %v (0: none), engine draws and steps on whole milliseconds", w.grain)
@@ -434,9 +493,10 @@ const (
 // schedNode is one node id: its faults (they outlive an incarnation) and
 // its current incarnation.
 type schedNode struct {
-	w   *world
-	id  string
-	idx int
+	w    *world
+	id   string // the node id its Feeds use: shared by twins
+	name string // unique: the id, or the id and a letter for a twin
+	idx  int
 
 	mu          sync.Mutex
 	f           nodeFaults
@@ -526,14 +586,24 @@ type incarnation struct {
 	sides  map[string]*base.Feed // multi: the Feeds of the side elections
 	slow   chan []base.Event     // the leadership events of a slow reader of Events, once it ended
 
+	born time.Time // when the driver made it
+
 	mu       sync.Mutex
 	writes   []writeRec
 	presents map[uint64]time.Time // presence token -> when its write was sent
 	events   []base.Event         // leadership events, as the judges' reader took them
+	ended    time.Time            // when its Feed stopped (Stop returned, or Start failed); zero while it runs
 	// The view check (checkView): the last view judged, and the stale
 	// reads the chaos wrapper returned to it lately.
 	view   viewPoint
 	stales []staleRead
+	// The judges of shared ids: the incarnations its claims and renewals
+	// carried (Record.Incarnation: one), whether its first EventNewLeader
+	// came, and when it reported ErrDuplicateID.
+	wrote        map[uint64]bool
+	newLeaderYet bool
+	dupReports   []time.Time
+	staleForeign []time.Time // when stale reads returned it a record of its id by another incarnation
 }
 
 // viewPoint is a node's view of the record at one moment: the revision
@@ -727,6 +797,9 @@ func (c *chaos) Get(ctx context.Context) (heartbeat.Record, error) {
 	if stale {
 		c.inc.mu.Lock()
 		c.inc.stales = append(c.inc.stales, staleRead{rev: r.Revision, term: r.Term, at: time.Now()})
+		if r.Leader == c.n.id && r.Handover == 0 && !c.inc.wrote[r.Incarnation] {
+			c.inc.staleForeign = append(c.inc.staleForeign, time.Now())
+		}
 		c.inc.mu.Unlock()
 	}
 	return r, err
@@ -766,6 +839,16 @@ func (c *chaos) Participants(ctx context.Context) ([]backend.Presence, time.Time
 
 func (c *chaos) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	sent := time.Now()
+	if next.Leader == c.n.id && next.Handover == 0 {
+		// A claim or renewal: its incarnation is this Feed's. Noted before
+		// the call, since the feed may bring the record before the reply.
+		c.inc.mu.Lock()
+		if c.inc.wrote == nil {
+			c.inc.wrote = make(map[uint64]bool)
+		}
+		c.inc.wrote[next.Incarnation] = true
+		c.inc.mu.Unlock()
+	}
 	res, err := c.heartbeat(ctx, expected, next)
 	c.inc.mu.Lock()
 	c.inc.writes = append(c.inc.writes, writeRec{sent: sent, replied: time.Now(), next: next.Clone(), ok: err == nil})
@@ -785,6 +868,9 @@ func (c *chaos) lateCommit(expected, next heartbeat.Record, d time.Duration) {
 		res, err := w.raw.Heartbeat(context.Background(), expected, next)
 		if err == nil {
 			w.committed(res, "late commit of "+key)
+			w.mu.Lock()
+			w.lates = append(w.lates, lateWrite{rec: res, at: time.Now()})
+			w.mu.Unlock()
 		}
 	}()
 }
@@ -939,7 +1025,7 @@ func (w *world) newRand(n *schedNode, stream uint64) *rand.Rand {
 // startNode starts a new incarnation of n (asynchronously: Start may hang).
 func (w *world) startNode(n *schedNode) {
 	n.inc++
-	inc := &incarnation{n: n, key: fmt.Sprintf("%s#%d", n.id, n.inc), timing: w.timing}
+	inc := &incarnation{n: n, key: fmt.Sprintf("%s#%d", n.name, n.inc), timing: w.timing, born: time.Now()}
 	if w.mixed && w.newRand(n, 6).IntN(2) == 0 {
 		inc.timing = w.alt
 	}
@@ -1023,6 +1109,7 @@ func (w *world) startNode(n *schedNode) {
 		w.tracef(inc.key, "started: %v", err)
 		if err != nil {
 			_ = f.Stop(context.Background())
+			inc.setEnded()
 			inc.stopSides()
 		} else {
 			for name, sf := range inc.sides {
@@ -1066,6 +1153,14 @@ func (w *world) onEvent(inc *incarnation, e base.Event) {
 		w.checkView(inc, recordView(e.Record, "EventElected"))
 	case base.EventNewLeader:
 		w.checkView(inc, recordView(e.Record, "EventNewLeader"))
+		w.checkAnnounced(inc, e)
+	case base.EventError:
+		if errors.Is(e.Err, base.ErrDuplicateID) {
+			schedDupReports.Add(1)
+			inc.mu.Lock()
+			inc.dupReports = append(inc.dupReports, time.Now())
+			inc.mu.Unlock()
+		}
 	}
 	if leadership(e) {
 		inc.mu.Lock()
@@ -1118,6 +1213,100 @@ func (w *world) checkView(inc *incarnation, v viewPoint) {
 	}
 }
 
+// checkAnnounced judges an EventNewLeader of inc: a record naming its node
+// id, written by a claim or renewal (no handover token) of another process
+// (an incarnation none of inc's own claims and renewals carried), is
+// announced only after an EventError matching ErrDuplicateID; except in
+// the first EventNewLeader, of the first record inc took in, which may be
+// a predecessor's (a process that used the id before this one started).
+func (w *world) checkAnnounced(inc *incarnation, e base.Event) {
+	r := e.Record
+	inc.mu.Lock()
+	first := !inc.newLeaderYet
+	inc.newLeaderYet = true
+	foreign := r.Revision != 0 && r.Leader == inc.n.id && r.Handover == 0 && r.Incarnation != 0 && !inc.wrote[r.Incarnation]
+	reported := len(inc.dupReports) > 0
+	inc.mu.Unlock()
+	if foreign && !first && !reported {
+		w.failf("%s: announced term %d of its node id by another process (incarnation %d, revision %d) without reporting ErrDuplicateID", inc.key, r.Term, r.Incarnation, r.Revision)
+	}
+}
+
+// checkDuplicates judges, once inc stopped, what it reported of its node
+// id being shared: at most one EventError matching ErrDuplicateID, and
+// Health.DuplicateSeen set exactly when one came; none at all unless a
+// twin (another incarnation with its node id that ran while it ran) sent
+// a claim or renewal. Its own claims and renewals carry one incarnation,
+// which no twin's carry.
+func (w *world) checkDuplicates(inc *incarnation) {
+	if inc.feed == nil {
+		return
+	}
+	inc.mu.Lock()
+	reports := len(inc.dupReports)
+	mine := make(map[uint64]bool, len(inc.wrote))
+	for x := range inc.wrote {
+		mine[x] = true
+	}
+	born, ended := inc.born, inc.ended
+	staleForeign := append([]time.Time(nil), inc.staleForeign...)
+	var dupReports []time.Time
+	dupReports = append(dupReports, inc.dupReports...)
+	inc.mu.Unlock()
+	if reports > 1 {
+		w.failf("%s: %d EventErrors matching ErrDuplicateID, want at most one", inc.key, reports)
+	}
+	if seen := !inc.feed.Health().DuplicateSeen.IsZero(); seen != (reports > 0) {
+		w.failf("%s: Health.DuplicateSeen set %v, but %d EventErrors matching ErrDuplicateID", inc.key, seen, reports)
+	}
+	if len(mine) > 1 {
+		w.failf("%s: its claims and renewals carry %d incarnations, want one", inc.key, len(mine))
+	}
+	twinWrote := false
+	for _, o := range w.incs {
+		if o == inc || o.n.id != inc.n.id {
+			continue
+		}
+		o.mu.Lock()
+		overlap := (ended.IsZero() || o.born.Before(ended)) && (o.ended.IsZero() || born.Before(o.ended))
+		for x := range o.wrote {
+			if mine[x] {
+				w.failf("%s and %s: claims or renewals of both carry incarnation %d", inc.key, o.key, x)
+			}
+			twinWrote = twinWrote || overlap
+		}
+		o.mu.Unlock()
+	}
+	if reports == 0 || twinWrote {
+		return
+	}
+	// A false report. Two kinds are known engine faults (reported with
+	// TestMachineFalseDuplicate*): a stale read returned a record of a
+	// predecessor (an incarnation that stopped before this one started),
+	// or a predecessor's write committed after it stopped. They are
+	// counted, and fail only with -strictdup; any other fails.
+	at := dupReports[0]
+	stale, late := 0, 0
+	for _, t := range staleForeign {
+		if !t.After(at) {
+			stale++
+		}
+	}
+	w.mu.Lock()
+	for _, l := range w.lates {
+		if l.rec.Leader == inc.n.id && l.rec.Handover == 0 && !mine[l.rec.Incarnation] && !l.at.Before(born) && !l.at.After(at) {
+			late++
+		}
+	}
+	w.mu.Unlock()
+	if (stale > 0 || late > 0) && !*schedStrictDup {
+		schedFalseDups.Add(1)
+		w.tracef(inc.key, "false ErrDuplicateID report of a known kind (stale reads of a predecessor's record: %d, late commits of a predecessor's write: %d)", stale, late)
+		return
+	}
+	w.failf("%s: reported ErrDuplicateID, but no other process with its node id sent a claim or renewal while it ran (stale reads of a predecessor's record before: %d; late commits of a predecessor's write since it started: %d)", inc.key, stale, late)
+}
+
 // leadership reports whether e is an event the docs promise never to drop
 // for a reader that reads.
 func leadership(e base.Event) bool {
@@ -1163,6 +1352,13 @@ func (w *world) checkSlowReader(inc *incarnation) {
 	if d := inc.feed.Dropped(); d != 0 {
 		w.failf("%s: Events dropped %d events for a reader that reads", inc.key, d)
 	}
+}
+
+// setEnded notes that inc's Feed stopped.
+func (inc *incarnation) setEnded() {
+	inc.mu.Lock()
+	inc.ended = time.Now()
+	inc.mu.Unlock()
 }
 
 // stopSides stops the side elections' Feeds of inc (after its main one).
@@ -1223,6 +1419,7 @@ func (w *world) stopNode(n *schedNode, d time.Duration) {
 		default:
 			w.failf("%s: Stop returned before Done closed", inc.key)
 		}
+		inc.setEnded()
 		inc.stopSides()
 		n.setState(stStopped)
 	})
@@ -1348,11 +1545,11 @@ func (w *world) injectFault() {
 	case 10:
 		what, set = fmt.Sprintf("duplicated notifications p=%v", p), func(f *nodeFaults) { f.dup = p }
 	default:
-		w.tracef(n.id, "fault: feed broken")
+		w.tracef(n.name, "fault: feed broken")
 		n.breakFeeds()
 		return
 	}
-	w.tracef(n.id, "fault: %s", what)
+	w.tracef(n.name, "fault: %s", what)
 	n.setFaults(set)
 }
 
@@ -1396,7 +1593,7 @@ func (w *world) injectBatchFault() {
 		ft = faulty.Fault{Method: faulty.MethodHeartbeatBatch, DelayReply: d}
 	}
 	ft.Nth = nth
-	w.tracef(n.id, "batch fault on %s: %+v", inc.key, ft)
+	w.tracef(n.name, "batch fault on %s: %+v", inc.key, ft)
 	inc.store.Inject(ft)
 	n.mu.Lock()
 	n.storeFaults = true
@@ -1520,7 +1717,7 @@ func (w *world) run() {
 		for n, at := range healAt {
 			if !time.Now().Before(at) {
 				delete(healAt, n)
-				w.tracef(n.id, "heal")
+				w.tracef(n.name, "heal")
 				n.heal()
 			}
 		}
@@ -1612,6 +1809,14 @@ func (w *world) liveness() {
 		// the leaders of the side elections at this instant, whatever the
 		// timings of the renewals they share batches with.
 		sides := w.sideLeaders()
+		// The leader's twins that run now, and run through the window,
+		// see its renewals.
+		twins := map[*schedNode]*incarnation{}
+		for _, n := range w.nodes {
+			if n != leader && n.id == leader.id && n.getState() == stRunning {
+				twins[n] = n.cur
+			}
+		}
 		stable := time.Now().Add(20 * tm.HeartbeatInterval)
 		for time.Now().Before(stable) && !w.failed() {
 			w.step()
@@ -1623,6 +1828,18 @@ func (w *world) liveness() {
 					w.failf("stability: %s lost leadership of %s term %d with no fault in force", sl.key, name, sl.term)
 					delete(sides, name)
 				}
+			}
+		}
+		for n, inc := range twins {
+			if w.failed() || n.cur != inc || n.getState() != stRunning {
+				continue
+			}
+			inc.mu.Lock()
+			reported := len(inc.dupReports) > 0
+			inc.mu.Unlock()
+			if err := inc.feed.Healthy(0); !reported || !errors.Is(err, base.ErrDuplicateID) {
+				w.failf("duplicate id: %s ran while %s (its node id) led term %d for %v with nothing failing, but reported ErrDuplicateID %v, and Healthy says %v",
+					inc.key, leader.cur.key, term, 20*tm.HeartbeatInterval, reported, err)
 			}
 		}
 	}
@@ -1666,6 +1883,7 @@ func (w *world) stopAll() {
 				if err != nil {
 					w.failf("%s: Stop on a healthy store: %v", inc.key, err)
 				}
+				inc.setEnded()
 				inc.stopSides()
 				n.setState(stStopped)
 			})
@@ -1696,6 +1914,7 @@ func (w *world) stopAll() {
 	}
 	for _, inc := range w.incs {
 		w.checkSlowReader(inc)
+		w.checkDuplicates(inc)
 	}
 	for _, se := range w.sides {
 		if err := se.check.Check(); err != nil {

@@ -597,6 +597,9 @@ type incarnation struct {
 	// reads the chaos wrapper returned to it lately.
 	view   viewPoint
 	stales []staleRead
+	// viewDone: Leader was judged after the Feed stopped (owned by the
+	// driver).
+	viewDone bool
 	// The judges of shared ids: the incarnations its claims and renewals
 	// carried (Record.Incarnation: one), whether its first EventNewLeader
 	// came, and when it reported ErrDuplicateID.
@@ -1616,11 +1619,17 @@ func (w *world) checkNow() {
 	w.mu.Unlock()
 	// Every event so far was read (the step waited for every goroutine):
 	// Leader is each incarnation's view after them.
+	// A Feed that stopped was judged once after it stopped: its view
+	// no longer changes.
 	for _, inc := range w.incs {
-		if inc.feed != nil {
-			if r, ok := inc.feed.Leader(); ok {
-				w.checkView(inc, recordView(r, "Leader"))
-			}
+		if inc.feed == nil || inc.viewDone {
+			continue
+		}
+		inc.mu.Lock()
+		inc.viewDone = !inc.ended.IsZero()
+		inc.mu.Unlock()
+		if r, ok := inc.feed.Leader(); ok {
+			w.checkView(inc, recordView(r, "Leader"))
 		}
 	}
 	if len(live) > 1 {

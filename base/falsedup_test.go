@@ -11,6 +11,8 @@ import (
 	"flag"
 	"testing"
 	"time"
+
+	"github.com/leaderfeed/leaderfeed/heartbeat"
 )
 
 var falseDup = flag.Bool("falsedup", false, "run the reproductions of the known false ErrDuplicateID reports")
@@ -46,26 +48,42 @@ func TestMachineFalseDuplicateLateCommitOfPredecessor(t *testing.T) {
 	}
 }
 
-// Schedule seeds 124, 204, 316, 983, 1333, 1633, 1777, 1913, 1989 (replay:
-// go test ./base -run 'TestSchedules$' -seed=124 -strictdup): a read
-// asked after the node's last observation returns an older record (a
-// stale replica, or a store that lost writes): the engine takes it as
-// authoritative, and when it is a record of the previous process with
-// this node id, committed before this process started, reports a
+// Schedule seeds 124, 204, 316, 983, 1333, 1633, 1777, 1913, 1989, 100705,
+// 103170, 107088, 130266 (replay, a few times if need be: go test ./base
+// -run 'TestSchedules$' -seed=124 -strictdup): a read asked after the
+// node's last observation returns an older record (a stale replica, or a
+// store that lost writes), which the engine takes as authoritative. When
+// that is a record of the previous process with this node id, committed
+// before this process started, or when it takes the view back behind such
+// a record, which then comes again, the record is reported as a
 // duplicate.
 func TestMachineFalseDuplicateStaleReadOfPredecessor(t *testing.T) {
 	if !*falseDup {
 		t.Skip("engine fault reported, not fixed yet: run with -falsedup")
 	}
-	old := rec(5, "a", 3, timing.LeaseDuration)
-	old.Incarnation = testInc + 1 // the predecessor's, before this process started
-	m := follower(t, rec(7, "x", 4, timing.LeaseDuration), at(5*time.Millisecond))
-	rd := findCall(m.step(at(10*time.Millisecond), subscribedInput{ok: true}), callRead)
-	if rd == nil || !m.current(rd.sentStep) {
-		t.Fatal("the opened feed sent no authoritative read")
-	}
-	effs := m.step(at(11*time.Millisecond), callResult{kind: callRead, sentAt: rd.sentAt, sentStep: rd.sentStep, res: old})
-	if dupReported(effs) || !m.health.DuplicateSeen.IsZero() {
-		t.Fatal("reported a duplicate id for a record older than the first one this process saw, written by the process that used the id before")
+	pred := rec(5, "a", 3, timing.LeaseDuration)
+	pred.Incarnation = testInc + 1 // the predecessor's, before this process started
+	for _, tc := range []struct {
+		name  string
+		first heartbeat.Record   // the first read's record
+		reads []heartbeat.Record // the reads after it
+	}{
+		{"the stale read returns the predecessor's record", rec(7, "x", 4, timing.LeaseDuration), []heartbeat.Record{pred}},
+		{"the stale read goes behind it, and it comes again", pred, []heartbeat.Record{rec(4, "", 2, 0), pred}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := follower(t, tc.first, at(5*time.Millisecond))
+			for i, r := range tc.reads {
+				now := at(time.Duration(10+i) * time.Millisecond)
+				rd := findCall(m.step(now, subscribedInput{ok: true}), callRead)
+				if rd == nil || !m.current(rd.sentStep) {
+					t.Fatal("the opened feed sent no authoritative read")
+				}
+				effs := m.step(now, callResult{kind: callRead, sentAt: rd.sentAt, sentStep: rd.sentStep, res: r})
+				if dupReported(effs) || !m.health.DuplicateSeen.IsZero() {
+					t.Fatalf("reported a duplicate id for the predecessor's record, written before this process started (read %d: %v)", i+1, r)
+				}
+			}
+		})
 	}
 }

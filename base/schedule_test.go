@@ -69,10 +69,12 @@ package base_test
 //     runs through the stable window below has reported, and Healthy
 //     fails with ErrDuplicateID; no incarnation reports unless a twin
 //     that ran while it ran sent a claim or renewal (in worlds with
-//     unique ids: never). Two known false reports of the engine (a stale
-//     read or a late commit of a predecessor's record, see checkDuplicates)
-//     are counted instead, and fail with -strictdup; the claims and
-//     renewals of one Feed carry one incarnation, which no twin's carry;
+//     unique ids: never). Two known false reports of the engine (after a
+//     stale read took the view back to or behind a predecessor's record,
+//     and after a predecessor's write committed late; see
+//     checkDuplicates) are counted instead, and fail with -strictdup; the
+//     claims and renewals of one Feed carry one incarnation, which no
+//     twin's carry;
 //   - Stop, Resign and Proclaim return within their context;
 //   - a reader of Events slower than the events (up to 2 ms each) gets
 //     every leadership event the judges' reader got, Stop's included, and
@@ -606,7 +608,7 @@ type incarnation struct {
 	wrote        map[uint64]bool
 	newLeaderYet bool
 	dupReports   []time.Time
-	staleForeign []time.Time // when stale reads returned it a record of its id by another incarnation
+	staleAll     []staleRead // every stale read the chaos wrapper returned to it
 }
 
 // viewPoint is a node's view of the record at one moment: the revision
@@ -799,10 +801,9 @@ func (c *chaos) Get(ctx context.Context) (heartbeat.Record, error) {
 	}
 	if stale {
 		c.inc.mu.Lock()
-		c.inc.stales = append(c.inc.stales, staleRead{rev: r.Revision, term: r.Term, at: time.Now()})
-		if r.Leader == c.n.id && r.Handover == 0 && !c.inc.wrote[r.Incarnation] {
-			c.inc.staleForeign = append(c.inc.staleForeign, time.Now())
-		}
+		sr := staleRead{rev: r.Revision, term: r.Term, at: time.Now()}
+		c.inc.stales = append(c.inc.stales, sr)
+		c.inc.staleAll = append(c.inc.staleAll, sr)
 		c.inc.mu.Unlock()
 	}
 	return r, err
@@ -1252,7 +1253,7 @@ func (w *world) checkDuplicates(inc *incarnation) {
 		mine[x] = true
 	}
 	born, ended := inc.born, inc.ended
-	staleForeign := append([]time.Time(nil), inc.staleForeign...)
+	staleAll := append([]staleRead(nil), inc.staleAll...)
 	var dupReports []time.Time
 	dupReports = append(dupReports, inc.dupReports...)
 	inc.mu.Unlock()
@@ -1284,18 +1285,25 @@ func (w *world) checkDuplicates(inc *incarnation) {
 		return
 	}
 	// A false report. Two kinds are known engine faults (reported with
-	// TestMachineFalseDuplicate*): a stale read returned a record of a
-	// predecessor (an incarnation that stopped before this one started),
-	// or a predecessor's write committed after it stopped. They are
-	// counted, and fail only with -strictdup; any other fails.
+	// TestMachineFalseDuplicate*): a stale read took the view back to,
+	// or behind, a record of a predecessor (an incarnation that stopped
+	// before this one started), which was then taken for a new write; or a
+	// predecessor's write committed after it stopped. They are counted,
+	// and fail only with -strictdup; any other fails.
 	at := dupReports[0]
 	stale, late := 0, 0
-	for _, t := range staleForeign {
-		if !t.After(at) {
+	w.mu.Lock()
+	var pred uint64 // the newest record of a predecessor
+	for rev, r := range w.history {
+		if r.Leader == inc.n.id && r.Handover == 0 && !mine[r.Incarnation] {
+			pred = max(pred, rev)
+		}
+	}
+	for _, s := range staleAll {
+		if !s.at.After(at) && pred != 0 && s.rev <= pred {
 			stale++
 		}
 	}
-	w.mu.Lock()
 	for _, l := range w.lates {
 		if l.rec.Leader == inc.n.id && l.rec.Handover == 0 && !mine[l.rec.Incarnation] && !l.at.Before(born) && !l.at.After(at) {
 			late++
@@ -1304,10 +1312,10 @@ func (w *world) checkDuplicates(inc *incarnation) {
 	w.mu.Unlock()
 	if (stale > 0 || late > 0) && !*schedStrictDup {
 		schedFalseDups.Add(1)
-		w.tracef(inc.key, "false ErrDuplicateID report of a known kind (stale reads of a predecessor's record: %d, late commits of a predecessor's write: %d)", stale, late)
+		w.tracef(inc.key, "false ErrDuplicateID report of a known kind (stale reads at or behind a predecessor's record: %d, late commits of a predecessor's write: %d)", stale, late)
 		return
 	}
-	w.failf("%s: reported ErrDuplicateID, but no other process with its node id sent a claim or renewal while it ran (stale reads of a predecessor's record before: %d; late commits of a predecessor's write since it started: %d)", inc.key, stale, late)
+	w.failf("%s: reported ErrDuplicateID, but no other process with its node id sent a claim or renewal while it ran (stale reads at or behind a predecessor's record before: %d; late commits of a predecessor's write since it started: %d)", inc.key, stale, late)
 }
 
 // leadership reports whether e is an event the docs promise never to drop

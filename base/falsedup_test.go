@@ -60,6 +60,7 @@ func TestMachineFalseDuplicateStaleReadOfPredecessor(t *testing.T) {
 	}{
 		{"the stale read returns the predecessor's record", rec(7, "x", 4, timing.LeaseDuration), []heartbeat.Record{pred}},
 		{"the stale read goes behind it, and it comes again", pred, []heartbeat.Record{rec(4, "", 2, 0), pred}},
+		{"... twice", pred, []heartbeat.Record{rec(4, "", 2, 0), pred, rec(4, "", 2, 0), pred}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := follower(t, tc.first, at(5*time.Millisecond))

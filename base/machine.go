@@ -331,6 +331,7 @@ type machine struct {
 
 	pres   *priorityCheck // presence and the Priority check; nil: not participating
 	dupInc uint64         // the other incarnation of this node id whose write dupSeen saw last
+	dupRev uint64         // ... and the newest revision of it seen
 
 	// The changefeed.
 	feedUp    bool      // the feed is open
@@ -832,16 +833,20 @@ func (m *machine) mine(r heartbeat.Record) bool {
 // incarnation, newer than the record this process knew: not the first it
 // saw, so written since it started, by a claim or renewal of another
 // process. One such write may be the last of the process that used the id
-// before this one (a renewal held up in the store when it stopped); a
-// second write of the same incarnation is another process that runs with
-// this node id. Harmless to safety (neither takes the other's writes for
+// before this one (a renewal held up in the store when it stopped; its
+// record seen again after a stale read); a second, newer write of the same
+// incarnation is another process that runs with this node id. Harmless to safety (neither takes the other's writes for
 // its own, see own), but the operator must hear of it: logged at Error
 // once, an EventError, and Health until it has not been seen for a while.
 func (m *machine) dupSeen(r heartbeat.Record) {
 	if r.Incarnation != m.dupInc {
-		m.dupInc = r.Incarnation // the first write of it seen: a predecessor's late one, or a twin
+		m.dupInc, m.dupRev = r.Incarnation, r.Revision // its first write seen: a predecessor's late one, or a twin's
 		return
 	}
+	if r.Revision <= m.dupRev {
+		return // that write again (a stale read took the view behind it)
+	}
+	m.dupRev = r.Revision
 	first := m.health.DuplicateSeen.IsZero()
 	m.health.DuplicateSeen, m.healthChanged = m.now, true
 	if !first {

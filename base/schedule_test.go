@@ -21,16 +21,57 @@ package base_test
 // node participates (presence records), with one priority. Then every
 // fault heals and the nodes that are stopped may restart.
 //
+// Two kinds of worlds, each a quarter of the schedules (streams of their
+// own, so that the other schedules replay as before):
+//   - worlds of ties, where several steps read one clock reading on
+//     purpose: the chaos wrapper's delays are none at all, or end on a
+//     grid of 1 ms or 10 ms (so the replies, notifications and late
+//     commits of every node land on the same instants); the engine's
+//     random durations (Options.Rand: timeouts, jitter, backoff) are whole
+//     milliseconds, so its timers fire on those instants too; and the
+//     driver's steps (user calls, checks) land on whole milliseconds;
+//   - worlds with a shared node id: two (in a third of them three)
+//     schedNodes use one node id, each with faults and incarnations of
+//     its own, all running from the start. Their Feeds must act as two or
+//     three nodes. Elsewhere a node id is used again only by a restart,
+//     after the earlier Feed stopped.
+//
 // The judges, checked about every millisecond of the fake clock and at the
-// end:
+// end (an incarnation is one Feed, named by its schedNode and number: two
+// Feeds with one node id are two incarnations to every judge):
 //   - at no instant are two leader contexts live (Err() == nil), whether
 //     taken from EventElected or from LeaderContext, over every incarnation;
 //   - a live leader context is covered by the engine's own lease rule, judged
 //     from outside: a write of that term whose reply the node got, sent less
 //     than LeaseDuration ago (and answered before its lease ended);
-//   - the leadership intervals of the events (basetest.Checker) never
-//     overlap and their terms strictly increase; the store's terms never
-//     decrease from one revision to the next;
+//   - the leadership intervals of the events (basetest.Checker, keyed by
+//     incarnation) never overlap and their terms strictly increase; the
+//     store's terms never decrease from one revision to the next;
+//   - the view: no incarnation's view of the record goes back to an older
+//     one, judged in order over its EventNewLeader and EventElected
+//     records and Leader() at every step (after every event so far was
+//     read): never a lower revision, nor of one revision a lower term.
+//     The memory store never loses an acknowledged write, nor does the
+//     chaos wrapper; the only older records it hands a node are its stale
+//     reads (one of the last three records), which the engine takes when
+//     the read was asked after its last observation (it cannot tell them
+//     from a store that lost writes). So the view may go back only to a
+//     record no older than one a stale read returned to that incarnation
+//     in the last staleWindow (the engine takes a reply in the instant it
+//     comes), and only forward from there;
+//   - shared node ids: an incarnation announces (EventNewLeader) a record
+//     of its node id written by another process's claim or renewal (an
+//     incarnation its own writes never carried, no handover token) only
+//     after an EventError matching base.ErrDuplicateID, except the first
+//     write of each other incarnation (a predecessor's last write, found
+//     at start or committed late; the engine reports a second one); it
+//     reports at most once, and Health.DuplicateSeen is set exactly when
+//     it did; a twin of the leader (an incarnation with its node id) that
+//     runs through the stable window below has reported, and Healthy
+//     fails with ErrDuplicateID; no incarnation reports unless a twin
+//     that ran while it ran sent a claim or renewal (in worlds with
+//     unique ids: never); the claims and renewals of one Feed carry one incarnation, which no
+//     twin's carry;
 //   - Stop, Resign and Proclaim return within their context;
 //   - a reader of Events slower than the events (up to 2 ms each) gets
 //     every leadership event the judges' reader got, Stop's included, and
@@ -40,9 +81,11 @@ package base_test
 //     nothing fails (whatever the timings it shares batches with);
 //   - liveness: once every fault has healed and a campaigning node runs,
 //     some node leads within ElectionTimeoutMax plus the longest injected
-//     delay plus a few heartbeats, and keeps leading while nothing fails.
+//     delay (and its grid) plus a few heartbeats, and keeps leading while
+//     nothing fails.
 //
-// go test ./base -run TestSchedules -schedules=5000 runs more schedules;
+// go test ./base -run TestSchedules -schedules=5000 runs more schedules
+// (-firstseed=F from seed F, -keepgoing past a failure);
 // -seed=S replays one (the seed and the trace are printed on failure). The
 // driver's choices and every fault decision come from the seed; goroutines
 // that run at the same fake instant may still interleave differently, so a
@@ -75,6 +118,7 @@ var (
 	schedCount = flag.Int("schedules", 300, "randomized schedules TestSchedules runs")
 	schedSeed  = flag.Uint64("seed", 0, "run only the schedule of this seed (0: schedules 1..N)")
 	schedFirst = flag.Uint64("firstseed", 1, "first seed of TestSchedules")
+	schedAll   = flag.Bool("keepgoing", false, "TestSchedules runs every schedule, also after one failed (each failure is reported)")
 )
 
 func TestSchedules(t *testing.T) {
@@ -86,13 +130,16 @@ func TestSchedules(t *testing.T) {
 	if testing.Short() {
 		n = min(n, 20)
 	}
-	t.Cleanup(func() { t.Logf("%d transfers returned without error", schedTransfers.Load()) })
+	t.Cleanup(func() {
+		t.Logf("%d transfers returned without error; %d worlds of ties, %d with a shared node id (%d duplicate ids reported)",
+			schedTransfers.Load(), schedTies.Load(), schedShared.Load(), schedDupReports.Load())
+	})
 	// Two groups in parallel: each schedule is its own bubble.
 	for g := uint64(0); g < 2; g++ {
 		t.Run(fmt.Sprintf("group%d", g), func(t *testing.T) {
 			t.Parallel()
 			for s := *schedFirst + g; s < *schedFirst+n; s += 2 {
-				if !runSchedule(t, s) {
+				if !runSchedule(t, s) && !*schedAll {
 					return
 				}
 			}
@@ -103,6 +150,11 @@ func TestSchedules(t *testing.T) {
 // schedTransfers counts the transfers of every schedule that succeeded, so
 // that a run shows they were exercised.
 var schedTransfers atomic.Int64
+
+// schedTies, schedShared and schedDupReports count the worlds of ties,
+// those with a shared node id, and the ErrDuplicateID reports in them, so
+// that a run shows they were exercised.
+var schedTies, schedShared, schedDupReports atomic.Int64
 
 // Regression seeds: schedules that once found a fault, kept as cases.
 var schedRegressions = []uint64{1, 50, 1937}
@@ -162,13 +214,21 @@ type world struct {
 	sides  []sideElection
 	brng   *rand.Rand
 	incs   []*incarnation // every incarnation so far (owned by the driver)
-	maxDel time.Duration  // the longest injected delay
+	maxDel time.Duration  // the longest injected delay (before landing on the grid)
 	store  *memory.DB
 	raw    backend.Election // commits writes after their caller gave up
 	start  time.Time
 	nodes  []*schedNode
 	check  *basetest.Checker
 	bg     sync.WaitGroup // user calls, event readers, late commits
+
+	// ties: several steps read one clock reading on purpose; the chaos
+	// delays land on a grid of grain (0: no delay at all). See newWorld.
+	ties  bool
+	grain time.Duration
+	// shared: one node id is used by two or three schedNodes at once
+	// (twins), whose incarnations must act as two or three nodes.
+	shared bool
 
 	mu      sync.Mutex
 	trace   []string
@@ -269,11 +329,47 @@ func newWorld(seed uint64) *world {
 			w.sides = append(w.sides, sideElection{name: fmt.Sprintf("side%d", i+1), timing: st, check: basetest.NewChecker()})
 		}
 	}
+	// So do the worlds of ties: in a quarter of them, several steps read
+	// one clock reading on purpose. The chaos wrapper's delays are none at
+	// all (grain 0) or end on a grid of 1 ms or 10 ms, so that replies,
+	// notifications and late commits of every node land on the same
+	// instants; the engine's random draws of durations (timeouts, jitter)
+	// are whole milliseconds, so its timers fire on them too; and the
+	// driver's steps (user calls, checks) land on whole milliseconds.
+	if tr := rand.New(rand.NewPCG(seed, 0x71e5)); tr.IntN(4) == 0 {
+		w.ties = true
+		w.grain = []time.Duration{0, time.Millisecond, 10 * time.Millisecond}[tr.IntN(3)]
+	}
 	n := 3 + rng.IntN(3)
 	for i := range n {
-		w.nodes = append(w.nodes, &schedNode{w: w, id: fmt.Sprintf("n%d", i+1), idx: i, healed: make(chan struct{})})
+		id := fmt.Sprintf("n%d", i+1)
+		w.nodes = append(w.nodes, &schedNode{w: w, id: id, name: id, idx: i, healed: make(chan struct{})})
+	}
+	// Shared node ids come from a stream of their own: in a quarter of the
+	// worlds, one node id is used by two schedNodes (in a third of those by
+	// three), each with its own faults and incarnations, all running at
+	// once from the start.
+	if dr := rand.New(rand.NewPCG(seed, 0xd0b1)); dr.IntN(4) == 0 {
+		j := dr.IntN(n)
+		for k := range 1 + dr.IntN(3)/2 {
+			id := w.nodes[j].id
+			w.nodes = append(w.nodes, &schedNode{w: w, id: id, name: fmt.Sprintf("%s%c", id, 'b'+k), idx: len(w.nodes), healed: make(chan struct{})})
+		}
+		w.shared = true
 	}
 	w.tracef("world", "seed=%d nodes=%d timing=%+v", seed, n, tm)
+	if w.shared {
+		schedShared.Add(1)
+		var names []string
+		for _, sn := range w.nodes[n:] {
+			names = append(names, sn.name)
+		}
+		w.tracef("world", "shared node id %s: %s run with it too", w.nodes[n].id, strings.Join(names, ", "))
+	}
+	if w.ties {
+		schedTies.Add(1)
+		w.tracef("world", "ties: chaos delays on a grid of %v (0: none), engine draws and steps on whole milliseconds", w.grain)
+	}
 	if w.mixed {
 		w.tracef("world", "mixed timings: alt=%+v", w.alt)
 	}
@@ -384,9 +480,10 @@ const (
 // schedNode is one node id: its faults (they outlive an incarnation) and
 // its current incarnation.
 type schedNode struct {
-	w   *world
-	id  string
-	idx int
+	w    *world
+	id   string // the node id its Feeds use: shared by twins
+	name string // unique: the id, or the id and a letter for a twin
+	idx  int
 
 	mu          sync.Mutex
 	f           nodeFaults
@@ -476,10 +573,43 @@ type incarnation struct {
 	sides  map[string]*base.Feed // multi: the Feeds of the side elections
 	slow   chan []base.Event     // the leadership events of a slow reader of Events, once it ended
 
+	born time.Time // when the driver made it
+
 	mu       sync.Mutex
 	writes   []writeRec
 	presents map[uint64]time.Time // presence token -> when its write was sent
 	events   []base.Event         // leadership events, as the judges' reader took them
+	ended    time.Time            // when its Feed stopped (Stop returned, or Start failed); zero while it runs
+	// The view check (checkView): the last view judged, and the stale
+	// reads the chaos wrapper returned to it lately.
+	view   viewPoint
+	stales []staleRead
+	// viewDone: Leader was judged after the Feed stopped (owned by the
+	// driver).
+	viewDone bool
+	// The judges of shared ids: the incarnations its claims and renewals
+	// carried (Record.Incarnation: one), whether its first EventNewLeader
+	// came, and when it reported ErrDuplicateID.
+	wrote        map[uint64]bool
+	foreignFirst map[uint64]uint64 // per other incarnation of its id: the revision of its first write inc announced
+	dupReports   []time.Time
+}
+
+// viewPoint is a node's view of the record at one moment: the revision
+// of the record it holds (0: none, or none in the store) and its term,
+// when known (a record's; a missing record's view has none).
+type viewPoint struct {
+	rev, term uint64
+	termKnown bool
+	ok        bool   // a view was judged
+	what      string // where it came from, for the failure message
+}
+
+// staleRead is a record the chaos wrapper returned to a read as a stale
+// one, and when.
+type staleRead struct {
+	rev, term uint64
+	at        time.Time
 }
 
 // writeRec is one Heartbeat call of an incarnation, as its wrapper saw it.
@@ -549,13 +679,38 @@ func (c *chaos) roll(r *rand.Rand, p float64) bool {
 	return r.Float64() < p
 }
 
+// dur draws an injected delay of up to d, landed on the grid of a world
+// of ties (land).
 func (c *chaos) dur(r *rand.Rand, d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
 	}
+	return c.n.w.land(time.Duration(c.count(r, int64(d))))
+}
+
+// count draws from [0, n].
+func (c *chaos) count(r *rand.Rand, n int64) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return time.Duration(r.Int64N(int64(d) + 1))
+	return r.Int64N(n + 1)
+}
+
+// land returns how long an injected delay of d lasts: d, or in a world of
+// ties nothing (grain 0) or until the first instant of the grain's grid at
+// least d from now, where the other delays of every node end too.
+func (w *world) land(d time.Duration) time.Duration {
+	if !w.ties {
+		return d
+	}
+	if w.grain == 0 {
+		return 0
+	}
+	now := time.Now()
+	at := now.Add(d)
+	if g := at.Truncate(w.grain); g.Before(at) {
+		at = g.Add(w.grain)
+	}
+	return at.Sub(now)
 }
 
 // hang blocks until ctx ends or the node's faults heal.
@@ -616,8 +771,9 @@ func (c *chaos) Get(ctx context.Context) (heartbeat.Record, error) {
 	}
 	var r heartbeat.Record
 	var err error
-	if c.roll(c.rGet, f.stale) {
-		r = c.n.w.staleRecord(uint64(c.dur(c.rGet, 3)))
+	stale := c.roll(c.rGet, f.stale)
+	if stale {
+		r = c.n.w.staleRecord(uint64(c.count(c.rGet, 3)))
 		if r.Revision == 0 {
 			err = fmt.Errorf("chaos: stale read: %w", backend.ErrNotFound)
 		}
@@ -626,6 +782,12 @@ func (c *chaos) Get(ctx context.Context) (heartbeat.Record, error) {
 	}
 	if !sleepCtx(ctx, c.dur(c.rGet, f.replyDelay)) {
 		return heartbeat.Record{}, ctx.Err()
+	}
+	if stale {
+		c.inc.mu.Lock()
+		sr := staleRead{rev: r.Revision, term: r.Term, at: time.Now()}
+		c.inc.stales = append(c.inc.stales, sr)
+		c.inc.mu.Unlock()
 	}
 	return r, err
 }
@@ -664,6 +826,16 @@ func (c *chaos) Participants(ctx context.Context) ([]backend.Presence, time.Time
 
 func (c *chaos) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	sent := time.Now()
+	if next.Leader == c.n.id && next.Handover == 0 {
+		// A claim or renewal: its incarnation is this Feed's. Noted before
+		// the call, since the feed may bring the record before the reply.
+		c.inc.mu.Lock()
+		if c.inc.wrote == nil {
+			c.inc.wrote = make(map[uint64]bool)
+		}
+		c.inc.wrote[next.Incarnation] = true
+		c.inc.mu.Unlock()
+	}
 	res, err := c.heartbeat(ctx, expected, next)
 	c.inc.mu.Lock()
 	c.inc.writes = append(c.inc.writes, writeRec{sent: sent, replied: time.Now(), next: next.Clone(), ok: err == nil})
@@ -837,7 +1009,7 @@ func (w *world) newRand(n *schedNode, stream uint64) *rand.Rand {
 // startNode starts a new incarnation of n (asynchronously: Start may hang).
 func (w *world) startNode(n *schedNode) {
 	n.inc++
-	inc := &incarnation{n: n, key: fmt.Sprintf("%s#%d", n.id, n.inc), timing: w.timing}
+	inc := &incarnation{n: n, key: fmt.Sprintf("%s#%d", n.name, n.inc), timing: w.timing, born: time.Now()}
 	if w.mixed && w.newRand(n, 6).IntN(2) == 0 {
 		inc.timing = w.alt
 	}
@@ -867,7 +1039,11 @@ func (w *world) startNode(n *schedNode) {
 	// Every node participates (with one priority: a handover by priority
 	// would end the stable leadership the liveness judge expects), so that
 	// it can be the target of a transfer.
-	f, err := base.New(c, n.id, base.Options{Timing: inc.timing, Rand: w.newRand(n, 5), Value: []byte(inc.key), Participate: true})
+	var r heartbeat.Rand = w.newRand(n, 5)
+	if w.ties {
+		r = msRand{r.(*rand.Rand)}
+	}
+	f, err := base.New(c, n.id, base.Options{Timing: inc.timing, Rand: r, Value: []byte(inc.key), Participate: true})
 	if err != nil {
 		w.failf("New: %v", err)
 		return
@@ -917,6 +1093,7 @@ func (w *world) startNode(n *schedNode) {
 		w.tracef(inc.key, "started: %v", err)
 		if err != nil {
 			_ = f.Stop(context.Background())
+			inc.setEnded()
 			inc.stopSides()
 		} else {
 			for name, sf := range inc.sides {
@@ -935,6 +1112,20 @@ func (w *world) startNode(n *schedNode) {
 	}()
 }
 
+// msRand is the engine's Rand in a world of ties: its draws of durations
+// (a span of up to a minute: timeouts, jitter, backoff) are whole
+// milliseconds, so that the timers of several nodes fire at one instant;
+// larger draws (incarnations, presence tokens) are left alone.
+type msRand struct{ r *rand.Rand }
+
+func (m msRand) Int64N(n int64) int64 {
+	const ms = int64(time.Millisecond)
+	if n > int64(time.Minute) {
+		return m.r.Int64N(n)
+	}
+	return m.r.Int64N((n-1)/ms+1) * ms
+}
+
 func (w *world) onEvent(inc *incarnation, e base.Event) {
 	switch e.Type {
 	case base.EventChange:
@@ -943,6 +1134,17 @@ func (w *world) onEvent(inc *incarnation, e base.Event) {
 		w.mu.Lock()
 		w.ctxs = append(w.ctxs, leaderCtx{key: inc.key, term: e.Term, ctx: e.LeaderCtx, rec: e.Record})
 		w.mu.Unlock()
+		w.checkView(inc, recordView(e.Record, "EventElected"))
+	case base.EventNewLeader:
+		w.checkView(inc, recordView(e.Record, "EventNewLeader"))
+		w.checkAnnounced(inc, e)
+	case base.EventError:
+		if errors.Is(e.Err, base.ErrDuplicateID) {
+			schedDupReports.Add(1)
+			inc.mu.Lock()
+			inc.dupReports = append(inc.dupReports, time.Now())
+			inc.mu.Unlock()
+		}
 	}
 	if leadership(e) {
 		inc.mu.Lock()
@@ -951,6 +1153,125 @@ func (w *world) onEvent(inc *incarnation, e base.Event) {
 	}
 	w.check.Observe(inc.key, e)
 	w.tracef(inc.key, "%v", e)
+}
+
+// recordView is the view of a node that holds r (Revision 0: none).
+func recordView(r heartbeat.Record, what string) viewPoint {
+	return viewPoint{rev: r.Revision, term: r.Term, termKnown: r.Revision != 0, ok: true, what: what}
+}
+
+// staleWindow is how long after a stale read returned a node's view may
+// go back to it: the engine takes a reply in the instant it comes, and the
+// next judgement of its view (an event, or Leader at the next step, at
+// most 2 ms later) sees it.
+const staleWindow = 3 * time.Millisecond
+
+// checkView judges the next view v of inc (from its events in order, and
+// from Leader at every step once every event so far was read): never a
+// record older than the last view judged (a lower revision, or of one
+// revision a lower term), unless a stale read returned a record no newer
+// than v to inc within staleWindow.
+func (w *world) checkView(inc *incarnation, v viewPoint) {
+	now := time.Now()
+	inc.mu.Lock()
+	prev := inc.view
+	back := prev.ok && (v.rev < prev.rev || (v.termKnown && prev.termKnown && v.term < prev.term))
+	licensed := false
+	keep := inc.stales[:0]
+	for _, s := range inc.stales {
+		if now.Sub(s.at) > staleWindow {
+			continue
+		}
+		keep = append(keep, s)
+		licensed = licensed || (s.rev <= v.rev && (!v.termKnown || s.term <= v.term))
+	}
+	inc.stales = keep
+	if !v.termKnown && prev.ok && prev.rev == v.rev {
+		v.term, v.termKnown = prev.term, prev.termKnown
+	}
+	inc.view = v
+	inc.mu.Unlock()
+	if back && !licensed {
+		w.failf("%s: view went back from revision %d term %d (%s) to revision %d term %d (%s), and no stale read returned it",
+			inc.key, prev.rev, prev.term, prev.what, v.rev, v.term, v.what)
+	}
+}
+
+// checkAnnounced judges an EventNewLeader of inc: a record naming its node
+// id, written by a claim or renewal (no handover token) of another process
+// (an incarnation none of inc's own claims and renewals carried), is
+// announced only after an EventError matching ErrDuplicateID; except the
+// first write of that incarnation inc announces (and that write again,
+// after a stale read), which may be a predecessor's (a process that used
+// the id before this one, whose last write inc found at start or that
+// committed late): the engine reports at a second, newer write.
+func (w *world) checkAnnounced(inc *incarnation, e base.Event) {
+	r := e.Record
+	inc.mu.Lock()
+	foreign := r.Revision != 0 && r.Leader == inc.n.id && r.Handover == 0 && r.Incarnation != 0 && !inc.wrote[r.Incarnation]
+	firstOfIt := false
+	if foreign {
+		if inc.foreignFirst == nil {
+			inc.foreignFirst = make(map[uint64]uint64)
+		}
+		rev, seen := inc.foreignFirst[r.Incarnation]
+		if !seen {
+			inc.foreignFirst[r.Incarnation], rev = r.Revision, r.Revision
+		}
+		firstOfIt = r.Revision <= rev
+	}
+	reported := len(inc.dupReports) > 0
+	inc.mu.Unlock()
+	if foreign && !firstOfIt && !reported {
+		w.failf("%s: announced term %d of its node id by another process (incarnation %d, revision %d) without reporting ErrDuplicateID", inc.key, r.Term, r.Incarnation, r.Revision)
+	}
+}
+
+// checkDuplicates judges, once inc stopped, what it reported of its node
+// id being shared: at most one EventError matching ErrDuplicateID, and
+// Health.DuplicateSeen set exactly when one came; none at all unless a
+// twin (another incarnation with its node id that ran while it ran) sent
+// a claim or renewal. Its own claims and renewals carry one incarnation,
+// which no twin's carry.
+func (w *world) checkDuplicates(inc *incarnation) {
+	if inc.feed == nil {
+		return
+	}
+	inc.mu.Lock()
+	reports := len(inc.dupReports)
+	mine := make(map[uint64]bool, len(inc.wrote))
+	for x := range inc.wrote {
+		mine[x] = true
+	}
+	born, ended := inc.born, inc.ended
+	inc.mu.Unlock()
+	if reports > 1 {
+		w.failf("%s: %d EventErrors matching ErrDuplicateID, want at most one", inc.key, reports)
+	}
+	if seen := !inc.feed.Health().DuplicateSeen.IsZero(); seen != (reports > 0) {
+		w.failf("%s: Health.DuplicateSeen set %v, but %d EventErrors matching ErrDuplicateID", inc.key, seen, reports)
+	}
+	if len(mine) > 1 {
+		w.failf("%s: its claims and renewals carry %d incarnations, want one", inc.key, len(mine))
+	}
+	twinWrote := false
+	for _, o := range w.incs {
+		if o == inc || o.n.id != inc.n.id {
+			continue
+		}
+		o.mu.Lock()
+		overlap := (ended.IsZero() || o.born.Before(ended)) && (o.ended.IsZero() || born.Before(o.ended))
+		for x := range o.wrote {
+			if mine[x] {
+				w.failf("%s and %s: claims or renewals of both carry incarnation %d", inc.key, o.key, x)
+			}
+			twinWrote = twinWrote || overlap
+		}
+		o.mu.Unlock()
+	}
+	if reports > 0 && !twinWrote {
+		w.failf("%s: reported ErrDuplicateID, but no other process with its node id sent a claim or renewal while it ran", inc.key)
+	}
 }
 
 // leadership reports whether e is an event the docs promise never to drop
@@ -998,6 +1319,13 @@ func (w *world) checkSlowReader(inc *incarnation) {
 	if d := inc.feed.Dropped(); d != 0 {
 		w.failf("%s: Events dropped %d events for a reader that reads", inc.key, d)
 	}
+}
+
+// setEnded notes that inc's Feed stopped.
+func (inc *incarnation) setEnded() {
+	inc.mu.Lock()
+	inc.ended = time.Now()
+	inc.mu.Unlock()
 }
 
 // stopSides stops the side elections' Feeds of inc (after its main one).
@@ -1058,6 +1386,7 @@ func (w *world) stopNode(n *schedNode, d time.Duration) {
 		default:
 			w.failf("%s: Stop returned before Done closed", inc.key)
 		}
+		inc.setEnded()
 		inc.stopSides()
 		n.setState(stStopped)
 	})
@@ -1183,11 +1512,11 @@ func (w *world) injectFault() {
 	case 10:
 		what, set = fmt.Sprintf("duplicated notifications p=%v", p), func(f *nodeFaults) { f.dup = p }
 	default:
-		w.tracef(n.id, "fault: feed broken")
+		w.tracef(n.name, "fault: feed broken")
 		n.breakFeeds()
 		return
 	}
-	w.tracef(n.id, "fault: %s", what)
+	w.tracef(n.name, "fault: %s", what)
 	n.setFaults(set)
 }
 
@@ -1231,7 +1560,7 @@ func (w *world) injectBatchFault() {
 		ft = faulty.Fault{Method: faulty.MethodHeartbeatBatch, DelayReply: d}
 	}
 	ft.Nth = nth
-	w.tracef(n.id, "batch fault on %s: %+v", inc.key, ft)
+	w.tracef(n.name, "batch fault on %s: %+v", inc.key, ft)
 	inc.store.Inject(ft)
 	n.mu.Lock()
 	n.storeFaults = true
@@ -1252,6 +1581,21 @@ func (w *world) checkNow() {
 	}
 	w.ctxs = ctxs
 	w.mu.Unlock()
+	// Every event so far was read (the step waited for every goroutine):
+	// Leader is each incarnation's view after them.
+	// A Feed that stopped was judged once after it stopped: its view
+	// no longer changes.
+	for _, inc := range w.incs {
+		if inc.feed == nil || inc.viewDone {
+			continue
+		}
+		inc.mu.Lock()
+		inc.viewDone = !inc.ended.IsZero()
+		inc.mu.Unlock()
+		if r, ok := inc.feed.Leader(); ok {
+			w.checkView(inc, recordView(r, "Leader"))
+		}
+	}
 	if len(live) > 1 {
 		var s []string
 		for _, c := range live {
@@ -1317,7 +1661,18 @@ func (w *world) checkStore() {
 // step advances the fake clock by about a millisecond (a random fraction,
 // so that checks land on arbitrary instants) and judges the new instant.
 func (w *world) step() {
-	time.Sleep(w.randDur(500*time.Microsecond, 1500*time.Microsecond))
+	d := w.randDur(500*time.Microsecond, 1500*time.Microsecond)
+	if w.ties {
+		// On the next whole millisecond from there: where the replies,
+		// notifications and timers of a world of ties land.
+		now := time.Now()
+		at := now.Add(d)
+		if g := at.Truncate(time.Millisecond); g.Before(at) {
+			at = g.Add(time.Millisecond)
+		}
+		d = at.Sub(now)
+	}
+	time.Sleep(d)
 	synctest.Wait()
 	w.checkNow()
 }
@@ -1335,7 +1690,7 @@ func (w *world) run() {
 		for n, at := range healAt {
 			if !time.Now().Before(at) {
 				delete(healAt, n)
-				w.tracef(n.id, "heal")
+				w.tracef(n.name, "heal")
 				n.heal()
 			}
 		}
@@ -1406,12 +1761,13 @@ func (w *world) liveness() {
 	healed := time.Now()
 	// A leader within ElectionTimeoutMax once the last delayed effect
 	// (notification, commit, reply) landed, plus a few heartbeats.
-	bound := w.maxDel + tm.ElectionTimeoutMax + 5*tm.HeartbeatInterval + 20*time.Millisecond
+	settled := w.maxDel + w.grain // the last delay landed on its grid
+	bound := settled + tm.ElectionTimeoutMax + 5*tm.HeartbeatInterval + 20*time.Millisecond
 	var leader *schedNode
 	var term uint64
 	for !w.failed() {
 		w.step()
-		if l := w.leaderNow(); l != nil && time.Since(healed) >= w.maxDel {
+		if l := w.leaderNow(); l != nil && time.Since(healed) >= settled {
 			leader = l
 			_, term, _ = l.cur.feed.LeaderContext()
 			break
@@ -1426,6 +1782,14 @@ func (w *world) liveness() {
 		// the leaders of the side elections at this instant, whatever the
 		// timings of the renewals they share batches with.
 		sides := w.sideLeaders()
+		// The leader's twins that run now, and run through the window,
+		// see its renewals.
+		twins := map[*schedNode]*incarnation{}
+		for _, n := range w.nodes {
+			if n != leader && n.id == leader.id && n.getState() == stRunning {
+				twins[n] = n.cur
+			}
+		}
 		stable := time.Now().Add(20 * tm.HeartbeatInterval)
 		for time.Now().Before(stable) && !w.failed() {
 			w.step()
@@ -1437,6 +1801,18 @@ func (w *world) liveness() {
 					w.failf("stability: %s lost leadership of %s term %d with no fault in force", sl.key, name, sl.term)
 					delete(sides, name)
 				}
+			}
+		}
+		for n, inc := range twins {
+			if w.failed() || n.cur != inc || n.getState() != stRunning {
+				continue
+			}
+			inc.mu.Lock()
+			reported := len(inc.dupReports) > 0
+			inc.mu.Unlock()
+			if err := inc.feed.Healthy(0); !reported || !errors.Is(err, base.ErrDuplicateID) {
+				w.failf("duplicate id: %s ran while %s (its node id) led term %d for %v with nothing failing, but reported ErrDuplicateID %v, and Healthy says %v",
+					inc.key, leader.cur.key, term, 20*tm.HeartbeatInterval, reported, err)
 			}
 		}
 	}
@@ -1480,6 +1856,7 @@ func (w *world) stopAll() {
 				if err != nil {
 					w.failf("%s: Stop on a healthy store: %v", inc.key, err)
 				}
+				inc.setEnded()
 				inc.stopSides()
 				n.setState(stStopped)
 			})
@@ -1510,6 +1887,7 @@ func (w *world) stopAll() {
 	}
 	for _, inc := range w.incs {
 		w.checkSlowReader(inc)
+		w.checkDuplicates(inc)
 	}
 	for _, se := range w.sides {
 		if err := se.check.Check(); err != nil {

@@ -13,7 +13,7 @@ import (
 // Interval is one node's term of leadership, on this process's monotonic
 // clock. End is zero while the term lasts.
 type Interval struct {
-	// Node is the id of the node that led.
+	// Node names the Feed that led, as Checker.Observe was given it.
 	Node string
 	// Term is the fencing token of its term.
 	Term uint64
@@ -34,6 +34,11 @@ func (iv Interval) String() string {
 // Unelected events and checks the safety rules: no two intervals overlap,
 // and terms increase strictly from one interval to the next. It is safe for
 // concurrent use.
+//
+// A node, to the Checker, is one Feed: the name Observe is given. Two
+// Feeds that use one node id (two processes, or a restart while the
+// earlier Feed still runs) are two nodes, and must be given two names,
+// such as the node id and the process.
 type Checker struct {
 	mu        sync.Mutex
 	intervals []Interval
@@ -44,8 +49,9 @@ type Checker struct {
 // NewChecker returns an empty Checker.
 func NewChecker() *Checker { return &Checker{open: make(map[string]int)} }
 
-// Observe takes in one event of node. Events other than EventElected and
-// EventUnelected are ignored; an EventElected must carry its claim's record.
+// Observe takes in one event of node, the name of one Feed. Events other
+// than EventElected and EventUnelected are ignored; an EventElected must
+// carry its claim's record.
 func (c *Checker) Observe(node string, e base.Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -25,6 +25,10 @@ type Node struct {
 	// Faulty wraps the node's backend, to inject faults into it.
 	Faulty *faulty.Backend
 
+	// name tells the node from the others of its Cluster, in the Checker
+	// and in messages: its ID, unless another node shares that ID.
+	name string
+
 	mu     sync.Mutex
 	events []base.Event
 	wake   chan struct{}
@@ -58,9 +62,9 @@ func (n *Node) WaitEvent(t testing.TB, from int, d time.Duration, what string, p
 		select {
 		case <-n.wake:
 		case <-n.done:
-			t.Fatalf("%s: events ended while waiting for %s", n.ID, what)
+			t.Fatalf("%s: events ended while waiting for %s", n.name, what)
 		case <-deadline.C:
-			t.Fatalf("%s: no %s within %v", n.ID, what, d)
+			t.Fatalf("%s: no %s within %v", n.name, what, d)
 		}
 	}
 }
@@ -92,6 +96,22 @@ func NewCluster(t testing.TB, open func(election string) (backend.Election, erro
 // Priority, ...).
 func NewClusterWith(t testing.TB, open func(election string) (backend.Election, error), tm heartbeat.Timing, n, observers int, opts func(i int, o *base.Options)) *Cluster {
 	t.Helper()
+	ids := make([]string, n+observers)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("node-%d", i)
+		if i >= n {
+			ids[i] = fmt.Sprintf("observer-%d", i-n)
+		}
+	}
+	return newCluster(t, open, tm, ids, n, opts)
+}
+
+// newCluster is NewClusterWith with the node ids given: ids[i] is node
+// i's, the first n campaign, the others observe. Nodes that share an id
+// (two processes using one node id) are named apart in the Checker: the
+// id and the process, "node-0 (process 2)".
+func newCluster(t testing.TB, open func(election string) (backend.Election, error), tm heartbeat.Timing, ids []string, n int, opts func(i int, o *base.Options)) *Cluster {
+	t.Helper()
 	tm = fillTiming(tm)
 	c := &Cluster{Election: Election(), Timing: tm, Checker: NewChecker()}
 	t.Cleanup(func() {
@@ -99,7 +119,7 @@ func NewClusterWith(t testing.TB, open func(election string) (backend.Election, 
 		defer cancel()
 		for _, node := range c.Nodes {
 			if err := node.Feed.Stop(ctx); err != nil {
-				t.Errorf("%s: Stop: %v", node.ID, err)
+				t.Errorf("%s: Stop: %v", node.name, err)
 			}
 		}
 		for _, node := range c.Nodes {
@@ -112,17 +132,23 @@ func NewClusterWith(t testing.TB, open func(election string) (backend.Election, 
 			c.logEvents(t)
 		}
 	})
-	for i := range n + observers {
+	seen := make(map[string]int)
+	for _, id := range ids {
+		seen[id]++
+	}
+	process := make(map[string]int)
+	for i, id := range ids {
 		b, err := open(c.Election)
 		if err != nil {
 			t.Fatalf("open backend: %v", err)
 		}
 		f := faulty.Wrap(b)
-		node := &Node{ID: fmt.Sprintf("node-%d", i), Faulty: f, wake: make(chan struct{}, 1), done: make(chan struct{})}
-		if i >= n {
-			node.ID = fmt.Sprintf("observer-%d", i-n)
+		node := &Node{ID: id, Faulty: f, name: id, wake: make(chan struct{}, 1), done: make(chan struct{})}
+		if seen[id] > 1 {
+			process[id]++
+			node.name = fmt.Sprintf("%s (process %d)", id, process[id])
 		}
-		o := base.Options{Timing: tm, ObserveOnly: i >= n, Value: []byte("value of " + node.ID)}
+		o := base.Options{Timing: tm, ObserveOnly: i >= n, Value: []byte("value of " + node.name)}
 		if opts != nil {
 			opts(i, &o)
 		}
@@ -136,7 +162,7 @@ func NewClusterWith(t testing.TB, open func(election string) (backend.Election, 
 		go func() {
 			defer close(node.done)
 			for e := range sub.C {
-				c.Checker.Observe(node.ID, e)
+				c.Checker.Observe(node.name, e)
 				node.mu.Lock()
 				node.events = append(node.events, e)
 				node.mu.Unlock()
@@ -152,7 +178,7 @@ func NewClusterWith(t testing.TB, open func(election string) (backend.Election, 
 	defer cancel()
 	for _, node := range c.Nodes {
 		if err := node.Feed.Start(ctx); err != nil {
-			t.Fatalf("%s: Start: %v", node.ID, err)
+			t.Fatalf("%s: Start: %v", node.name, err)
 		}
 	}
 	return c
@@ -185,7 +211,7 @@ func (c *Cluster) logEvents(t testing.TB) {
 	}
 	for _, n := range c.Nodes {
 		for _, e := range n.Events() {
-			t.Logf("%9.3fms %s %v", float64(e.At.Sub(start).Microseconds())/1000, n.ID, e)
+			t.Logf("%9.3fms %s %v", float64(e.At.Sub(start).Microseconds())/1000, n.name, e)
 		}
 	}
 }
@@ -280,7 +306,7 @@ func (c *Cluster) claimsTimedOut(exclude ...*Node) int {
 func ids(ns []*Node) []string {
 	var out []string
 	for _, n := range ns {
-		out = append(out, n.ID)
+		out = append(out, n.name)
 	}
 	return out
 }
@@ -627,5 +653,45 @@ func (s *suite) feeds(t *testing.T) {
 		if ls := c.Leaders(); len(ls) != 0 {
 			t.Fatalf("%v lead an election whose record is malformed", ids(ls))
 		}
+	})
+
+	ruleRetried(t, "Two Feeds with one node id (two processes) are two nodes: one leads at a time, and each reports the other once, with an EventError matching ErrDuplicateID", func(t *testing.T) bool {
+		c := newCluster(t, func(e string) (backend.Election, error) { return s.h.Open(t, e) }, s.h.Timing, []string{"node-0", "node-0"}, 2, nil)
+		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
+		other := c.Nodes[0]
+		if other == l {
+			other = c.Nodes[1]
+		}
+		isDup := func(e base.Event) bool { return e.Type == base.EventError && errors.Is(e.Err, base.ErrDuplicateID) }
+		// The follower sees the leader's writes: its node id, another
+		// process's incarnation.
+		other.WaitEvent(t, 0, feedWait, "an EventError matching ErrDuplicateID while the other process leads", isDup)
+		if err := l.Feed.Resign(ctxFor(t)); err != nil {
+			if c.LeaseRanOut(t, l, err) {
+				return false
+			}
+			t.Fatalf("Resign: %v", err)
+		}
+		// The other process claims the vacancy at once; the one that
+		// resigned waits for its election timeout, so sees it lead first.
+		if l2 := c.WaitLeader(t, c.Timing.ElectionTimeoutMin, l); l2 != other {
+			t.Fatalf("%s leads after %s resigned, want %s", l2.name, l.name, other.name)
+		}
+		l.WaitEvent(t, 0, feedWait, "an EventError matching ErrDuplicateID while the other process leads", isDup)
+		for _, n := range c.Nodes {
+			reports := 0
+			for _, e := range n.Events() {
+				if isDup(e) {
+					reports++
+				}
+			}
+			if reports != 1 {
+				t.Errorf("%s: %d EventErrors matching ErrDuplicateID, want exactly one", n.name, reports)
+			}
+			if n.Feed.Health().DuplicateSeen.IsZero() {
+				t.Errorf("%s: Health.DuplicateSeen is zero after it reported the other process", n.name)
+			}
+		}
+		return true
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -329,9 +330,8 @@ type machine struct {
 	extending  extending     // the renewal whose extendLease awaits its answer
 	stopCtx    context.Context
 
-	pres   *priorityCheck // presence and the Priority check; nil: not participating
-	dupInc uint64         // the other incarnation of this node id whose write dupSeen saw last
-	dupRev uint64         // ... and the newest revision of it seen
+	pres *priorityCheck // presence and the Priority check; nil: not participating
+	dups [4]dupWrite    // the other incarnations of this node id whose writes dupSeen saw, newest first
 
 	// The changefeed.
 	feedUp    bool      // the feed is open
@@ -829,6 +829,10 @@ func (m *machine) mine(r heartbeat.Record) bool {
 	return r.Incarnation == m.inc || r.Incarnation == 0
 }
 
+// dupWrite is another incarnation of this node id and the newest
+// revision of its writes seen.
+type dupWrite struct{ inc, rev uint64 }
+
 // dupSeen takes in a record naming this node with another process's
 // incarnation, newer than the record this process knew: not the first it
 // saw, so written since it started, by a claim or renewal of another
@@ -839,14 +843,17 @@ func (m *machine) mine(r heartbeat.Record) bool {
 // its own, see own), but the operator must hear of it: logged at Error
 // once, an EventError, and Health until it has not been seen for a while.
 func (m *machine) dupSeen(r heartbeat.Record) {
-	if r.Incarnation != m.dupInc {
-		m.dupInc, m.dupRev = r.Incarnation, r.Revision // its first write seen: a predecessor's late one, or a twin's
+	i := slices.IndexFunc(m.dups[:], func(d dupWrite) bool { return d.inc == r.Incarnation })
+	if i < 0 {
+		// Its first write seen: a predecessor's late one, or a twin's.
+		copy(m.dups[1:], m.dups[:])
+		m.dups[0] = dupWrite{inc: r.Incarnation, rev: r.Revision}
 		return
 	}
-	if r.Revision <= m.dupRev {
+	if r.Revision <= m.dups[i].rev {
 		return // that write again (a stale read took the view behind it)
 	}
-	m.dupRev = r.Revision
+	m.dups[i].rev = r.Revision
 	first := m.health.DuplicateSeen.IsZero()
 	m.health.DuplicateSeen, m.healthChanged = m.now, true
 	if !first {

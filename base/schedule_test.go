@@ -591,7 +591,8 @@ type incarnation struct {
 	// carried (Record.Incarnation: one), whether its first EventNewLeader
 	// came, and when it reported ErrDuplicateID.
 	wrote        map[uint64]bool
-	foreignFirst map[uint64]uint64 // per other incarnation of its id: the revision of its first write inc announced
+	newLeaderYet bool
+	foreignFirst map[uint64]uint64 // per other incarnation of its id: the revision of its first write inc announced after the record found at start
 	dupReports   []time.Time
 }
 
@@ -1201,16 +1202,20 @@ func (w *world) checkView(inc *incarnation, v viewPoint) {
 // id, written by a claim or renewal (no handover token) of another process
 // (an incarnation none of inc's own claims and renewals carried), is
 // announced only after an EventError matching ErrDuplicateID; except the
-// first write of that incarnation inc announces (and that write again,
+// record inc found at start (its first EventNewLeader) and the first write
+// of each other incarnation it announces after that (and that write again,
 // after a stale read), which may be a predecessor's (a process that used
 // the id before this one, whose last write inc found at start or that
-// committed late): the engine reports at a second, newer write.
+// committed late): the engine reports at a second, newer write seen since
+// it started.
 func (w *world) checkAnnounced(inc *incarnation, e base.Event) {
 	r := e.Record
 	inc.mu.Lock()
+	first := !inc.newLeaderYet
+	inc.newLeaderYet = true
 	foreign := r.Revision != 0 && r.Leader == inc.n.id && r.Handover == 0 && r.Incarnation != 0 && !inc.wrote[r.Incarnation]
-	firstOfIt := false
-	if foreign {
+	firstOfIt := first // the record found at start, which the engine does not count
+	if foreign && !first {
 		if inc.foreignFirst == nil {
 			inc.foreignFirst = make(map[uint64]uint64)
 		}

@@ -592,6 +592,7 @@ type incarnation struct {
 	// came, and when it reported ErrDuplicateID.
 	wrote        map[uint64]bool
 	newLeaderYet bool
+	announcedRev uint64            // the newest revision of its EventNewLeaders
 	foreignFirst map[uint64]uint64 // per other incarnation of its id: the revision of its first write inc announced after the record found at start
 	dupReports   []time.Time
 }
@@ -1213,9 +1214,13 @@ func (w *world) checkAnnounced(inc *incarnation, e base.Event) {
 	inc.mu.Lock()
 	first := !inc.newLeaderYet
 	inc.newLeaderYet = true
+	forward := r.Revision > inc.announcedRev
+	inc.announcedRev = max(inc.announcedRev, r.Revision)
 	foreign := r.Revision != 0 && r.Leader == inc.n.id && r.Handover == 0 && r.Incarnation != 0 && !inc.wrote[r.Incarnation]
-	firstOfIt := first // the record found at start, which the engine does not count
-	if foreign && !first {
+	// The record found at start, and one a stale read took the view back
+	// to, are not writes seen since it started: the engine counts neither.
+	firstOfIt := first || !forward
+	if foreign && !firstOfIt {
 		if inc.foreignFirst == nil {
 			inc.foreignFirst = make(map[uint64]uint64)
 		}

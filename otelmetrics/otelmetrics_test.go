@@ -429,7 +429,9 @@ func TestObserveStartsNoGoroutine(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if after := runtime.NumGoroutine(); after != before {
+	// Not equality: a goroutine of the runtime or of an earlier test may
+	// end meanwhile (CI saw 6 after, 7 before); Observe must start none.
+	if after := runtime.NumGoroutine(); after > before {
 		t.Fatalf("%d goroutines after observing 100 Feeds, %d before", after, before)
 	}
 }

@@ -71,7 +71,7 @@ type Options struct {
 	// LeaseDuration from the presence write whose token the leader read,
 	// which is up to two intervals old when the leader hands over. A
 	// leader whose last read of its successor is too old for that (more
-	// than half of LeaseDuration) writes the vacancy reserved for it
+	// than three quarters of LeaseDuration) writes the vacancy reserved for it
 	// instead, which the successor claims at once: one more write, never a
 	// skipped term.
 	PresenceInterval time.Duration

@@ -294,7 +294,7 @@ func TestMachinePresenceReadOnElection(t *testing.T) {
 }
 
 // A leader whose successor's last presence write it read is older than
-// half of the lease (a long PresenceInterval, a slow read) does not hand
+// three quarters of the lease (a long PresenceInterval, a slow read) does not hand
 // the election over in one write the successor could not take (it would
 // claim again: a skipped term, two new leaders): it writes the vacancy
 // reserved for that successor, which claims it at once.
@@ -304,12 +304,13 @@ func TestMachineStaleSuccessorGetsAReservedVacancy(t *testing.T) {
 		age  time.Duration // of b's presence write when the leader read it
 		one  bool
 	}{
-		{"fresh", timing.LeaseDuration/2 - 10*time.Millisecond, true},
-		{"stale", timing.LeaseDuration/2 - 9*time.Millisecond, false},
+		{"fresh", timing.LeaseDuration*3/4 - 10*time.Millisecond, true},
+		{"stale", timing.LeaseDuration*3/4 - 9*time.Millisecond, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, _ := leader(t)
 			participating(m)
+			m.pres.ttl = time.Second // live at any age here
 			store := at(time.Hour)
 			ps := []backend.Presence{{Node: "b", CanLead: true, Token: 77, Timestamp: store.Add(-tc.age)}}
 			m.pres.busy = true

@@ -490,7 +490,9 @@ func (m *machine) step(now time.Time, in input) []effect {
 		m.startRead()
 		m.setTimer(timerPoll, now.Add(m.t.HeartbeatInterval)) // until the feed is up
 		if m.pres != nil {
-			m.setTimer(timerPresence, now.Add(m.pres.interval))
+			// At once: Start's presence write carries no token, and a
+			// leader hands over in one write only to a token it read.
+			m.setTimer(timerPresence, now)
 		}
 	case stopInput:
 		m.onStop(in.ctx)

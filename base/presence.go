@@ -358,11 +358,13 @@ func (m *machine) successor(node string) (to backend.Presence, reserve string) {
 }
 
 // oneWriteAge is the age a successor's presence write may have when the
-// leader hands over in one write: half of LeaseDuration, so that half of
-// the successor's lease is left for the write, its notification and the
-// successor's scheduling. A default PresenceInterval (a quarter of the
-// lease) keeps every live participant's token within it.
-func (m *machine) oneWriteAge() time.Duration { return m.t.LeaseDuration / 2 }
+// leader hands over in one write: three quarters of LeaseDuration, so that
+// a quarter of the successor's lease is left for the write, its
+// notification and the successor's scheduling. With a default
+// PresenceInterval (a quarter of the lease) a live participant's token is
+// at most about two intervals old (one between refreshes, one between the
+// leader's reads), well within it.
+func (m *machine) oneWriteAge() time.Duration { return m.t.LeaseDuration * 3 / 4 }
 
 // onPresence is the leader's Priority check: it transfers to the live
 // participant of the highest priority above its own (ties: the lowest node

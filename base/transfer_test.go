@@ -97,6 +97,11 @@ func TestTransferVacancyReplyLost(t *testing.T) {
 		c := participants(t, 3, nil)
 		l := c.WaitLeader(t, wait)
 		to := nextNode(c, l)
+		// The target's refreshes fail: its token grows older than a
+		// handover in one write may use (three quarters of the lease),
+		// while it stays live (TTL): the transfer reserves the vacancy.
+		to.Faulty.Inject(faulty.Fault{Method: faulty.MethodPresent})
+		time.Sleep(60 * time.Millisecond)
 		synctest.Wait() // no renewal in flight: the next write is the vacancy
 		l.Faulty.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Nth: 1, After: true})
 		if err := l.Feed.TransferTo(ctx(t), to.ID); err != nil {

@@ -248,84 +248,53 @@ func TestDecodeSuccessor(t *testing.T) {
 	}
 }
 
-func TestDecodeHandover(t *testing.T) {
-	doc := func(leader string, handover any) bson.Raw {
-		d := bson.D{{Key: "_id", Value: "e"}, {Key: "leaderfeed", Value: 1}, {Key: "leader", Value: leader},
-			{Key: "term", Value: 3}, {Key: "revision", Value: 9}, {Key: "ts", Value: time.Now()}, {Key: "value", Value: []byte{}}}
-		if handover != "missing" {
-			d = append(d, bson.E{Key: "handover", Value: handover})
+// TestDecodeTokens: the handover token and the incarnation, numbers of at
+// most MaxToken on a led record, decode alike: missing or null reads 0 (a
+// document of an older version), integers and whole doubles are taken,
+// anything else is malformed, and a vacant record drops either (an older
+// version's vacancy leaves it in place).
+func TestDecodeTokens(t *testing.T) {
+	for _, field := range []string{fieldHandover, fieldIncarnation} {
+		doc := func(leader string, v any) bson.Raw {
+			d := bson.D{{Key: "_id", Value: "e"}, {Key: "leaderfeed", Value: 1}, {Key: "leader", Value: leader},
+				{Key: "term", Value: 3}, {Key: "revision", Value: 9}, {Key: "ts", Value: time.Now()}, {Key: "value", Value: []byte{}}}
+			if v != "missing" {
+				d = append(d, bson.E{Key: field, Value: v})
+			}
+			raw, _ := bson.Marshal(d)
+			return raw
 		}
-		raw, _ := bson.Marshal(d)
-		return raw
-	}
-	for name, c := range map[string]struct {
-		doc  bson.Raw
-		want uint64
-	}{
-		"missing":      {doc("a", "missing"), 0},
-		"null":         {doc("a", nil), 0},
-		"int32":        {doc("a", int32(7)), 7},
-		"int64":        {doc("a", int64(heartbeat.MaxToken)), heartbeat.MaxToken},
-		"whole double": {doc("a", float64(heartbeat.MaxToken)), heartbeat.MaxToken},
-		// An older version's vacancy leaves the token of the handover it
-		// ended in place: ignored on a vacant record.
-		"vacant, stale token": {doc("", int64(7)), 0},
-	} {
-		r, err := decodeRecord(c.doc, "e")
-		if err != nil || r.Handover != c.want {
-			t.Errorf("%s: handover %d, %v; want %d", name, r.Handover, err, c.want)
+		got := func(r heartbeat.Record) uint64 {
+			if field == fieldHandover {
+				return r.Handover
+			}
+			return r.Incarnation
 		}
-	}
-	for name, d := range map[string]bson.Raw{
-		"string":        doc("a", "7"),
-		"negative":      doc("a", int64(-1)),
-		"fraction":      doc("a", 1.5),
-		"over MaxToken": doc("a", int64(heartbeat.MaxToken+1)),
-	} {
-		if _, err := decodeRecord(d, "e"); !errors.Is(err, backend.ErrMalformedRecord) {
-			t.Errorf("handover %s: %v, want ErrMalformedRecord", name, err)
+		for name, c := range map[string]struct {
+			doc  bson.Raw
+			want uint64
+		}{
+			"missing":      {doc("a", "missing"), 0},
+			"null":         {doc("a", nil), 0},
+			"int32":        {doc("a", int32(7)), 7},
+			"int64":        {doc("a", int64(heartbeat.MaxToken)), heartbeat.MaxToken},
+			"whole double": {doc("a", float64(heartbeat.MaxToken)), heartbeat.MaxToken},
+			"vacant, left": {doc("", int64(7)), 0},
+		} {
+			r, err := decodeRecord(c.doc, "e")
+			if err != nil || got(r) != c.want {
+				t.Errorf("%s %s: %d, %v; want %d", field, name, got(r), err, c.want)
+			}
 		}
-	}
-}
-
-func TestDecodeIncarnation(t *testing.T) {
-	doc := func(leader string, incarnation any) bson.Raw {
-		d := bson.D{{Key: "_id", Value: "e"}, {Key: "leaderfeed", Value: 1}, {Key: "leader", Value: leader},
-			{Key: "term", Value: 3}, {Key: "revision", Value: 9}, {Key: "ts", Value: time.Now()}, {Key: "value", Value: []byte{}},
-			{Key: "handover", Value: int64(0)}}
-		if incarnation != "missing" {
-			d = append(d, bson.E{Key: "incarnation", Value: incarnation})
-		}
-		raw, _ := bson.Marshal(d)
-		return raw
-	}
-	for name, c := range map[string]struct {
-		doc  bson.Raw
-		want uint64
-	}{
-		// A document written before the field existed.
-		"missing":      {doc("a", "missing"), 0},
-		"null":         {doc("a", nil), 0},
-		"int32":        {doc("a", int32(7)), 7},
-		"int64":        {doc("a", int64(heartbeat.MaxToken)), heartbeat.MaxToken},
-		"whole double": {doc("a", float64(heartbeat.MaxToken)), heartbeat.MaxToken},
-		// An older version's vacancy leaves the incarnation of the claim
-		// or renewal it ended in place: ignored on a vacant record.
-		"vacant, stale incarnation": {doc("", int64(7)), 0},
-	} {
-		r, err := decodeRecord(c.doc, "e")
-		if err != nil || r.Incarnation != c.want {
-			t.Errorf("%s: incarnation %d, %v; want %d", name, r.Incarnation, err, c.want)
-		}
-	}
-	for name, d := range map[string]bson.Raw{
-		"string":        doc("a", "7"),
-		"negative":      doc("a", int64(-1)),
-		"fraction":      doc("a", 1.5),
-		"over MaxToken": doc("a", int64(heartbeat.MaxToken+1)),
-	} {
-		if _, err := decodeRecord(d, "e"); !errors.Is(err, backend.ErrMalformedRecord) {
-			t.Errorf("incarnation %s: %v, want ErrMalformedRecord", name, err)
+		for name, d := range map[string]bson.Raw{
+			"string":        doc("a", "7"),
+			"negative":      doc("a", int64(-1)),
+			"fraction":      doc("a", 1.5),
+			"over MaxToken": doc("a", int64(heartbeat.MaxToken+1)),
+		} {
+			if _, err := decodeRecord(d, "e"); !errors.Is(err, backend.ErrMalformedRecord) {
+				t.Errorf("%s %s: %v, want ErrMalformedRecord", field, name, err)
+			}
 		}
 	}
 }

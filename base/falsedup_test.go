@@ -78,3 +78,38 @@ func TestMachineFalseDuplicateStaleReadOfPredecessor(t *testing.T) {
 		})
 	}
 }
+
+// Schedule seeds 301643 and 315118 (replay: go test ./base -run
+// 'TestSchedules$' -seed=301643 -v, on the commit before this test): the
+// first read after a restart is stale (an older renewal of the
+// predecessor), the next read finds its newest renewal, committed before
+// this process started, and then its last claim commits late: two newer
+// writes of one incarnation since start, both the predecessor's. Only
+// writes known to be committed since start (the feed's, those above one)
+// count; a second one of those is a twin, reported.
+func TestMachineFalseDuplicateStaleReadThenLateCommit(t *testing.T) {
+	pred := rec(163, "a", 21, timing.LeaseDuration)
+	pred.Incarnation = testInc + 1
+	m := follower(t, pred, at(5*time.Millisecond)) // the stale first read
+	newest := pred
+	newest.Revision, newest.Term = 166, 23
+	rd := findCall(m.step(at(6*time.Millisecond), subscribedInput{ok: true}), callRead)
+	if rd == nil {
+		t.Fatal("the opened feed sent no read")
+	}
+	if effs := m.step(at(7*time.Millisecond), callResult{kind: callRead, sentAt: rd.sentAt, sentStep: rd.sentStep, res: newest}); dupReported(effs) {
+		t.Fatal("reported the predecessor's newest renewal, read after a stale read")
+	}
+	late := newest
+	late.Revision, late.Term = 167, 24
+	if effs := m.step(at(20*time.Millisecond), changed(late)); dupReported(effs) || !m.health.DuplicateSeen.IsZero() {
+		t.Fatal("reported the predecessor's claim that committed late")
+	}
+	// Another write of that incarnation, through the feed: its writer
+	// knew revision 167, committed since this process started: a twin.
+	twin := late
+	twin.Revision = 168
+	if effs := m.step(at(30*time.Millisecond), changed(twin)); !dupReported(effs) || m.health.DuplicateSeen.IsZero() {
+		t.Fatal("a second write committed since start, of one other incarnation, not reported")
+	}
+}

@@ -330,8 +330,9 @@ type machine struct {
 	extending  extending     // the renewal whose extendLease awaits its answer
 	stopCtx    context.Context
 
-	pres *priorityCheck // presence and the Priority check; nil: not participating
-	dups [4]dupWrite    // the other incarnations of this node id whose writes dupSeen saw, newest first
+	pres     *priorityCheck // presence and the Priority check; nil: not participating
+	dups     [4]dupWrite    // the other incarnations of this node id whose writes dupSeen saw, newest first
+	startRev uint64         // the lowest revision known to be committed since this process started (sinceStart)
 
 	// The changefeed.
 	feedUp    bool      // the feed is open
@@ -563,6 +564,9 @@ func (m *machine) stepResult(r *callResult) {
 	if !r.closed {
 		m.noteRefusal(opOf(r.kind), r.err, r.answered())
 	}
+	if r.err == nil && r.kind != callRead {
+		m.sinceStart(r.res.Revision) // this process's own write
+	}
 	m.onResult(*r)
 	m.noteResult(r)
 }
@@ -746,6 +750,7 @@ func (m *machine) onNotification(n backend.Notification, ok bool) {
 	}
 	switch n.Type {
 	case backend.RecordChanged:
+		m.sinceStart(n.Record.Revision)
 		m.observe(n.Record, false)
 	case backend.RecordDeleted:
 		m.observeMissing()
@@ -831,39 +836,72 @@ func (m *machine) mine(r heartbeat.Record) bool {
 	return r.Incarnation == m.inc || r.Incarnation == 0
 }
 
-// dupWrite is another incarnation of this node id and the newest
-// revision of its writes seen.
-type dupWrite struct{ inc, rev uint64 }
+// dupWrite is another incarnation of this node id and the two newest
+// revisions of its claims and renewals seen (0: none).
+type dupWrite struct{ inc, top, next uint64 }
 
-// dupSeen takes in a record naming this node with another process's
-// incarnation, newer than the record this process knew: not the first it
-// saw, so written since it started, by a claim or renewal of another
-// process. One such write may be the last of the process that used the id
-// before this one (a renewal held up in the store when it stopped; its
-// record seen again after a stale read); a second, newer write of the same
-// incarnation is another process that runs with this node id. Harmless to safety (neither takes the other's writes for
-// its own, see own), but the operator must hear of it: logged at Error
-// once, an EventError, and Health until it has not been seen for a while.
+// sinceStart takes in a revision the store committed after this process
+// started: one of its own writes, or one its changefeed brought (a feed
+// reports commits made after it opened). Every revision above it was
+// committed later still (revisions only grow), so after the start too.
+func (m *machine) sinceStart(rev uint64) {
+	if rev == 0 || (m.startRev != 0 && rev >= m.startRev) {
+		return
+	}
+	m.startRev = rev
+	for i := range m.dups {
+		if m.dups[i].inc != 0 {
+			m.dupCheck(i)
+		}
+	}
+}
+
+// dupSeen takes in a claim or renewal naming this node with another
+// process's incarnation, from a read, a reply or the feed, whatever the
+// view keeps of it. Another process that used this node id before this
+// one started commits at most one write after this start: each of its
+// writes is a compare-and-set on a revision it knew, so of two of its
+// writes both committed since, the later one expected a revision made
+// since, and was sent after this process started. Two writes of one
+// incarnation at or above startRev are therefore a twin: another process
+// running with this node id now. A predecessor's last write committed
+// late, its writes found by a stale read, or after the feed lagged, are
+// not. Harmless to safety (neither takes the other's writes for its own,
+// see own), but the operator must hear of it: logged at Error once, an
+// EventError, and Health until it has not been seen for a while.
 func (m *machine) dupSeen(r heartbeat.Record) {
 	i := slices.IndexFunc(m.dups[:], func(d dupWrite) bool { return d.inc == r.Incarnation })
 	if i < 0 {
-		// Its first write seen: a predecessor's late one, or a twin's.
 		copy(m.dups[1:], m.dups[:])
-		m.dups[0] = dupWrite{inc: r.Incarnation, rev: r.Revision}
+		i, m.dups[0] = 0, dupWrite{inc: r.Incarnation}
+	}
+	d := &m.dups[i]
+	switch rev := r.Revision; {
+	case rev == d.top || rev == d.next || rev < d.next:
+		return
+	case rev > d.top:
+		d.top, d.next = rev, d.top
+	default:
+		d.next = rev
+	}
+	m.dupCheck(i)
+}
+
+// dupCheck reports the incarnation of m.dups[i] once two of its writes
+// are known to be committed since this process started (see dupSeen).
+func (m *machine) dupCheck(i int) {
+	d := m.dups[i]
+	if m.startRev == 0 || d.next < m.startRev {
 		return
 	}
-	if r.Revision <= m.dups[i].rev {
-		return // that write again (a stale read took the view behind it)
-	}
-	m.dups[i].rev = r.Revision
 	first := m.health.DuplicateSeen.IsZero()
 	m.health.DuplicateSeen, m.healthChanged = m.now, true
 	if !first {
 		return
 	}
-	err := fmt.Errorf("%w: node id %q of election %q is used by another process (a record of term %d carries incarnation %d, this process's is %d)",
-		ErrDuplicateID, m.id, m.election, r.Term, r.Incarnation, m.inc)
-	m.do(logLine{level: slog.LevelError, msg: "leaderfeed: node id is used by another process", args: []any{"term", r.Term, "err", err}})
+	err := fmt.Errorf("%w: node id %q of election %q is used by another process (its records carry incarnation %d, this process's is %d)",
+		ErrDuplicateID, m.id, m.election, d.inc, m.inc)
+	m.do(logLine{level: slog.LevelError, msg: "leaderfeed: node id is used by another process", args: []any{"revision", d.top, "err", err}})
 	m.emit(Event{Type: EventError, Err: err})
 }
 
@@ -943,6 +981,9 @@ func (m *machine) observe(r heartbeat.Record, authoritative bool) {
 		}
 		return
 	}
+	if m.role != roleObserver && r.Leader == m.id && r.Handover == 0 && !m.mine(r) {
+		m.dupSeen(r) // whatever the view keeps of it: a twin's write is one
+	}
 	if m.seen && !m.missing {
 		// The same write again, or an older one from the feed. A record of
 		// the known revision but another leader or term is another write: a
@@ -952,9 +993,6 @@ func (m *machine) observe(r heartbeat.Record, authoritative bool) {
 		}
 	}
 	now := m.now
-	if m.seen && m.role != roleObserver && r.Leader == m.id && r.Handover == 0 && !m.mine(r) && r.Revision > m.rec.Revision {
-		m.dupSeen(r)
-	}
 	m.rec, m.seen, m.missing, m.deleted, m.observedAt, m.observedIn = r.Clone(), true, false, false, now, m.steps
 	m.recLease = r.Lease
 	m.maxTerm = max(m.maxTerm, r.Term)

@@ -238,24 +238,26 @@ func TestMachineSharedNodeIDIsTwoNodes(t *testing.T) {
 			dup++
 		}
 	}
-	// Its renewals seen next: the second write of that incarnation is
-	// reported, once as an event, in Health every time.
+	// Its renewals seen next, through the feed: the first could be the
+	// late commit of a process before this one (the won record was seen
+	// in a conflict, perhaps committed before this process started); the
+	// second is reported, once as an event, in Health every time after.
 	renewed := won
-	for i, d := range []time.Duration{550 * time.Millisecond, 600 * time.Millisecond} {
+	for i, d := range []time.Duration{550 * time.Millisecond, 600 * time.Millisecond, 650 * time.Millisecond} {
 		renewed.Revision = uint64(7 + i)
 		for _, e := range b.step(at(d), changed(renewed)) {
 			if em, ok := e.(*emit); ok && em.ev.Type == EventError {
 				dup++
 			}
 		}
-		if b.health.DuplicateSeen.IsZero() {
-			t.Fatalf("renewal %d of the other process not in Health", i+1)
+		if seen := !b.health.DuplicateSeen.IsZero(); seen != (i > 0) {
+			t.Fatalf("renewal %d of the other process: in Health %v, want %v", i+1, seen, i > 0)
 		}
 	}
 	if dup != 1 {
 		t.Fatalf("%d EventErrors of the duplicate id, want exactly 1", dup)
 	}
-	if !b.health.DuplicateSeen.Equal(at(600 * time.Millisecond)) {
+	if !b.health.DuplicateSeen.Equal(at(650 * time.Millisecond)) {
 		t.Fatalf("DuplicateSeen %v, want the last sighting", b.health.DuplicateSeen)
 	}
 	// The winner renews on its own record: b's write would be foreign to it.

@@ -59,18 +59,15 @@ package base_test
 //     record no older than one a stale read returned to that incarnation
 //     in the last staleWindow (the engine takes a reply in the instant it
 //     comes), and only forward from there;
-//   - shared node ids: an incarnation announces (EventNewLeader) a record
-//     of its node id written by another process's claim or renewal (an
-//     incarnation its own writes never carried, no handover token) only
-//     after an EventError matching base.ErrDuplicateID, except the first
-//     write of each other incarnation (a predecessor's last write, found
-//     at start or committed late; the engine reports a second one); it
-//     reports at most once, and Health.DuplicateSeen is set exactly when
-//     it did; a twin of the leader (an incarnation with its node id) that
-//     runs through the stable window below has reported, and Healthy
-//     fails with ErrDuplicateID; no incarnation reports unless a twin
-//     that ran while it ran sent a claim or renewal (in worlds with
-//     unique ids: never); the claims and renewals of one Feed carry one incarnation, which no
+//   - shared node ids: an incarnation reports an EventError matching
+//     base.ErrDuplicateID at most once, and Health.DuplicateSeen is set
+//     exactly when it did; a twin of the leader (an incarnation with its
+//     node id) that runs through the stable window below has reported,
+//     and Healthy fails with ErrDuplicateID; no incarnation reports unless
+//     a twin that ran while it ran sent a claim or renewal (in worlds with
+//     unique ids: never: a predecessor's writes, found by a stale read,
+//     brought by a lagging feed or committed late, are not a twin's); the
+//     claims and renewals of one Feed carry one incarnation, which no
 //     twin's carry;
 //   - Stop, Resign and Proclaim return within their context;
 //   - a reader of Events slower than the events (up to 2 ms each) gets
@@ -590,11 +587,8 @@ type incarnation struct {
 	// The judges of shared ids: the incarnations its claims and renewals
 	// carried (Record.Incarnation: one), whether its first EventNewLeader
 	// came, and when it reported ErrDuplicateID.
-	wrote        map[uint64]bool
-	newLeaderYet bool
-	announcedRev uint64            // the newest revision of its EventNewLeaders
-	foreignFirst map[uint64]uint64 // per other incarnation of its id: the revision of its first write inc announced after the record found at start
-	dupReports   []time.Time
+	wrote      map[uint64]bool
+	dupReports []time.Time
 }
 
 // viewPoint is a node's view of the record at one moment: the revision
@@ -1139,7 +1133,6 @@ func (w *world) onEvent(inc *incarnation, e base.Event) {
 		w.checkView(inc, recordView(e.Record, "EventElected"))
 	case base.EventNewLeader:
 		w.checkView(inc, recordView(e.Record, "EventNewLeader"))
-		w.checkAnnounced(inc, e)
 	case base.EventError:
 		if errors.Is(e.Err, base.ErrDuplicateID) {
 			schedDupReports.Add(1)
@@ -1196,44 +1189,6 @@ func (w *world) checkView(inc *incarnation, v viewPoint) {
 	if back && !licensed {
 		w.failf("%s: view went back from revision %d term %d (%s) to revision %d term %d (%s), and no stale read returned it",
 			inc.key, prev.rev, prev.term, prev.what, v.rev, v.term, v.what)
-	}
-}
-
-// checkAnnounced judges an EventNewLeader of inc: a record naming its node
-// id, written by a claim or renewal (no handover token) of another process
-// (an incarnation none of inc's own claims and renewals carried), is
-// announced only after an EventError matching ErrDuplicateID; except the
-// record inc found at start (its first EventNewLeader) and the first write
-// of each other incarnation it announces after that (and that write again,
-// after a stale read), which may be a predecessor's (a process that used
-// the id before this one, whose last write inc found at start or that
-// committed late): the engine reports at a second, newer write seen since
-// it started.
-func (w *world) checkAnnounced(inc *incarnation, e base.Event) {
-	r := e.Record
-	inc.mu.Lock()
-	first := !inc.newLeaderYet
-	inc.newLeaderYet = true
-	forward := r.Revision > inc.announcedRev
-	inc.announcedRev = max(inc.announcedRev, r.Revision)
-	foreign := r.Revision != 0 && r.Leader == inc.n.id && r.Handover == 0 && r.Incarnation != 0 && !inc.wrote[r.Incarnation]
-	// The record found at start, and one a stale read took the view back
-	// to, are not writes seen since it started: the engine counts neither.
-	firstOfIt := first || !forward
-	if foreign && !firstOfIt {
-		if inc.foreignFirst == nil {
-			inc.foreignFirst = make(map[uint64]uint64)
-		}
-		rev, seen := inc.foreignFirst[r.Incarnation]
-		if !seen {
-			inc.foreignFirst[r.Incarnation], rev = r.Revision, r.Revision
-		}
-		firstOfIt = r.Revision <= rev
-	}
-	reported := len(inc.dupReports) > 0
-	inc.mu.Unlock()
-	if foreign && !firstOfIt && !reported {
-		w.failf("%s: announced term %d of its node id by another process (incarnation %d, revision %d) without reporting ErrDuplicateID", inc.key, r.Term, r.Incarnation, r.Revision)
 	}
 }
 

@@ -383,6 +383,10 @@ func (db *DB) present1(election string, p backend.Presence) {
 	}
 	p.Value = bytes.Clone(p.Value)
 	p.Timestamp = db.now()
+	p.Joined = p.Timestamp
+	if old, ok := m[p.Node]; ok && old.Incarnation == p.Incarnation {
+		p.Joined = old.Joined // the same process life: it joined then
+	}
 	m[p.Node] = p
 }
 

@@ -40,9 +40,24 @@ type Presence struct {
 	// participant in one write (heartbeat.Record.Handover) only with a
 	// token it read.
 	Token uint64
+	// Incarnation is the participant's process life: the Feed's
+	// heartbeat.Record.Incarnation, in [1, heartbeat.MaxToken], or 0 from
+	// a participant of an older version. Joined is kept while it stays
+	// the same.
+	Incarnation uint64
 	// Timestamp is when the record was last refreshed, in the store's own
 	// clock (set by the store; ignored by Present).
 	Timestamp time.Time
+	// Joined is when this incarnation of the participant first wrote its
+	// record, in the store's own clock (set by the store; ignored by
+	// Present): a write whose Incarnation differs from the stored
+	// record's, or that creates the record, sets it to the write's
+	// Timestamp; a write of the same Incarnation keeps it. A leader hands
+	// over to the participant that joined most recently (after priority),
+	// so that the new nodes of a rolling restart lead before the old ones
+	// that are stopped next. Zero when the store kept none (a record of
+	// an older version).
+	Joined time.Time
 }
 
 // Validate checks the fields a participant writes.
@@ -55,6 +70,9 @@ func (p Presence) Validate() error {
 	}
 	if p.Token > heartbeat.MaxToken {
 		return fmt.Errorf("%w: presence token %d of %q exceeds heartbeat.MaxToken", heartbeat.ErrInvalidRecord, p.Token, p.Node)
+	}
+	if p.Incarnation > heartbeat.MaxToken {
+		return fmt.Errorf("%w: presence incarnation %d of %q exceeds heartbeat.MaxToken", heartbeat.ErrInvalidRecord, p.Incarnation, p.Node)
 	}
 	if p.Priority < MinPriority || p.Priority > MaxPriority {
 		return fmt.Errorf("%w: priority %d of %q is outside [%d, %d]", heartbeat.ErrInvalidRecord, p.Priority, p.Node, MinPriority, MaxPriority)
@@ -74,7 +92,9 @@ func (p Presence) Validate() error {
 type PresenceStore interface {
 	Store
 	// Present writes (inserts or replaces) the presence record of p.Node
-	// in election, stamped with the store's current time.
+	// in election, stamped with the store's current time, and sets or
+	// keeps its Joined time (see Presence.Joined) in the same atomic
+	// write.
 	Present(ctx context.Context, election string, p Presence) error
 	// Absent deletes the presence record of node in election; a missing
 	// one is no error.

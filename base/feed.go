@@ -68,12 +68,11 @@ type Options struct {
 	// record, and a participating leader reads the participants. Default:
 	// a quarter of LeaseDuration (375 ms with the default Timing), what
 	// the one-write handover needs: a successor leads on a handover for
-	// LeaseDuration from the presence write whose token the leader read,
-	// which is up to two intervals old when the leader hands over. A
-	// leader whose last read of its successor is too old for that (more
-	// than three quarters of LeaseDuration) writes the vacancy reserved for it
-	// instead, which the successor claims at once: one more write, never a
-	// skipped term.
+	// LeaseDuration from the presence write whose token the leader read
+	// when it handed over, which is up to an interval old. A successor
+	// whose token is older than three quarters of LeaseDuration is handed
+	// the vacancy reserved for it instead, which it claims at once: one
+	// more write, never a skipped term.
 	PresenceInterval time.Duration
 	// PresenceTTL is how long a presence record stays live without a
 	// refresh, judged by the store's own clock (the record's timestamp
@@ -352,7 +351,10 @@ func (f *Feed) Start(ctx context.Context) error {
 	f.abortStart = abort
 	f.mu.Unlock()
 
-	pres, err := f.prepare(sctx)
+	// The incarnation is drawn before the first presence write, which
+	// carries it: the store keeps when this process life joined.
+	inc := drawIdentity()
+	pres, err := f.prepare(sctx, inc)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.abortStart = nil
@@ -371,6 +373,7 @@ func (f *Feed) Start(ctx context.Context) error {
 	f.cancel = cancel
 	f.state = stateRunning
 	f.loop = newLoop(f, runCtx)
+	f.loop.m.inc = inc
 	f.loop.pres = pres
 	f.loop.start()
 	f.log.Info("leaderfeed: started", "observe_only", f.opts.ObserveOnly)
@@ -380,7 +383,7 @@ func (f *Feed) Start(ctx context.Context) error {
 // prepare makes the store calls of Start, each retried while the store
 // cannot be reached (storewait.Retry), and returns the presence of a
 // participant.
-func (f *Feed) prepare(ctx context.Context) (*presence, error) {
+func (f *Feed) prepare(ctx context.Context, inc uint64) (*presence, error) {
 	steps := []func(context.Context) error{f.b.Start, f.b.Create}
 	var pres *presence
 	if f.opts.Participate {
@@ -393,7 +396,7 @@ func (f *Feed) prepare(ctx context.Context) (*presence, error) {
 		if !ok {
 			return nil, fmt.Errorf("leaderfeed: Participate: the backend (%T) has no presence capability: %w", f.b, backend.ErrUnsupported)
 		}
-		pres = f.newPresence(pb)
+		pres = f.newPresence(pb, inc)
 		steps = append(steps, func(ctx context.Context) error { return pb.Present(ctx, pres.p) })
 	}
 	done := 0
@@ -440,7 +443,10 @@ func (f *Feed) closeUnstarted() {
 // Stop ends the Feed: if it leads, it cancels the leader context first
 // (EventUnelected with ReasonStopped), then hands the election over or
 // writes the vacant record as Resign does, so that another node leads at
-// once; then it stops the changefeed,
+// once. A participant deletes its presence record first (a leader in the
+// same round trip as its read of the participants, before it writes), so
+// that no leader hands the election to it once Stop returned, and none
+// that took over from it hands it back. Then it stops the changefeed,
 // waits for the goroutines it started and closes the backend. ctx bounds
 // all of it: when ctx ends, Stop cancels what is left (the store calls end
 // at once, as the backend contract requires), closes the backend and
@@ -516,17 +522,19 @@ func (f *Feed) Stop(ctx context.Context) error {
 
 // Resign gives up leadership: it cancels the leader context, then writes
 // one record (bounded by ctx) so that another node leads at once. When
-// this node participates and read the participants within the last two
-// presence intervals (a leader reads them when elected and every
-// interval), the record hands the election to the live
-// participant of the highest priority (then the lowest node id) that can
-// lead: it names it leader with a new term and the token of its presence
-// write (heartbeat.Record.Handover), and the successor leads from the
-// notification, without a write of its own (its lease runs from when it
-// sent that presence write, so PresenceInterval must be well under
-// LeaseDuration for it to still run; else the successor claims at once).
-// Otherwise the record is vacant, and the first follower to claim it
-// leads. This node goes on as a follower and claims neither at once; it
+// this node participates, it reads the participants first (one round
+// trip: a node that left since is never picked), and the record hands the
+// election to the live participant that can lead of the highest priority,
+// then the one that joined most recently (the new nodes of a rolling
+// restart lead before the old ones that are stopped next), then the lowest
+// node id, the order of Participants: it names it leader with a new term
+// and the token of its presence write (heartbeat.Record.Handover), and
+// the successor leads from the notification, without a write of its own
+// (its lease runs from when it sent that presence write, so
+// PresenceInterval must be well under LeaseDuration for it to still run;
+// else the record is the vacancy reserved for it, which it claims at
+// once). Otherwise (no participant, or the read failed) the record is
+// vacant, and the first follower to claim it leads. This node goes on as a follower and claims neither at once; it
 // may win a later election. It returns ErrNotLeader if the node does not
 // lead, and the write's error if the record could not be written (the
 // node has stepped down all the same; the others take over after their

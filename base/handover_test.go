@@ -33,6 +33,18 @@ func presenceToken(t *testing.T, m *machine, when time.Time) uint64 {
 	return 0
 }
 
+// viewed answers the handoverView among effs, if any, with the
+// participants ps read at the store's time storeNow, and returns effs
+// with the effects of that answer.
+func viewed(m *machine, now time.Time, effs []effect, ps []backend.Presence, storeNow time.Time) []effect {
+	for _, e := range effs {
+		if _, ok := e.(handoverView); ok {
+			return append(effs, m.step(now, handoverViewResult{ps: ps, storeNow: storeNow})...)
+		}
+	}
+	return effs
+}
+
 func findCall(effs []effect, kind callKind) *startCall {
 	for _, e := range effs {
 		if c, ok := e.(*startCall); ok && c.kind == kind {
@@ -71,7 +83,7 @@ func TestMachineResignHandsOverInOneWrite(t *testing.T) {
 	m.step(at(30*time.Millisecond), presenceResult{term: 1, check: true, ps: ps, storeNow: store})
 	done := make(chan error, 1)
 	now := at(40 * time.Millisecond)
-	c := findCall(m.step(now, requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: done}}), callVacancy)
+	c := findCall(viewed(m, now, m.step(now, requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: done}}), ps, store), callVacancy)
 	want := heartbeat.Record{Election: "e", Leader: "b", Term: 2, Value: []byte("b:1"), Lease: timing.LeaseDuration, Handover: 77}
 	if c == nil || !c.next.Equal(want) || !c.expected.SameWrite(rec(1, "a", 1, 0)) {
 		t.Fatalf("resign wrote %+v, want %v on revision 1", c, want)
@@ -95,14 +107,64 @@ func TestMachineResignHandsOverInOneWrite(t *testing.T) {
 		t.Fatal("the old leader may claim the record it handed over before the successor's lease ended")
 	}
 
-	// No read in this term within two presence intervals: a vacancy.
+	// The handover's own read fails: a vacancy for whoever claims first,
+	// whatever the last read of the Priority check held (it may name a
+	// node that left since).
 	m2, _ := leader(t)
 	participating(m2)
 	m2.pres.busy = true
 	m2.step(at(30*time.Millisecond), presenceResult{term: 1, check: true, ps: ps, storeNow: store})
-	c = findCall(m2.step(at(131*time.Millisecond), requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: done}}), callVacancy)
-	if c == nil || !c.next.Vacant() || c.next.Handover != 0 {
-		t.Fatalf("resign with a stale read wrote %+v, want a vacancy", c)
+	effs := m2.step(at(31*time.Millisecond), requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: done}})
+	if findCall(effs, callVacancy) != nil {
+		t.Fatal("resign wrote before its read of the participants")
+	}
+	c = findCall(m2.step(at(32*time.Millisecond), handoverViewResult{err: context.DeadlineExceeded}), callVacancy)
+	if c == nil || !c.next.Vacant() || c.next.Handover != 0 || c.next.Successor != "" {
+		t.Fatalf("resign with a failed read wrote %+v, want a vacancy for anyone", c)
+	}
+}
+
+// Issue 41: a leader hands over on a read of the participants made when
+// it gives the election up, not on the Priority check's last read: a node
+// that withdrew since (its Stop deleted its presence) is never its
+// successor. Among those of one priority it picks the one that joined
+// most recently: a rolling restart's new node, not an old one stopped
+// next. A stopping leader withdraws its own presence in that same step,
+// before it writes.
+func TestMachineHandsOverOnAFreshView(t *testing.T) {
+	store := at(time.Hour)
+	old := backend.Presence{Node: "b", CanLead: true, Token: 5, Timestamp: store, Joined: store.Add(-time.Hour)}
+	gone := backend.Presence{Node: "c", CanLead: true, Token: 6, Timestamp: store, Joined: store.Add(-time.Minute)}
+	newer := backend.Presence{Node: "z", CanLead: true, Token: 7, Timestamp: store, Joined: store.Add(-time.Second)}
+	for _, stop := range []bool{false, true} {
+		m, _ := leader(t)
+		participating(m)
+		m.pres.busy = true
+		m.step(at(30*time.Millisecond), presenceResult{term: 1, check: true, ps: []backend.Presence{old, gone}, storeNow: store})
+		now := at(40 * time.Millisecond)
+		var effs []effect
+		if stop {
+			effs = m.step(now, stopInput{ctx: context.Background()})
+		} else {
+			effs = m.step(now, requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: make(chan error, 1)}})
+		}
+		var view *handoverView
+		for _, e := range effs {
+			switch e := e.(type) {
+			case handoverView:
+				view = &e
+			case leavePresence:
+				t.Fatal("a leader's presence is deleted apart from its handover")
+			}
+		}
+		if view == nil || view.leave != stop || findCall(effs, callVacancy) != nil {
+			t.Fatalf("stop %v: effects %v, want a handoverView (leave %v) and no write yet", stop, effs, stop)
+		}
+		// c left since the last check; z joined after b.
+		c := findCall(m.step(now, handoverViewResult{ps: []backend.Presence{old, newer}, storeNow: store}), callVacancy)
+		if c == nil || c.next.Leader != "z" || c.next.Handover != 7 {
+			t.Fatalf("stop %v: wrote %+v, want the election handed to z, the participant that joined last", stop, c)
+		}
 	}
 }
 
@@ -247,7 +309,7 @@ func TestMachineHandoverResignedNotReclaimed(t *testing.T) {
 		t.Fatalf("role %v, want leading on the handover", m.role)
 	}
 	done := make(chan error, 1)
-	c := findCall(m.step(at(30*time.Millisecond), requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: done}}), callVacancy)
+	c := findCall(viewed(m, at(30*time.Millisecond), m.step(at(30*time.Millisecond), requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: done}}), nil, at(time.Hour)), callVacancy)
 	if c == nil || !c.expected.SameWrite(r) {
 		t.Fatalf("resign wrote %+v, want a write on the handed record", c)
 	}
@@ -304,8 +366,8 @@ func TestMachineStaleSuccessorGetsAReservedVacancy(t *testing.T) {
 		age  time.Duration // of b's presence write when the leader read it
 		one  bool
 	}{
-		{"fresh", timing.LeaseDuration*3/4 - 10*time.Millisecond, true},
-		{"stale", timing.LeaseDuration*3/4 - 9*time.Millisecond, false},
+		{"fresh", timing.LeaseDuration * 3 / 4, true},
+		{"stale", timing.LeaseDuration*3/4 + time.Nanosecond, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, _ := leader(t)
@@ -316,8 +378,8 @@ func TestMachineStaleSuccessorGetsAReservedVacancy(t *testing.T) {
 			m.pres.busy = true
 			m.step(at(30*time.Millisecond), presenceResult{term: 1, check: true, ps: ps, storeNow: store})
 			done := make(chan error, 1)
-			now := at(40 * time.Millisecond) // 10 ms after the read
-			c := findCall(m.step(now, requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: done}}), callVacancy)
+			now := at(40 * time.Millisecond) // the handover's own read, at once
+			c := findCall(viewed(m, now, m.step(now, requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: done}}), ps, store), callVacancy)
 			handed := heartbeat.Record{Election: "e", Leader: "b", Term: 2, Lease: timing.LeaseDuration, Handover: 77}
 			reserved := heartbeat.Record{Election: "e", Term: 1, Successor: "b"}
 			if want := map[bool]heartbeat.Record{true: handed, false: reserved}[tc.one]; c == nil || !c.next.Equal(want) {

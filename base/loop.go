@@ -207,7 +207,7 @@ func (l *loop) take(in input) {
 		l.stepDue()
 	case leaseMsg:
 		l.step(leaseLostInput{expired: l.leaseCtx != nil && l.leaseCtx.Err() != nil})
-	case requestInput, presenceResult:
+	case requestInput, presenceResult, handoverViewResult:
 		l.step(in)
 	default:
 		panic(fmt.Sprintf("leaderfeed: unknown input %T", in))
@@ -442,6 +442,8 @@ func (l *loop) exec(e effect) input {
 		l.presenceCall(e)
 	case leavePresence:
 		l.leavePresence(e)
+	case handoverView:
+		l.handoverView(e)
 	case openFeed:
 		l.openFeed()
 	case useFeed:

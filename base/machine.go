@@ -457,6 +457,7 @@ type vacancyWrite struct {
 	to       backend.Presence
 	attempts int
 	inFlight bool
+	viewing  bool // the participants are being read for it (handOver)
 }
 
 func newMachine(id, election string, t heartbeat.Timing, opts Options) *machine {
@@ -521,6 +522,8 @@ func (m *machine) step(now time.Time, in input) []effect {
 		m.stepResult(in)
 	case presenceResult:
 		m.onPresence(in)
+	case handoverViewResult:
+		m.onHandoverView(in)
 	case leaseExtendedInput:
 		x := m.extending
 		m.extending = extending{}
@@ -1557,7 +1560,7 @@ func (m *machine) stepDown(reason Reason, err error) {
 // its context has ended (vacancyAbortedInput).
 func (m *machine) startVacancy() {
 	v := m.vacancy
-	if v == nil || m.writing {
+	if v == nil || m.writing || v.viewing {
 		return
 	}
 	m.writing, v.inFlight = true, true
@@ -1636,12 +1639,11 @@ func (m *machine) onRequest(r request) {
 			m.do(reply{to: r.reply, err: ErrNotLeader})
 			return
 		}
-		to, reserve := m.successor("")
 		m.stepDown(ReasonResigned, nil)
 		m.handedOver = true
-		m.vacancy = &vacancyWrite{ctx: r.ctx, reply: r.reply, term: m.term, to: to, successor: reserve}
+		m.vacancy = &vacancyWrite{ctx: r.ctx, reply: r.reply, term: m.term}
 		m.vacancyTerm = m.term
-		m.startVacancy()
+		m.handOver(false)
 	case reqTransfer:
 		switch {
 		case m.role != roleLeader:
@@ -1688,7 +1690,6 @@ func (m *machine) onStop(ctx context.Context) {
 	}
 	m.stopCtx = ctx
 	wasLeader := m.role == roleLeader
-	to, reserve := m.successor("")
 	m.stepDown(ReasonStopped, nil)
 	m.role = roleStopping
 	m.stopTimer(timerClaim)
@@ -1696,12 +1697,50 @@ func (m *machine) onStop(ctx context.Context) {
 	m.stopTimer(timerReopen)
 	if m.pres != nil {
 		m.stopTimer(timerPresence)
-		m.do(leavePresence{ctx: ctx})
+		if !wasLeader {
+			m.do(leavePresence{ctx: ctx})
+		}
 	}
 	if wasLeader {
 		m.handedOver = true
-		m.vacancy = &vacancyWrite{ctx: m.stopCtx, term: m.term, to: to, successor: reserve}
+		m.vacancy = &vacancyWrite{ctx: m.stopCtx, term: m.term}
 		m.vacancyTerm = m.term
-		m.startVacancy()
+		m.handOver(true)
 	}
+}
+
+// handOver writes m.vacancy, the end of a term the node gave up (Resign,
+// Stop), to the successor it picks on a fresh read of the participants
+// (successor), made after it stepped down: every withdrawal committed
+// before it is in that view, so a node that left or is leaving (its Stop
+// withdrew its presence, leave here) is never handed the election. A
+// stopping leader (leave) withdraws its own presence first: a node that
+// takes over from it and hands over in turn never picks it. Without
+// presence, or if the read fails, the vacancy is for whoever claims first.
+func (m *machine) handOver(leave bool) {
+	v := m.vacancy
+	if m.pres == nil {
+		m.startVacancy()
+		return
+	}
+	v.viewing = true
+	m.do(handoverView{ctx: v.ctx, leave: leave})
+}
+
+// onHandoverView takes in the read of handOver and writes the vacancy.
+func (m *machine) onHandoverView(r handoverViewResult) {
+	v := m.vacancy
+	if v == nil || !v.viewing {
+		return
+	}
+	v.viewing = false
+	p := m.pres
+	if r.err != nil {
+		m.debug("leaderfeed: participants not read for the handover", "err", r.err)
+		p.live, p.readAt = nil, time.Time{} // a stale view may name a node that left
+	} else {
+		p.live, p.readAt, p.storeAt = livePresences(r.ps, r.storeNow, p.ttl), m.now, r.storeNow
+	}
+	v.to, v.successor = m.successor("")
+	m.startVacancy()
 }

@@ -93,9 +93,12 @@ func (b *electionBackend) Participants(ctx context.Context) ([]backend.Presence,
 
 // Participants returns the live participants of the election: those whose
 // presence record was refreshed within Options.PresenceTTL (this node's),
-// judged by the store's own clock, highest priority first (then by node
-// id). It needs a Backend with the presence capability (PresenceBackend on
-// a PresenceStore); the node itself need not participate.
+// judged by the store's own clock, in the order a leader picks its
+// successor: highest priority first, then the one that joined most
+// recently (backend.Presence.Joined: the new nodes of a rolling restart
+// before the old ones stopped next), then by node id. It needs a Backend
+// with the presence capability (PresenceBackend on a PresenceStore); the
+// node itself need not participate.
 func (f *Feed) Participants(ctx context.Context) ([]backend.Presence, error) {
 	pb, ok := f.b.(backend.PresenceElection)
 	if !ok {
@@ -109,7 +112,8 @@ func (f *Feed) Participants(ctx context.Context) ([]backend.Presence, error) {
 }
 
 // livePresences keeps the presences refreshed within ttl before now, and
-// sorts them by priority (highest first), then node id.
+// sorts them by priority (highest first), then Joined (most recent
+// first), then node id.
 func livePresences(ps []backend.Presence, now time.Time, ttl time.Duration) []backend.Presence {
 	var out []backend.Presence
 	for _, p := range ps {
@@ -120,6 +124,9 @@ func livePresences(ps []backend.Presence, now time.Time, ttl time.Duration) []ba
 	slices.SortFunc(out, func(a, b backend.Presence) int {
 		if a.Priority != b.Priority {
 			return b.Priority - a.Priority
+		}
+		if c := b.Joined.Compare(a.Joined); c != 0 {
+			return c
 		}
 		return strings.Compare(a.Node, b.Node)
 	})
@@ -197,8 +204,8 @@ type presence struct {
 	p  backend.Presence
 }
 
-func (f *Feed) newPresence(pb backend.PresenceElection) *presence {
-	return &presence{pb: pb, p: backend.Presence{Node: f.id, Value: f.opts.Value, Priority: f.opts.Priority, CanLead: !f.opts.ObserveOnly}}
+func (f *Feed) newPresence(pb backend.PresenceElection, inc uint64) *presence {
+	return &presence{pb: pb, p: backend.Presence{Node: f.id, Value: f.opts.Value, Priority: f.opts.Priority, CanLead: !f.opts.ObserveOnly, Incarnation: inc}}
 }
 
 // write writes the presence record once with token and value, bounded by
@@ -236,8 +243,27 @@ type presenceCall struct {
 // presence interval. Feed.done waits for it.
 type leavePresence struct{ ctx context.Context }
 
+// handoverView reads the participants for a handover, bounded by ctx and
+// a presence interval, after deleting the node's presence record if leave
+// (as leavePresence does); the result comes back as a handoverViewResult.
+type handoverView struct {
+	ctx   context.Context
+	leave bool
+}
+
 func (presenceCall) isEffect()  {}
 func (leavePresence) isEffect() {}
+func (handoverView) isEffect()  {}
+
+// handoverViewResult is the outcome of a handoverView: the participants
+// and the store's time, or the read's error.
+type handoverViewResult struct {
+	ps       []backend.Presence
+	storeNow time.Time
+	err      error
+}
+
+func (handoverViewResult) isInput() {}
 
 // presenceResult is the outcome of a presenceCall: the refresh's error,
 // and (if check) the participants read and the store's time, or the
@@ -325,9 +351,11 @@ func (p *priorityCheck) tokenSent(token uint64) (time.Time, bool) {
 }
 
 // successor returns whom a leader hands the election to when it gives it
-// up: the live participant of the highest priority (then the lowest node
-// id) that can lead and wrote a token (node, when given), as the leader
-// read them at most two presence intervals ago (only leaders read). to,
+// up: the first live participant in the order of livePresences (priority,
+// then the one that joined last, then node id) that can lead and wrote a
+// token (node, when given), as the leader read them at most two presence
+// intervals ago (only leaders read; Resign and Stop read at once,
+// handOver). to,
 // when set, is that participant, handed the election in one write
 // (heartbeat.Record.Handover): its presence write with that token is
 // young enough for its lease on the handover to run when the handover
@@ -463,16 +491,55 @@ func (l *loop) leavePresence(eff effect) {
 	l.f.goroutineStarts()
 	go func() {
 		defer l.f.goroutineEnds()
-		if inFlight != nil {
-			select {
-			case <-inFlight:
-			case <-sctx.Done(): // Absent fails at once, and says so
-			}
+		l.leave(sctx, inFlight)
+	}()
+}
+
+// leave deletes the presence record once the presence call in flight
+// (inFlight closed) ended.
+func (l *loop) leave(sctx context.Context, inFlight <-chan struct{}) {
+	if inFlight != nil {
+		select {
+		case <-inFlight:
+		case <-sctx.Done(): // Absent fails at once, and says so
+		}
+	}
+	ctx, cancel := context.WithTimeout(sctx, l.f.opts.PresenceInterval)
+	defer cancel()
+	if err := l.pres.pb.Absent(ctx, l.f.id); err != nil {
+		l.f.log.Info("leaderfeed: presence not removed (it expires)", "err", err)
+	}
+}
+
+// handoverView executes a handoverView: the delete (leave) and the read
+// run side by side, and the result waits for both, so that the handover
+// written after it never commits before this node's withdrawal.
+func (l *loop) handoverView(eff effect) {
+	c := eff.(handoverView)
+	sctx := c.ctx
+	if sctx == nil {
+		sctx = l.ctx
+	}
+	inFlight := l.presDone
+	l.f.goroutineStarts()
+	go func() {
+		defer l.f.goroutineEnds()
+		left := make(chan struct{})
+		if c.leave {
+			l.f.goroutineStarts()
+			go func() {
+				defer l.f.goroutineEnds()
+				defer close(left)
+				l.leave(sctx, inFlight)
+			}()
+		} else {
+			close(left)
 		}
 		ctx, cancel := context.WithTimeout(sctx, l.f.opts.PresenceInterval)
-		defer cancel()
-		if err := l.pres.pb.Absent(ctx, l.f.id); err != nil {
-			l.f.log.Info("leaderfeed: presence not removed (it expires)", "err", err)
-		}
+		var r handoverViewResult
+		r.ps, r.storeNow, r.err = l.pres.pb.Participants(ctx)
+		cancel()
+		<-left
+		l.box.PutHere(r)
 	}()
 }

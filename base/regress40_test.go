@@ -49,7 +49,7 @@ func TestMachineSameInstantReplyIsNotNewer(t *testing.T) {
 		t.Fatalf("role %v term %d, want leading term 2 on the handover", m.role, m.term)
 	}
 	done := make(chan error, 1)
-	vc := findCall(m.step(now, requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: done}}), callVacancy)
+	vc := findCall(viewed(m, now, m.step(now, requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: done}}), nil, now), callVacancy)
 	v := rec(5, "", 2, 0)
 	m.step(now, callResult{kind: callVacancy, expected: vc.expected, next: vc.next, sentAt: now, sentStep: vc.sentStep, parent: vc.parent, res: v})
 	effs := m.step(now, callResult{kind: callRead, sentAt: now, sentStep: rd.sentStep, res: h})
@@ -189,7 +189,7 @@ func TestMachineHandoverTakenAfterOwnVacancy(t *testing.T) {
 	m, _ := leader(t)
 	participating(m)
 	done := make(chan error, 1)
-	vc := findCall(m.step(at(30*time.Millisecond), requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: done}}), callVacancy)
+	vc := findCall(viewed(m, at(30*time.Millisecond), m.step(at(30*time.Millisecond), requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: done}}), nil, at(time.Hour)), callVacancy)
 	tok := presenceToken(t, m, at(31*time.Millisecond))
 	// Another node claimed (the vacancy hangs), then handed it back.
 	h := rec(3, "a", 3, timing.LeaseDuration)

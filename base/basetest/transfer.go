@@ -7,6 +7,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,6 +76,14 @@ func nodes(ps []backend.Presence) []string {
 	var out []string
 	for _, p := range ps {
 		out = append(out, p.Node)
+	}
+	return out
+}
+
+func joinedTimes(ps []backend.Presence) []time.Time {
+	var out []time.Time
+	for _, p := range ps {
+		out = append(out, p.Joined)
 	}
 	return out
 }
@@ -175,8 +184,18 @@ func (s *suite) transfers(t *testing.T) {
 		})
 		all := []string{"node-0", "node-1", "node-2", "observer-0"}
 		ps := waitParticipants(t, c.Nodes[3], feedWait, "node-0..2 and observer-0", func(ps []backend.Presence) bool {
-			return slices.Equal(nodes(ps), all)
+			return slices.Equal(slices.Sorted(slices.Values(nodes(ps))), all)
 		})
+		// In the order a leader picks a successor: priority (all equal
+		// here), then the one that joined last, then the node id.
+		if !slices.IsSortedFunc(ps, func(a, b backend.Presence) int {
+			if c := b.Joined.Compare(a.Joined); c != 0 {
+				return c
+			}
+			return strings.Compare(a.Node, b.Node)
+		}) {
+			t.Fatalf("participants %v, joined %v: want the one that joined last first, then by node id", nodes(ps), joinedTimes(ps))
+		}
 		for _, p := range ps {
 			if p.CanLead != (p.Node != "observer-0") || p.Timestamp.IsZero() || string(p.Value) != "value of "+p.Node {
 				t.Fatalf("presence %+v: want CanLead for campaigners only, a store timestamp and the node's value", p)

@@ -17,8 +17,9 @@ package base_test
 // the caller gave up, hung calls, stale reads, failed reads and
 // subscriptions, lagging, duplicated and broken changefeeds. Users resign,
 // transfer leadership (to any node: live, stopped, or the leader itself),
-// proclaim, stop and restart nodes (a new Feed with the same id). Every
-// node participates (presence records), with one priority. Then every
+// proclaim, stop and restart nodes (a new Feed with the same id), and roll
+// them out (a rolling restart: each node in turn stopped cleanly, started
+// again, running before the next). Every node participates (presence records), with one priority. Then every
 // fault heals and the nodes that are stopped may restart.
 //
 // Two kinds of worlds, each a quarter of the schedules (streams of their
@@ -128,8 +129,8 @@ func TestSchedules(t *testing.T) {
 		n = min(n, 20)
 	}
 	t.Cleanup(func() {
-		t.Logf("%d transfers returned without error; %d worlds of ties, %d with a shared node id (%d duplicate ids reported)",
-			schedTransfers.Load(), schedTies.Load(), schedShared.Load(), schedDupReports.Load())
+		t.Logf("%d transfers returned without error; %d rollouts done; %d worlds of ties, %d with a shared node id (%d duplicate ids reported)",
+			schedTransfers.Load(), schedRollouts.Load(), schedTies.Load(), schedShared.Load(), schedDupReports.Load())
 	})
 	// Two groups in parallel: each schedule is its own bubble.
 	for g := uint64(0); g < 2; g++ {
@@ -152,6 +153,9 @@ var schedTransfers atomic.Int64
 // those with a shared node id, and the ErrDuplicateID reports in them, so
 // that a run shows they were exercised.
 var schedTies, schedShared, schedDupReports atomic.Int64
+
+// schedRollouts counts the rolling restarts that restarted every node.
+var schedRollouts atomic.Int64
 
 // Regression seeds: schedules that once found a fault, kept as cases.
 var schedRegressions = []uint64{1, 50, 1937}
@@ -187,10 +191,15 @@ func runSchedule(t *testing.T, seed uint64) bool {
 // ---- the world: store, nodes, judges ----
 
 type world struct {
-	seed   uint64
-	rng    *rand.Rand // the driver's choices
-	trng   *rand.Rand // resign or transfer, and to whom
-	timing heartbeat.Timing
+	seed uint64
+	rng  *rand.Rand // the driver's choices
+	trng *rand.Rand // resign or transfer, and to whom
+	// rolling is the rolling restart under way (roll): the nodes still
+	// to restart, in order, and where the first one is.
+	rrng     *rand.Rand
+	rolling  []*schedNode
+	rollStep int // 0: to stop; 1: stopped by the rollout; 2: started
+	timing   heartbeat.Timing
 	// alt is a second Timing that some incarnations use when mixed is
 	// set: a rolling change of configuration, with leases longer than
 	// timing's election timeouts.
@@ -291,7 +300,7 @@ func newWorld(seed uint64) *world {
 	store := memory.NewDB()
 	raw, _ := store.Election(schedElection)
 	w := &world{
-		seed: seed, rng: rng, trng: rand.New(rand.NewPCG(seed, 0x7a5)), timing: tm, maxDel: 2 * tm.LeaseDuration,
+		seed: seed, rng: rng, trng: rand.New(rand.NewPCG(seed, 0x7a5)), rrng: rand.New(rand.NewPCG(seed, 0x2011)), timing: tm, maxDel: 2 * tm.LeaseDuration,
 		store: store, raw: raw, start: time.Now(), check: basetest.NewChecker(),
 		history: map[uint64]heartbeat.Record{},
 	}
@@ -1377,6 +1386,16 @@ func (w *world) randDur(lo, hi time.Duration) time.Duration {
 
 // act does one random thing.
 func (w *world) act() {
+	// Rollouts come from a stream of their own, so that the driver's
+	// other choices stay those of the seed.
+	if len(w.rolling) == 0 && w.rrng.IntN(40) == 0 {
+		w.rolling = nil
+		for _, i := range w.rrng.Perm(len(w.nodes)) {
+			w.rolling = append(w.rolling, w.nodes[i])
+		}
+		w.rollStep = 0
+		w.tracef("world", "rollout begins")
+	}
 	switch k := w.rng.IntN(20); {
 	case k < 11:
 		w.injectFault()
@@ -1424,6 +1443,33 @@ func (w *world) act() {
 				w.startNode(n)
 				break
 			}
+		}
+	}
+}
+
+// roll moves the rollout under way on: it stops each node in turn (a
+// clean Stop, as a deploy does), starts it again (a new incarnation with
+// its node id), and waits until it runs before the next. Other actions
+// may stop or start the node meanwhile; roll takes it from where it is.
+func (w *world) roll() {
+	if len(w.rolling) == 0 {
+		return
+	}
+	n := w.rolling[0]
+	switch n.getState() {
+	case stStopped: // by the rollout, another action, or a failed start
+		w.startNode(n)
+		w.rollStep = 2
+	case stRunning:
+		if w.rollStep == 0 {
+			w.stopNode(n, w.timeoutChoice())
+			w.rollStep = 1
+			return
+		}
+		w.rolling, w.rollStep = w.rolling[1:], 0
+		if len(w.rolling) == 0 {
+			w.tracef("world", "rollout done")
+			schedRollouts.Add(1)
 		}
 	}
 }
@@ -1652,6 +1698,7 @@ func (w *world) run() {
 	healAt := map[*schedNode]time.Time{}
 	for time.Now().Before(end) && !w.failed() {
 		w.step()
+		w.roll()
 		for n, at := range healAt {
 			if !time.Now().Before(at) {
 				delete(healAt, n)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
@@ -88,6 +89,7 @@ type Elections struct {
 	run       *mailbox.Runner // the loops' takers (sharedTakers)
 	clock     renewClock      // ticks the loops' aligned renewals (renewalTicker)
 	pres      *presenceBatch  // nil: every presence write alone
+	silence   silence         // the elections judge a silent leader together
 
 	started, created onceCall
 
@@ -354,6 +356,69 @@ const renewalSlots = 2
 // (renewalTicker), when writes are batched.
 func (b *electionBackend) tickAt(at time.Time, tick func()) bool {
 	return b.e.batch != nil && b.e.clock.tickAt(at, tick)
+}
+
+// silence lets the elections of a process judge a leader that went
+// silent together (mass failover, machine.onSilent): when one of them
+// found it silent, the others whose record that leader wrote hear of it
+// after a delay drawn in [0, spread], so that of the processes that
+// survive a crash, the one that drew the shortest claims most of the
+// leader's elections, and the others find them taken. The zero value is
+// ready.
+type silence struct {
+	mu       sync.Mutex
+	watchers map[uint64]func(leader string)
+	next     uint64
+	told     map[string]time.Time // when each leader was last told of, for a while
+}
+
+// maxSilentKeys bounds silence.told: the leaders told of within the last
+// span are remembered, so that a thousand elections finding one leader
+// silent tell the others once.
+const maxSilentKeys = 1024
+
+func (b *electionBackend) silent(leader string, spread time.Duration) {
+	s, e := &b.e.silence, b.e
+	now := time.Now()
+	s.mu.Lock()
+	if at, ok := s.told[leader]; ok && now.Sub(at) <= silentSpreadDivisor*spread {
+		s.mu.Unlock()
+		return
+	}
+	if s.told == nil || len(s.told) >= maxSilentKeys {
+		s.told = make(map[string]time.Time)
+	}
+	s.told[leader] = now
+	s.mu.Unlock()
+	delay := time.Duration(rand.Int64N(int64(max(spread, 0)) + 1))
+	e.clock.tickAt(now.Add(delay), func() {
+		s.mu.Lock()
+		heard := make([]func(string), 0, len(s.watchers))
+		for _, f := range s.watchers {
+			heard = append(heard, f)
+		}
+		s.mu.Unlock()
+		for _, f := range heard {
+			f(leader)
+		}
+	})
+}
+
+func (b *electionBackend) silentWatch(heard func(leader string)) (stop func()) {
+	s := &b.e.silence
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watchers == nil {
+		s.watchers = make(map[uint64]func(string))
+	}
+	s.next++
+	id := s.next
+	s.watchers[id] = heard
+	return func() {
+		s.mu.Lock()
+		delete(s.watchers, id)
+		s.mu.Unlock()
+	}
 }
 
 // renewClock ticks the loops of a batching Elections at their renewal

@@ -654,3 +654,100 @@ func TestElectionsFuncFeed(t *testing.T) {
 		// synctest.Test fails if the store feed's goroutine outlives it.
 	})
 }
+
+// Issue 43: the elections of a process that crashed fail over in about
+// the time one election does. Each follower would claim at a timeout
+// drawn for it alone, and with a wide election timeout a thousand draws
+// spread the failovers over all of it; a process judges a silent leader
+// for all its elections at once instead (machine.onSilent), and the two
+// processes that survive hear of it at different instants, so one takes
+// nearly all and the other finds them taken: one new term each, no fight.
+func TestElectionsMassFailover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := heartbeat.Timing{HeartbeatInterval: 10 * time.Millisecond, LeaseDuration: 30 * time.Millisecond,
+			ElectionTimeoutMin: 40 * time.Millisecond, ElectionTimeoutMax: 400 * time.Millisecond}
+		store := memory.NewDB()
+		const n = 50
+		start := func(node string) (*base.Elections, *faulty.Store, []*base.Feed) {
+			fs := faulty.WrapStore(store.Conn())
+			els, err := base.NewElections(fs, base.ElectionsOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			feeds := make([]*base.Feed, n)
+			for i := range feeds {
+				f, err := els.Feed(fmt.Sprintf("e%02d", i), node, base.Options{Timing: tm})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Start(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				feeds[i] = f
+			}
+			return els, fs, feeds
+		}
+		elsA, fsA, a := start("a")
+		for _, f := range a {
+			for !f.IsLeader() {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		elsB, _, b := start("b")
+		elsC, _, c := start("c")
+		time.Sleep(5 * tm.HeartbeatInterval)
+		terms := make([]uint64, n)
+		for i, f := range a {
+			_, term, ok := f.LeaderContext()
+			if !ok {
+				t.Fatalf("election %d: a does not lead", i)
+			}
+			terms[i] = term
+		}
+		fsA.Partition() // a crashes: it writes nothing more
+		crashed := time.Now()
+		// Every election's wait runs from its last renewal, at most a
+		// heartbeat before the crash. The first of a process's 50 timeouts
+		// fires within an eighth of the span of ElectionTimeoutMin (all
+		// 100 later: p < 2e-6), and the process hears of the silent
+		// leader within a sixteenth more. Without that, all 50 failovers
+		// within this bound would have p < 1e-29.
+		span := tm.ElectionTimeoutMax - tm.ElectionTimeoutMin
+		bound := tm.ElectionTimeoutMin + span/8 + span/16 + 2*tm.HeartbeatInterval
+		var byB int
+		for i := range n {
+			for !b[i].IsLeader() && !c[i].IsLeader() {
+				if time.Since(crashed) > bound {
+					t.Fatalf("election %d has no leader %v after its leader crashed; want all within %v", i, time.Since(crashed), bound)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if b[i].IsLeader() {
+				byB++
+			}
+		}
+		took := time.Since(crashed)
+		time.Sleep(5 * tm.HeartbeatInterval)
+		for i := range n {
+			f := b[i]
+			if c[i].IsLeader() {
+				f = c[i]
+			}
+			if _, term, ok := f.LeaderContext(); !ok || term != terms[i]+1 {
+				t.Errorf("election %d: term %d (leading %v), want %d: one new term, no fight", i, term, ok, terms[i]+1)
+			}
+		}
+		if most := max(byB, n-byB); most < n*4/5 {
+			t.Errorf("b leads %d of %d elections and c %d: want one process to take most", byB, n, n-byB)
+		}
+		t.Logf("all %d elections failed over within %v; b took %d, c %d", n, took, byB, n-byB)
+		for _, p := range []struct {
+			els   *base.Elections
+			feeds []*base.Feed
+		}{{elsB, b}, {elsC, c}} {
+			stopAndClose(t, p.els, p.feeds)
+		}
+		fsA.Heal()
+		stopAndClose(t, elsA, a)
+	})
+}

@@ -388,3 +388,48 @@ func TestMachineStaleSuccessorGetsAReservedVacancy(t *testing.T) {
 		})
 	}
 }
+
+// claimTimer returns when effs arm the election timer, if they do.
+func claimTimer(effs []effect) (time.Time, bool) {
+	for _, e := range effs {
+		if s, ok := e.(*setTimer); ok && s.t == timerClaim {
+			return s.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// Issue 43: an election of an Elections that hears another one found its
+// leader silent claims as soon as its own wait allows (claimWait since it
+// observed the record), never sooner; one of another leader, or one it
+// leads or claims already, is not moved. The election whose timer found
+// the leader silent tells the others.
+func TestMachineSilentLeaderJudgedTogether(t *testing.T) {
+	seen := at(5 * time.Millisecond)
+	m := follower(t, rec(5, "x", 3, timing.LeaseDuration), seen)
+	m.together = true
+	if got, ok := claimTimer(m.step(at(6*time.Millisecond), silentInput{leader: "x"})); !ok || !got.Equal(seen.Add(m.claimWait())) {
+		t.Fatalf("heard x is silent: claim timer %v (armed %v), want %v, the end of its own wait", got, ok, seen.Add(m.claimWait()))
+	}
+	if _, ok := claimTimer(m.step(at(7*time.Millisecond), silentInput{leader: "y"})); ok {
+		t.Fatal("heard another leader is silent: the timer moved")
+	}
+	late := seen.Add(m.claimWait() + time.Millisecond)
+	if got, ok := claimTimer(m.step(late, silentInput{leader: "x"})); !ok || !got.Equal(late) {
+		t.Fatalf("heard x is silent after its wait: claim timer %v (armed %v), want at once", got, ok)
+	}
+	effs := m.step(late, timerInput{timerClaim})
+	c := findCall(effs, callClaim)
+	var told *leaderSilent
+	for _, e := range effs {
+		if s, ok := e.(leaderSilent); ok {
+			told = &s
+		}
+	}
+	if c == nil || told == nil || told.leader != "x" || told.spread != (timing.ElectionTimeoutMax-timing.ElectionTimeoutMin)/silentSpreadDivisor {
+		t.Fatalf("the timer fired on x's silent record: claim %v, told %+v; want a claim, and the others told", c, told)
+	}
+	if _, ok := claimTimer(m.step(late, silentInput{leader: "x"})); ok {
+		t.Fatal("a candidate's timer moved")
+	}
+}

@@ -44,6 +44,8 @@ type loop struct {
 	timerAt     time.Time     // what timer is armed for; zero: stopped
 	dueNow      bool          // timerAt has passed: take steps it before it returns (timer stopped)
 	clock       renewalTicker // ticks aligned renewals instead of timer; nil: none
+	hub         silenceHub    // the other elections of the process; nil: none
+	unwatch     func()        // ends hub's silentWatch
 	clockTick   func()        // puts a clockMsg
 	clocked     time.Time     // the renewal instant clock ticks at (due[timerRenew], unless moved since)
 	leaseTimer  *time.Timer   // cancels the leader context at the lease's end
@@ -141,7 +143,18 @@ func newLoop(f *Feed, ctx context.Context) *loop {
 		l.clock = c
 		l.clockTick = func() { l.box.Put(clockMsg{}) }
 	}
+	if h, ok := f.b.(silenceHub); ok {
+		l.hub, l.m.together = h, true
+	}
 	return l
+}
+
+// silenceHub is the backend of an Elections' election: its elections
+// judge a silent leader together (machine.onSilent). silent tells them,
+// each within spread; silentWatch hears what the others tell until stop.
+type silenceHub interface {
+	silent(leader string, spread time.Duration)
+	silentWatch(heard func(leader string)) (stop func())
 }
 
 // renewalTicker is the backend of an Elections' election: when it aligns
@@ -166,6 +179,9 @@ func (l *loop) put(in input) bool { return l.box.Put(in) }
 // goroutines from start to the end of exit, so that done waits for it.
 func (l *loop) start() {
 	l.f.goroutineStarts()
+	if l.hub != nil {
+		l.unwatch = l.hub.silentWatch(func(leader string) { l.box.Put(silentInput{leader: leader}) })
+	}
 	l.put(startInput{})
 }
 
@@ -207,7 +223,7 @@ func (l *loop) take(in input) {
 		l.stepDue()
 	case leaseMsg:
 		l.step(leaseLostInput{expired: l.leaseCtx != nil && l.leaseCtx.Err() != nil})
-	case requestInput, presenceResult, handoverViewResult:
+	case requestInput, presenceResult, handoverViewResult, silentInput:
 		l.step(in)
 	default:
 		panic(fmt.Sprintf("leaderfeed: unknown input %T", in))
@@ -272,6 +288,9 @@ func (l *loop) notification(msg input) {
 func (l *loop) exit() {
 	l.step(exitInput{})
 	l.exited = true
+	if l.unwatch != nil {
+		l.unwatch()
+	}
 	for _, in := range l.box.Close() {
 		if r, ok := in.(subResult); ok {
 			r.cancel() // a feed opened for the engine that never took it
@@ -444,6 +463,11 @@ func (l *loop) exec(e effect) input {
 		l.leavePresence(e)
 	case handoverView:
 		l.handoverView(e)
+	case leaderSilent:
+		if l.hub != nil {
+			e := e.(leaderSilent)
+			l.hub.silent(e.leader, e.spread)
+		}
 	case openFeed:
 		l.openFeed()
 	case useFeed:

@@ -333,6 +333,7 @@ type machine struct {
 	pres     *priorityCheck // presence and the Priority check; nil: not participating
 	dups     [4]dupWrite    // the other incarnations of this node id whose writes dupSeen saw, newest first
 	startRev uint64         // the lowest revision known to be committed since this process started (sinceStart)
+	together bool           // other elections of the process hear of a silent leader (leaderSilent)
 
 	// The changefeed.
 	feedUp    bool      // the feed is open
@@ -524,6 +525,8 @@ func (m *machine) step(now time.Time, in input) []effect {
 		m.onPresence(in)
 	case handoverViewResult:
 		m.onHandoverView(in)
+	case silentInput:
+		m.onSilent(in)
 	case leaseExtendedInput:
 		x := m.extending
 		m.extending = extending{}
@@ -1215,6 +1218,53 @@ func (m *machine) claimWait() time.Duration {
 	return max(m.t.ElectionTimeoutMin, heartbeat.FollowerWait(m.recLease))
 }
 
+// silentSpreadDivisor: the elections of a process judge a silent leader
+// together within a sixteenth of the election timeout's span of the first
+// one's timeout (leaderSilent), so that the processes that survive a
+// leader's crash claim its elections at different instants: one takes
+// most, and the others find them taken.
+const silentSpreadDivisor = 16
+
+// leaderSilent tells the other elections of the process (an Elections)
+// that this one's election timer found the node leader silent for its
+// whole wait; they hear of it (silentInput) within spread. Each Feed of
+// a process draws its own incarnation, so the node id is what its
+// elections share.
+type leaderSilent struct {
+	leader string
+	spread time.Duration
+}
+
+func (leaderSilent) isEffect() {}
+
+// silentInput: another election of the process found the node leader
+// silent (leaderSilent).
+type silentInput struct{ leader string }
+
+func (silentInput) isInput() {}
+
+// onSilent: mass failover. A leader that crashed goes silent in all its
+// elections at once; each would claim at a timeout drawn for it alone,
+// and a thousand such draws spread the failovers over the whole span of
+// the election timeout. When another election of this process found the
+// leader of this one's record silent, this one claims as soon as case 1
+// of the safety argument allows: claimWait after it observed the record
+// (the timer is moved earlier, never past that; claimDue decides when it
+// fires). Nothing else changes: each election still waits out its own
+// record's lease, so a leader that is only slow in one election loses
+// none of the others, and one alive (its renewals observed) loses none.
+func (m *machine) onSilent(in silentInput) {
+	if m.role != roleFollower || m.writing || !m.seen || m.missing || m.rec.Vacant() ||
+		m.rec.Leader != in.leader || m.claimableAtOnce() {
+		return
+	}
+	at := m.observedAt.Add(m.claimWait())
+	if at.Before(m.now) {
+		at = m.now
+	}
+	m.setTimer(timerClaim, at)
+}
+
 // armClaim (re)arms the election timer of a follower. fresh says the known
 // revision just changed, so a new random timeout is drawn; otherwise (after
 // a failed attempt) it retries after a heartbeat interval, never earlier than
@@ -1274,6 +1324,11 @@ func (m *machine) onClaimTimer() {
 	if !m.claimDue(m.now) {
 		m.armClaim(false)
 		return
+	}
+	if m.together && !m.claimableAtOnce() && !m.rec.Vacant() {
+		// The leader went silent (case 1): the other elections of this
+		// process that it leads judge it with this one (onSilent).
+		m.do(leaderSilent{leader: m.rec.Leader, spread: (m.t.ElectionTimeoutMax - m.t.ElectionTimeoutMin) / silentSpreadDivisor})
 	}
 	m.claimSoon, m.handedOver = false, false
 	next := heartbeat.Record{

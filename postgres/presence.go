@@ -49,8 +49,10 @@ const presentUpdate = " SET leader = excluded.leader, value = excluded.value, in
 
 // presenceCols are the columns of a presence row (alias t) that
 // Participants and ParticipantsBatch read, in the order presenceRow takes
-// them; a joined that is not finite reads as none.
-const presenceCols = "t.leader, t.value, t.ts, t.incarnation, CASE WHEN isfinite(t.joined) THEN t.joined END"
+// them. A ts that is not finite reads as NULL, so that the row is left
+// out (a time.Time cannot hold it: scanned, it failed the whole read); a
+// joined that is not finite reads as none.
+const presenceCols = "t.leader, t.value, CASE WHEN isfinite(t.ts) THEN t.ts END, t.incarnation, CASE WHEN isfinite(t.joined) THEN t.joined END"
 
 // Present upserts the presence row of p.Node in election, stamped with the
 // server's clock, setting or keeping its joined time (presentUpdate): one

@@ -100,8 +100,11 @@ func TestPresenceBatch(t *testing.T) {
 	if rows != elections*nodes || odd != 0 {
 		t.Fatalf("%d presence rows (%d not as Present writes them), want %d", rows, odd, elections*nodes)
 	}
-	// A row that does not decode is left out, as Participants leaves it.
+	// A row that does not decode is left out, as Participants leaves it:
+	// also one whose ts no time.Time holds.
 	mustExec(t, pool, "INSERT INTO "+table+" (election, leader, term, revision, value) VALUES ($1, 'bad', 0, 0, 'not json')", backend.PresenceKey("e001", "bad"))
+	mustExec(t, pool, "INSERT INTO "+table+" (election, leader, term, revision, ts, value) VALUES ($1, 'inf', 0, 0, 'infinity', $2)",
+		backend.PresenceKey("e002", "inf"), []byte(`{"p":0,"c":true}`))
 
 	before = c.n.Load()
 	read := append(names[:0:0], names...)

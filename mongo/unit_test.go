@@ -359,6 +359,41 @@ func TestDecodePresenceToken(t *testing.T) {
 	}
 }
 
+func TestDecodePresenceIncarnationAndJoined(t *testing.T) {
+	ts, joined := time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
+	doc := func(fields ...bson.E) bson.Raw {
+		d := bson.D{{Key: "_id", Value: backend.PresenceKey("e", "n")}, {Key: "leaderfeed", Value: 2}, {Key: "election", Value: "e"},
+			{Key: "node", Value: "n"}, {Key: "priority", Value: 0}, {Key: "can_lead", Value: true}, {Key: "value", Value: []byte{}}}
+		raw, _ := bson.Marshal(append(d, fields...))
+		return raw
+	}
+	for name, c := range map[string]struct {
+		doc               bson.Raw
+		incarnation       uint64
+		timestamp, joined time.Time
+		ok                bool
+	}{
+		"an older version's (ts alone)": {doc(bson.E{Key: "ts", Value: ts}), 0, ts, time.Time{}, true},
+		"first write of an incarnation": {doc(bson.E{Key: "joined", Value: joined}, bson.E{Key: "incarnation", Value: int64(heartbeat.MaxToken)}),
+			heartbeat.MaxToken, joined, joined, true},
+		"refreshed": {doc(bson.E{Key: "joined", Value: joined}, bson.E{Key: "ts", Value: ts}, bson.E{Key: "incarnation", Value: int64(3)}),
+			3, ts, joined, true},
+		"null incarnation":          {doc(bson.E{Key: "ts", Value: ts}, bson.E{Key: "incarnation", Value: nil}), 0, ts, time.Time{}, true},
+		"neither ts nor joined":     {doc(bson.E{Key: "incarnation", Value: int64(3)}), 0, time.Time{}, time.Time{}, false},
+		"joined not a date":         {doc(bson.E{Key: "ts", Value: ts}, bson.E{Key: "joined", Value: "yesterday"}), 0, ts, time.Time{}, true},
+		"joined alone, not a date":  {doc(bson.E{Key: "joined", Value: "yesterday"}), 0, time.Time{}, time.Time{}, false},
+		"ts not a date":             {doc(bson.E{Key: "ts", Value: 5}, bson.E{Key: "joined", Value: joined}), 0, time.Time{}, time.Time{}, false},
+		"negative incarnation":      {doc(bson.E{Key: "ts", Value: ts}, bson.E{Key: "incarnation", Value: int64(-1)}), 0, time.Time{}, time.Time{}, false},
+		"incarnation over MaxToken": {doc(bson.E{Key: "ts", Value: ts}, bson.E{Key: "incarnation", Value: int64(heartbeat.MaxToken + 1)}), 0, time.Time{}, time.Time{}, false},
+		"incarnation a string":      {doc(bson.E{Key: "ts", Value: ts}, bson.E{Key: "incarnation", Value: "3"}), 0, time.Time{}, time.Time{}, false},
+	} {
+		p, ok := decodePresence(c.doc, "e")
+		if ok != c.ok || (ok && (p.Incarnation != c.incarnation || !p.Timestamp.Equal(c.timestamp) || !p.Joined.Equal(c.joined))) {
+			t.Errorf("%s: %+v, %v; want incarnation %d, timestamp %v, joined %v, %v", name, p, ok, c.incarnation, c.timestamp, c.joined, c.ok)
+		}
+	}
+}
+
 func TestCheckHello(t *testing.T) {
 	for name, c := range map[string]struct {
 		hello bson.D

@@ -1289,8 +1289,9 @@ func TestCreate(t *testing.T) {
 		name, cols string
 		missing    []string
 	}{
-		{"handover", "", []string{"handover", "incarnation"}},
-		{"incarnation", ", handover bigint NOT NULL DEFAULT 0", []string{"incarnation"}},
+		{"handover", "", []string{"handover", "incarnation", "joined"}},
+		{"incarnation", ", handover bigint NOT NULL DEFAULT 0", []string{"incarnation", "joined"}},
+		{"joined", ", handover bigint NOT NULL DEFAULT 0, incarnation bigint NOT NULL DEFAULT 0", []string{"joined"}},
 	} {
 		t.Run("a table of the version before "+old.name+": refused with the fix until Create or SchemaSQL adds it", func(t *testing.T) {
 			for _, upgrade := range []string{"Create", "SchemaSQL"} {
@@ -1301,6 +1302,9 @@ func TestCreate(t *testing.T) {
 						term bigint NOT NULL DEFAULT 0, revision bigint NOT NULL, ts timestamptz NOT NULL DEFAULT clock_timestamp(),
 						value bytea NOT NULL DEFAULT ''::bytea, lease_us bigint NOT NULL DEFAULT 0, successor text NOT NULL DEFAULT ''`+old.cols+`)`)
 					mustExec(t, pool, "INSERT INTO "+quoted+" (election, leader, term, revision, lease_us) VALUES ('e', 'a', 3, 7, 1000000)")
+					// A presence row as the old version's Present writes it.
+					mustExec(t, pool, "INSERT INTO "+quoted+" (election, leader, term, revision, ts, value) VALUES ($1, 'n', 0, 0, clock_timestamp(), $2)",
+						backend.PresenceKey("e", "n"), []byte(`{"p":0,"c":true}`))
 					noCreate := opts
 					noCreate.NoCreate = true
 					checker, _ := NewStore(pool, noCreate)
@@ -1315,12 +1319,21 @@ func TestCreate(t *testing.T) {
 						}
 					}
 					// A Store that skipped Create meets the old table at its
-					// first statement: refused with the same fix.
-					if _, err := checker.Get(ctx, "e"); !errors.Is(err, base.ErrRefused) || !strings.Contains(err.Error(), "apply SchemaSQL") {
-						t.Fatalf("Get on a table without %s: %v, want ErrRefused naming SchemaSQL", old.name, err)
+					// first statement that needs a missing column: refused
+					// with the same fix. Election records need no joined.
+					if old.name != "joined" {
+						if _, err := checker.Get(ctx, "e"); !errors.Is(err, base.ErrRefused) || !strings.Contains(err.Error(), "apply SchemaSQL") {
+							t.Fatalf("Get on a table without %s: %v, want ErrRefused naming SchemaSQL", old.name, err)
+						}
+						if _, err := checker.Heartbeat(ctx, heartbeat.Record{}, heartbeat.Record{Election: "f", Leader: "a", Term: 1}); !errors.Is(err, base.ErrRefused) || !strings.Contains(err.Error(), "apply SchemaSQL") {
+							t.Fatalf("Heartbeat on a table without %s: %v, want ErrRefused naming SchemaSQL", old.name, err)
+						}
 					}
-					if _, err := checker.Heartbeat(ctx, heartbeat.Record{}, heartbeat.Record{Election: "f", Leader: "a", Term: 1}); !errors.Is(err, base.ErrRefused) || !strings.Contains(err.Error(), "apply SchemaSQL") {
-						t.Fatalf("Heartbeat on a table without %s: %v, want ErrRefused naming SchemaSQL", old.name, err)
+					if _, _, err := checker.Participants(ctx, "e"); !errors.Is(err, base.ErrRefused) || !strings.Contains(err.Error(), "apply SchemaSQL") {
+						t.Fatalf("Participants on a table without %s: %v, want ErrRefused naming SchemaSQL", old.name, err)
+					}
+					if err := checker.Present(ctx, "e", backend.Presence{Node: "m", CanLead: true, Incarnation: 1}); !errors.Is(err, base.ErrRefused) || !strings.Contains(err.Error(), "apply SchemaSQL") {
+						t.Fatalf("Present on a table without %s: %v, want ErrRefused naming SchemaSQL", old.name, err)
 					}
 					if upgrade == "Create" {
 						openStore(t, pool, opts)
@@ -1346,6 +1359,7 @@ func TestCreate(t *testing.T) {
 					if n := recv(t, ch); n.Type != backend.RecordChanged || !n.Record.Equal(r) {
 						t.Fatalf("notification %v %+v, want %+v", n.Type, n.Record, r)
 					}
+					checkOlderPresence(t, checker, "e", "n")
 				})
 			}
 		})
@@ -1422,7 +1436,7 @@ func TestCreate(t *testing.T) {
 		mustExec(t, pool, "CREATE TABLE "+quoted+` (election text PRIMARY KEY, leader text NOT NULL DEFAULT '',
 			term bigint NOT NULL DEFAULT 0, revision bigint NOT NULL, ts timestamptz NOT NULL DEFAULT clock_timestamp(),
 			value bytea NOT NULL DEFAULT ''::bytea, lease_us bigint NOT NULL DEFAULT 0, successor text NOT NULL DEFAULT '',
-			handover bigint NOT NULL DEFAULT 0, incarnation bigint NOT NULL DEFAULT 0)`)
+			handover bigint NOT NULL DEFAULT 0, incarnation bigint NOT NULL DEFAULT 0, joined timestamptz)`)
 		mustExec(t, pool, "CREATE FUNCTION "+old+"() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM pg_notify(TG_NAME, 'old'); RETURN NULL; END$$")
 		mustExec(t, pool, "CREATE TRIGGER lf_up AFTER INSERT OR UPDATE OR DELETE ON "+quoted+" FOR EACH ROW EXECUTE FUNCTION "+old+"()")
 		checker, _ := NewStore(pool, Options{Table: opts.Table, ChannelPrefix: opts.ChannelPrefix, NoCreate: true})

@@ -25,8 +25,10 @@ var (
 // nothing of it (a refresh notifies nobody); Present and Absent set
 // notifiedSetting, so that the function does not even run for them. Its
 // leader column is the node id, its ts the server's clock_timestamp() of
-// the last refresh; term and revision are 0. PresentBatch sets
-// notifiedSetting in the same way.
+// the last refresh, its incarnation column the participant's incarnation
+// and its joined column when that incarnation first wrote the row (NULL in
+// rows of versions before it, and in election rows); term and revision
+// are 0. PresentBatch sets notifiedSetting in the same way.
 type presenceValue struct {
 	Priority int    `json:"p"`
 	CanLead  bool   `json:"c"`
@@ -34,8 +36,27 @@ type presenceValue struct {
 	Token    uint64 `json:"k,omitempty"`
 }
 
+// presentUpdate is the ON CONFLICT DO UPDATE of a presence write, whose
+// row is t and whose write is excluded: it replaces the fields and stamps
+// ts with the server's clock, read once (the subquery) after the row is
+// locked; joined is that same instant when the write's incarnation is
+// not the row's, and stays when it is. The row's old incarnation and
+// joined are read under the lock of the one statement: two writes of one
+// node cannot both take the row for theirs.
+const presentUpdate = " SET leader = excluded.leader, value = excluded.value, incarnation = excluded.incarnation," +
+	" (ts, joined) = (SELECT n.now, CASE WHEN t.incarnation = excluded.incarnation THEN t.joined ELSE n.now END" +
+	" FROM (SELECT clock_timestamp() AS now) AS n)"
+
+// presenceCols are the columns of a presence row (alias t) that
+// Participants and ParticipantsBatch read, in the order presenceRow takes
+// them. A ts that is not finite reads as NULL, so that the row is left
+// out (a time.Time cannot hold it: scanned, it failed the whole read); a
+// joined that is not finite reads as none.
+const presenceCols = "t.leader, t.value, CASE WHEN isfinite(t.ts) THEN t.ts END, t.incarnation, CASE WHEN isfinite(t.joined) THEN t.joined END"
+
 // Present upserts the presence row of p.Node in election, stamped with the
-// server's clock: one statement.
+// server's clock, setting or keeping its joined time (presentUpdate): one
+// statement.
 func (s *Store) Present(ctx context.Context, election string, p backend.Presence) error {
 	if s.closed.Load() {
 		return fmt.Errorf("postgres: Present: %w", base.ErrClosed)
@@ -47,11 +68,7 @@ func (s *Store) Present(ctx context.Context, election string, p backend.Presence
 	if err != nil {
 		return fmt.Errorf("postgres: Present: %w", err)
 	}
-	_, err = s.pool.Exec(ctx, "INSERT INTO "+s.ddl.table+" AS t (election, leader, term, revision, ts, value)"+
-		" VALUES ($1, $2, 0, 0, clock_timestamp(), $3) ON CONFLICT (election) DO UPDATE"+
-		" SET leader = excluded.leader, value = excluded.value, ts = clock_timestamp()"+
-		" RETURNING set_config('"+notifiedSetting+"', 'on', true)",
-		backend.PresenceKey(election, p.Node), p.Node, v)
+	_, err = s.pool.Exec(ctx, s.presentSQL, backend.PresenceKey(election, p.Node), p.Node, v, int64(p.Incarnation))
 	if err != nil {
 		return s.wrapErr(ctx, "postgres: Present", err)
 	}
@@ -73,6 +90,7 @@ func (s *Store) PresentBatch(ctx context.Context, writes []backend.PresenceWrite
 	keys := make([]string, 0, len(writes))
 	nodes := make([]string, 0, len(writes))
 	values := make([][]byte, 0, len(writes))
+	incarnations := make([]int64, 0, len(writes))
 	for i, w := range writes {
 		if err := seen.Add(w, i); err != nil {
 			out[i] = fmt.Errorf("postgres: PresentBatch: %w: %w", base.ErrInvalidConfig, err)
@@ -87,11 +105,12 @@ func (s *Store) PresentBatch(ctx context.Context, writes []backend.PresenceWrite
 		keys = append(keys, backend.PresenceKey(w.Election, p.Node))
 		nodes = append(nodes, p.Node)
 		values = append(values, v)
+		incarnations = append(incarnations, int64(p.Incarnation))
 	}
 	if len(keys) == 0 {
 		return out, nil
 	}
-	if _, err := s.pool.Exec(ctx, s.presentBatchSQL, keys, nodes, values); err != nil {
+	if _, err := s.pool.Exec(ctx, s.presentBatchSQL, keys, nodes, values, incarnations); err != nil {
 		return nil, s.wrapErr(ctx, "postgres: PresentBatch", err)
 	}
 	return out, nil
@@ -128,32 +147,22 @@ func (s *Store) Participants(ctx context.Context, election string) ([]backend.Pr
 	if err := heartbeat.ValidateName("election name", election); err != nil {
 		return nil, time.Time{}, fmt.Errorf("postgres: Participants: %w: %w", base.ErrInvalidConfig, err)
 	}
-	rows, err := s.pool.Query(ctx, "SELECT c.now, t.leader, t.value, t.ts FROM (SELECT clock_timestamp() AS now) AS c"+
+	rows, err := s.pool.Query(ctx, "SELECT c.now, "+presenceCols+" FROM (SELECT clock_timestamp() AS now) AS c"+
 		" LEFT JOIN "+s.ddl.table+" AS t ON starts_with(t.election, $1)", backend.PresenceKey(election, ""))
 	if err != nil {
 		return nil, time.Time{}, s.wrapErr(ctx, "postgres: Participants", err)
 	}
 	defer rows.Close()
 	var (
-		now  time.Time
-		out  []backend.Presence
-		node *string
-		val  []byte
-		ts   *time.Time
+		now time.Time
+		out []backend.Presence
+		r   presenceRow
 	)
 	for rows.Next() {
-		if err := rows.Scan(&now, &node, &val, &ts); err != nil {
+		if err := rows.Scan(append([]any{&now}, r.dest()...)...); err != nil {
 			return nil, time.Time{}, s.wrapErr(ctx, "postgres: Participants", err)
 		}
-		if node == nil || ts == nil {
-			continue // no presence row (the LEFT JOIN's row of the clock alone)
-		}
-		var v presenceValue
-		if json.Unmarshal(val, &v) != nil {
-			continue
-		}
-		p := backend.Presence{Node: *node, Value: v.Value, Priority: v.Priority, CanLead: v.CanLead, Token: v.Token, Timestamp: *ts}
-		if p.Validate() == nil {
+		if p, ok := r.presence(); ok {
 			out = append(out, p)
 		}
 	}
@@ -191,16 +200,15 @@ func (s *Store) ParticipantsBatch(ctx context.Context, elections []string) ([]ba
 	}
 	defer rows.Close()
 	var (
-		now       time.Time
-		key, node *string
-		val       []byte
-		ts        *time.Time
+		now time.Time
+		key *string
+		r   presenceRow
 	)
 	for rows.Next() {
-		if err := rows.Scan(&now, &key, &node, &val, &ts); err != nil {
+		if err := rows.Scan(append([]any{&now, &key}, r.dest()...)...); err != nil {
 			return nil, s.wrapErr(ctx, "postgres: ParticipantsBatch", err)
 		}
-		if key == nil || node == nil || ts == nil {
+		if key == nil {
 			continue // no presence row (the LEFT JOIN's row of the clock alone)
 		}
 		election, _, _ := strings.Cut(*key, backend.PresenceSep)
@@ -208,12 +216,7 @@ func (s *Store) ParticipantsBatch(ctx context.Context, elections []string) ([]ba
 		if !ok {
 			continue
 		}
-		var v presenceValue
-		if json.Unmarshal(val, &v) != nil {
-			continue
-		}
-		p := backend.Presence{Node: *node, Value: v.Value, Priority: v.Priority, CanLead: v.CanLead, Token: v.Token, Timestamp: *ts}
-		if p.Validate() == nil {
+		if p, ok := r.presence(); ok {
 			out[i].Presences = append(out[i].Presences, p)
 		}
 	}
@@ -224,4 +227,37 @@ func (s *Store) ParticipantsBatch(ctx context.Context, elections []string) ([]ba
 		out[i].Now = now
 	}
 	return out, nil
+}
+
+// presenceRow holds the columns presenceCols reads.
+type presenceRow struct {
+	node        *string
+	value       []byte
+	ts, joined  *time.Time
+	incarnation *int64
+}
+
+// dest returns the scan targets of presenceCols, in order.
+func (r *presenceRow) dest() []any {
+	return []any{&r.node, &r.value, &r.ts, &r.incarnation, &r.joined}
+}
+
+// presence decodes the row; false when there is none (the LEFT JOIN's row
+// of the clock alone) or it is not a valid presence. A row of a version
+// before incarnation and joined reads with Incarnation 0 (the column's
+// default) and no Joined.
+func (r *presenceRow) presence() (backend.Presence, bool) {
+	if r.node == nil || r.ts == nil || r.incarnation == nil || *r.incarnation < 0 {
+		return backend.Presence{}, false
+	}
+	var v presenceValue
+	if json.Unmarshal(r.value, &v) != nil {
+		return backend.Presence{}, false
+	}
+	p := backend.Presence{Node: *r.node, Value: v.Value, Priority: v.Priority, CanLead: v.CanLead, Token: v.Token,
+		Incarnation: uint64(*r.incarnation), Timestamp: *r.ts}
+	if r.joined != nil {
+		p.Joined = *r.joined
+	}
+	return p, p.Validate() == nil
 }

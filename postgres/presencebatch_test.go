@@ -45,7 +45,8 @@ func countingPool(t *testing.T, c *queryCounter) *pgxpool.Pool {
 // TestPresenceBatch checks the batched presence statements on the server:
 // PresentBatch writes a thousand presence rows in one statement, as
 // Present writes one (node id in leader, term and revision 0, the
-// server's clock), and a bad or repeated write fails alone;
+// server's clock, joined at it, the incarnation), and a bad or repeated
+// write fails alone;
 // ParticipantsBatch reads the participants of many elections in one
 // statement, each as Participants does, leaving out rows that do not
 // decode.
@@ -64,7 +65,8 @@ func TestPresenceBatch(t *testing.T) {
 		names[i] = fmt.Sprintf("e%03d", i)
 		for n := range nodes {
 			writes = append(writes, backend.PresenceWrite{Election: names[i],
-				Presence: backend.Presence{Node: fmt.Sprintf("n%d", n), Value: []byte{byte(n)}, Priority: n, CanLead: n > 0, Token: uint64(i*nodes + n + 1)}})
+				Presence: backend.Presence{Node: fmt.Sprintf("n%d", n), Value: []byte{byte(n)}, Priority: n, CanLead: n > 0, Token: uint64(i*nodes + n + 1),
+					Incarnation: uint64(i*nodes + n)}})
 		}
 	}
 	writes = append(writes,
@@ -90,15 +92,19 @@ func TestPresenceBatch(t *testing.T) {
 		}
 	}
 	var rows, odd int
-	if err := pool.QueryRow(ctx, "SELECT count(*), count(*) FILTER (WHERE term <> 0 OR revision <> 0 OR leader <> split_part(election, chr(31), 2))"+
-		" FROM "+table).Scan(&rows, &odd); err != nil {
+	if err := pool.QueryRow(ctx, "SELECT count(*), count(*) FILTER (WHERE term <> 0 OR revision <> 0 OR leader <> split_part(election, chr(31), 2)"+
+		" OR joined IS DISTINCT FROM ts OR incarnation <> $1 * substr(split_part(election, chr(31), 1), 2)::int + substr(leader, 2)::int)"+
+		" FROM "+table, nodes).Scan(&rows, &odd); err != nil {
 		t.Fatal(err)
 	}
 	if rows != elections*nodes || odd != 0 {
 		t.Fatalf("%d presence rows (%d not as Present writes them), want %d", rows, odd, elections*nodes)
 	}
-	// A row that does not decode is left out, as Participants leaves it.
+	// A row that does not decode is left out, as Participants leaves it:
+	// also one whose ts no time.Time holds.
 	mustExec(t, pool, "INSERT INTO "+table+" (election, leader, term, revision, value) VALUES ($1, 'bad', 0, 0, 'not json')", backend.PresenceKey("e001", "bad"))
+	mustExec(t, pool, "INSERT INTO "+table+" (election, leader, term, revision, ts, value) VALUES ($1, 'inf', 0, 0, 'infinity', $2)",
+		backend.PresenceKey("e002", "inf"), []byte(`{"p":0,"c":true}`))
 
 	before = c.n.Load()
 	read := append(names[:0:0], names...)
@@ -142,11 +148,51 @@ func sameNodes(a, b []backend.Presence) bool {
 	}
 	for _, p := range b {
 		q, ok := m[p.Node]
-		if !ok || q.Priority != p.Priority || q.CanLead != p.CanLead || q.Token != p.Token || string(q.Value) != string(p.Value) || !q.Timestamp.Equal(p.Timestamp) {
+		if !ok || q.Priority != p.Priority || q.CanLead != p.CanLead || q.Token != p.Token || string(q.Value) != string(p.Value) || !q.Timestamp.Equal(p.Timestamp) ||
+			q.Incarnation != p.Incarnation || !q.Joined.Equal(p.Joined) {
 			return false
 		}
 	}
 	return len(a) == len(b)
+}
+
+// checkOlderPresence checks the presence row of node in election that an
+// older version wrote (no incarnation, no joined): it reads with
+// Incarnation 0 and no Joined, a write of incarnation 0 keeps it so (the
+// same incarnation keeps Joined, none here), and a write of another
+// incarnation sets Joined to its timestamp.
+func checkOlderPresence(t *testing.T, s *Store, election, node string) {
+	t.Helper()
+	ctx := ctxT(t)
+	read := func() backend.Presence {
+		t.Helper()
+		ps, _, err := s.Participants(ctx, election)
+		if err != nil {
+			t.Fatalf("Participants: %v", err)
+		}
+		for _, p := range ps {
+			if p.Node == node {
+				return p
+			}
+		}
+		t.Fatalf("Participants = %+v, want %s listed", ps, node)
+		return backend.Presence{}
+	}
+	if p := read(); p.Incarnation != 0 || !p.Joined.IsZero() || !p.CanLead || p.Timestamp.IsZero() {
+		t.Fatalf("an older version's presence reads %+v; want incarnation 0, no joined time", p)
+	}
+	if err := s.Present(ctx, election, backend.Presence{Node: node, CanLead: true}); err != nil {
+		t.Fatal(err)
+	}
+	if p := read(); p.Incarnation != 0 || !p.Joined.IsZero() {
+		t.Fatalf("after a write of incarnation 0 over an older version's presence: %+v; want no joined time kept", p)
+	}
+	if err := s.Present(ctx, election, backend.Presence{Node: node, CanLead: true, Incarnation: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if p := read(); p.Incarnation != 7 || !p.Joined.Equal(p.Timestamp) {
+		t.Fatalf("after a write of incarnation 7 over an older version's presence: %+v; want it joined at its timestamp", p)
+	}
 }
 
 // TestPresenceBatchOverlapping checks that processes refreshing

@@ -162,12 +162,16 @@ var columns = []struct{ name, typ, ddl string }{
 	{"successor", "text", "text NOT NULL DEFAULT ''"},
 	{"handover", "bigint", "bigint NOT NULL DEFAULT 0"},
 	{"incarnation", "bigint", "bigint NOT NULL DEFAULT 0"},
+	// When a presence row's incarnation first wrote it; NULL in election
+	// rows.
+	{"joined", "timestamp with time zone", "timestamptz"},
 }
 
 // addedColumns are the columns added after the first release: Create and
 // SchemaSQL add them to a table made before (an existing row reads as
-// having no lease, no successor, no handover token and no incarnation).
-var addedColumns = []string{"lease_us", "successor", "handover", "incarnation"}
+// having no lease, no successor, no handover token, no incarnation and,
+// a presence row, no joined time).
+var addedColumns = []string{"lease_us", "successor", "handover", "incarnation", "joined"}
 
 func (d ddl) addColumns() []string {
 	var out []string

@@ -36,7 +36,8 @@ type Store struct {
 
 	getSQL, insertSQL, updateSQL             string
 	batchUpdateSQL, batchInsertSQL, batchGet string
-	presentBatchSQL, participantsBatchSQL    string
+	presentSQL, presentBatchSQL              string
+	participantsBatchSQL                     string
 
 	ctx    context.Context // cancelled by Close: ends the subscriptions
 	cancel context.CancelFunc
@@ -107,19 +108,25 @@ func NewStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		" AS v(election, leader, term, value, lease_us, successor, handover, incarnation)" +
 		" ORDER BY v.election ON CONFLICT (election) DO NOTHING RETURNING " + recordCols
 	s.batchGet = "SELECT " + recordCols + " FROM " + t + " WHERE election = ANY($1::text[])"
-	// The presence refreshes of many elections, as Present's upsert: in
-	// the order of their keys, so that two processes refreshing
-	// overlapping sets of rows queue instead of deadlocking.
-	s.presentBatchSQL = "INSERT INTO " + t + " AS t (election, leader, term, revision, ts, value)" +
-		" SELECT v.election, v.leader, 0, 0, clock_timestamp(), v.value FROM unnest($1::text[], $2::text[], $3::bytea[])" +
-		" AS v(election, leader, value) ORDER BY v.election ON CONFLICT (election) DO UPDATE" +
-		" SET leader = excluded.leader, value = excluded.value, ts = clock_timestamp()" +
-		" RETURNING set_config('" + notifiedSetting + "', 'on', true)"
+	// A presence write: an upsert of the presence row (see presentUpdate),
+	// the subquery reading the clock once for its ts and joined.
+	s.presentSQL = "INSERT INTO " + t + " AS t (election, leader, term, revision, ts, value, incarnation, joined)" +
+		" SELECT $1::text, $2::text, 0, 0, c.now, $3::bytea, $4::bigint, c.now FROM (SELECT clock_timestamp() AS now) AS c" +
+		" ON CONFLICT (election) DO UPDATE" + presentUpdate + " RETURNING set_config('" + notifiedSetting + "', 'on', true)"
+	// The presence refreshes of many elections, as Present's upsert
+	// (presentSQL): in the order of their keys, so that two processes
+	// refreshing overlapping sets of rows queue instead of deadlocking.
+	// The subquery reads the clock once per row, for its ts and joined.
+	s.presentBatchSQL = "INSERT INTO " + t + " AS t (election, leader, term, revision, ts, value, incarnation, joined)" +
+		" SELECT v.election, v.leader, 0, 0, v.now, v.value, v.incarnation, v.now" +
+		" FROM (SELECT u.*, clock_timestamp() AS now FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[])" +
+		" AS u(election, leader, value, incarnation)) AS v ORDER BY v.election ON CONFLICT (election) DO UPDATE" +
+		presentUpdate + " RETURNING set_config('" + notifiedSetting + "', 'on', true)"
 	// The participants of many elections: one pass over the table, a
 	// presence row's election being its key up to chr(31) (no election
 	// name holds one), with the server's clock on every row, and alone
 	// when there is no presence row.
-	s.participantsBatchSQL = "SELECT c.now, t.election, t.leader, t.value, t.ts FROM (SELECT clock_timestamp() AS now) AS c" +
+	s.participantsBatchSQL = "SELECT c.now, t.election, " + presenceCols + " FROM (SELECT clock_timestamp() AS now) AS c" +
 		" LEFT JOIN " + t + " AS t ON strpos(t.election, chr(31)) > 0 AND split_part(t.election, chr(31), 1) = ANY($1::text[])"
 	return s, nil
 }

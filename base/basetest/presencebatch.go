@@ -100,6 +100,8 @@ func (s *suite) presenceBatchStore(t *testing.T) {
 			t.Fatalf("the changefeed brought %v (election %q) first, want the election record of %s: a presence record of a batch was announced", n.Type, n.Election+n.Record.Election, e1)
 		}
 	})
+
+	s.presenceBatchJoined(t)
 }
 
 // describe lists presences as "node/priority/canLead/value/token", sorted

@@ -587,6 +587,8 @@ func (s *suite) presenceStore(t *testing.T) {
 		}
 		tokens(map[string]uint64{"node-a": 7, "node-b": 0, "node-c": 0})
 	})
+
+	s.presenceJoined(t)
 }
 
 // batchSuccessor runs the rule of the successor field through

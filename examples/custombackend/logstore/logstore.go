@@ -415,20 +415,26 @@ func (s *Store) Close() error {
 // presenceDoc is the JSON form of a presence record in the table, under
 // backend.PresenceKey(election, node): a key no election has.
 type presenceDoc struct {
-	Mark     int       `json:"leaderfeed"` // 2: a presence record
-	Node     string    `json:"node"`
-	Value    []byte    `json:"value,omitempty"`
-	Priority int       `json:"priority"`
-	CanLead  bool      `json:"can_lead"`
-	Token    uint64    `json:"token,omitempty"`
-	Time     time.Time `json:"ts"`
+	Mark        int       `json:"leaderfeed"` // 2: a presence record
+	Node        string    `json:"node"`
+	Value       []byte    `json:"value,omitempty"`
+	Priority    int       `json:"priority"`
+	CanLead     bool      `json:"can_lead"`
+	Token       uint64    `json:"token,omitempty"`
+	Incarnation uint64    `json:"incarnation,omitempty"`
+	Time        time.Time `json:"ts"`
+	// Joined is when Incarnation first wrote the record: kept by the
+	// writes of that incarnation, set anew by any other write.
+	Joined time.Time `json:"joined"`
 }
 
 var _ backend.PresenceStore = (*Store)(nil)
 
 // Present writes the presence record of p.Node in election, stamped with
-// the Log's clock. Its log entry is skipped by every feed: a refresh wakes
-// no follower.
+// the Log's clock, and keeps its joined time when the record it replaces
+// is of p.Incarnation (else the joined time is the new stamp): the read
+// of the old record and the write are one step under the Log's lock. Its
+// log entry is skipped by every feed: a refresh wakes no follower.
 func (s *Store) Present(ctx context.Context, election string, p backend.Presence) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -439,11 +445,19 @@ func (s *Store) Present(ctx context.Context, election string, p backend.Presence
 	l := s.log
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	data, err := json.Marshal(presenceDoc{Mark: markPresence, Node: p.Node, Value: p.Value, Priority: p.Priority, CanLead: p.CanLead, Token: p.Token, Time: l.now()})
+	key := backend.PresenceKey(election, p.Node)
+	d := presenceDoc{Mark: markPresence, Node: p.Node, Value: p.Value, Priority: p.Priority, CanLead: p.CanLead, Token: p.Token,
+		Incarnation: p.Incarnation, Time: l.now()}
+	d.Joined = d.Time
+	var old presenceDoc
+	if json.Unmarshal(l.docs[key], &old) == nil && old.Mark == markPresence && old.Incarnation == p.Incarnation {
+		d.Joined = old.Joined // the same process life: it joined then
+	}
+	data, err := json.Marshal(d)
 	if err != nil {
 		return fmt.Errorf("logstore: presence of %q: %w", p.Node, err)
 	}
-	l.write(backend.PresenceKey(election, p.Node), data)
+	l.write(key, data)
 	return nil
 }
 
@@ -477,7 +491,8 @@ func (s *Store) Participants(ctx context.Context, election string) ([]backend.Pr
 		if !strings.HasPrefix(key, prefix) || json.Unmarshal(doc, &d) != nil || d.Mark != markPresence {
 			continue
 		}
-		p := backend.Presence{Node: d.Node, Value: d.Value, Priority: d.Priority, CanLead: d.CanLead, Token: d.Token, Timestamp: d.Time}
+		p := backend.Presence{Node: d.Node, Value: d.Value, Priority: d.Priority, CanLead: d.CanLead, Token: d.Token,
+			Incarnation: d.Incarnation, Timestamp: d.Time, Joined: d.Joined}
 		if p.Validate() == nil {
 			out = append(out, p)
 		}

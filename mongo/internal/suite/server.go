@@ -84,6 +84,7 @@ func Run(t *testing.T, newServer NewServer) {
 		{"FeedHugeDocument", testFeedHugeDocument},
 		{"FeedTwoNodes", testFeedTwoNodes},
 		{"Fence", testFence},
+		{"PresenceJoined", testPresenceJoined},
 		{"Conformance", testConformance},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, newServer) })

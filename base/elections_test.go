@@ -751,3 +751,61 @@ func TestElectionsMassFailover(t *testing.T) {
 		stopAndClose(t, elsA, a)
 	})
 }
+
+// Issue 41: a participant's Resign on an Elections (presence batched)
+// reads the participants for its handover without waiting for a batch
+// window, and hands the election in one write to the participant that
+// joined last.
+func TestElectionsResignHandsOverAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewDB()
+		opts := base.Options{Timing: timing, Participate: true}
+		start := func(node string) (*base.Elections, *base.Feed) {
+			els := newElections(t, store)
+			f, err := els.Feed("e", node, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return els, f
+		}
+		elsA, a := start("a")
+		for !a.IsLeader() {
+			time.Sleep(time.Millisecond)
+		}
+		elsB, b := start("b")
+		time.Sleep(timing.HeartbeatInterval)
+		elsC, c := start("c") // joined last
+		time.Sleep(2 * timing.HeartbeatInterval)
+		_, term, _ := a.LeaderContext()
+		t0 := time.Now()
+		if err := a.Resign(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for !c.IsLeader() {
+			if b.IsLeader() {
+				t.Fatal("b leads: the successor is not the participant that joined last")
+			}
+			if time.Since(t0) > timing.ElectionTimeoutMin {
+				t.Fatalf("c does not lead %v after a's Resign", time.Since(t0))
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		// No store call takes time here: what would is a batch window
+		// (47 ms for this read's deadline).
+		if d := time.Since(t0); d > time.Millisecond {
+			t.Errorf("c leads %v after the Resign, want within the polling step (a batch window waited for?)", d)
+		}
+		if _, got, _ := c.LeaderContext(); got != term+1 {
+			t.Errorf("c leads term %d, want %d: one write", got, term+1)
+		}
+		for _, p := range []struct {
+			els *base.Elections
+			f   *base.Feed
+		}{{elsA, a}, {elsB, b}, {elsC, c}} {
+			stopAndClose(t, p.els, []*base.Feed{p.f})
+		}
+	})
+}

@@ -535,7 +535,8 @@ func (l *loop) handoverView(eff effect) {
 		} else {
 			close(left)
 		}
-		ctx, cancel := context.WithTimeout(sctx, l.f.opts.PresenceInterval)
+		// The handover waits for this read: it waits for no batch.
+		ctx, cancel := context.WithTimeout(urgent(sctx), l.f.opts.PresenceInterval)
 		var r handoverViewResult
 		r.ps, r.storeNow, r.err = l.pres.pb.Participants(ctx)
 		cancel()

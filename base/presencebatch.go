@@ -94,11 +94,18 @@ func (e *Elections) startPresenceBatch(s backend.Store, opts ElectionsOptions) {
 // those of other elections.
 func presenceWindow(ctx context.Context) time.Duration {
 	d, ok := ctx.Deadline()
-	if !ok {
+	if !ok || ctx.Value(urgentKey{}) != nil {
 		return 0
 	}
 	return min(max(0, time.Until(d)/presenceWindowDivisor), maxPresenceWindow)
 }
+
+// urgentKey marks the context of a presence call that a handover waits
+// for (urgent): it joins a batch under way, but waits for no other.
+type urgentKey struct{}
+
+// urgent returns ctx marked so that its presence calls wait for no batch.
+func urgent(ctx context.Context) context.Context { return context.WithValue(ctx, urgentKey{}, true) }
 
 // present sends one presence write through the gatherer and waits for its
 // result, at most until ctx ends.

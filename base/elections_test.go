@@ -809,3 +809,52 @@ func TestElectionsResignHandsOverAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// Issue 41: a participant is a successor as soon as Start returned: its
+// first presence write carries a token, so a leader stopped right after
+// it joined hands the election to it in one write (a rolling restart
+// stops the old leader as soon as the new node runs).
+func TestStartedParticipantIsASuccessorAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewDB()
+		start := func(node string) *base.Feed {
+			b, _ := store.Election("e")
+			f, err := base.New(b, node, base.Options{Timing: timing, Participate: true, PresenceInterval: timing.LeaseDuration / 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+		a := start("a")
+		for !a.IsLeader() {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(timing.LeaseDuration) // a's Priority check read the participants
+		b := start("b")                  // no refresh of its presence yet
+		events := b.Events()
+		_, term, _ := a.LeaderContext()
+		if err := a.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if _, got, ok := b.LeaderContext(); !ok || got != term+1 {
+			t.Fatalf("b leads %v in term %d right after a stopped, want term %d", ok, got, term+1)
+		}
+		for e := range events {
+			if e.Type == base.EventElected {
+				if e.Record.Handover == 0 {
+					t.Fatalf("b elected on %v: want the record a handed it over with, not a claim of a vacancy", e.Record)
+				}
+				break
+			}
+		}
+		if err := b.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for range events { // what Stop left for the reader
+		}
+	})
+}

@@ -121,15 +121,20 @@ type Feed struct {
 	running  atomic.Int64  // goroutines of the Feed running (goroutines)
 	inRun    atomic.Bool   // Run is running
 
-	mu       sync.Mutex
-	state    feedState
-	stopErr  error
-	stopCtx  context.Context // set by Stop before closing stopCh
-	cancel   context.CancelFunc
-	snap     snapshot
-	leaseEnd time.Time
-	defSub   *Subscription // of Events
-	health   Health        // the machine's, as published (publishHealth)
+	mu      sync.Mutex
+	state   feedState
+	stopErr error
+	stopCtx context.Context // set by Stop before closing stopCh
+	cancel  context.CancelFunc
+	// presCancel ends the presence writes: not when the engine ends (a
+	// write cancelled then may still commit after Stop's delete, and list
+	// the stopped node as a live participant that joined last), but when
+	// Stop's context does, or once every goroutine ended.
+	presCancel context.CancelFunc
+	snap       snapshot
+	leaseEnd   time.Time
+	defSub     *Subscription // of Events
+	health     Health        // the machine's, as published (publishHealth)
 
 	abortStart context.CancelFunc // ends a Start under way; guarded by mu
 }
@@ -370,10 +375,18 @@ func (f *Feed) Start(ctx context.Context) error {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	f.cancel = cancel
+	presCtx, presCancel := context.WithCancel(context.Background())
+	f.cancel, f.presCancel = cancel, presCancel
 	f.state = stateRunning
 	f.loop = newLoop(f, runCtx)
+	f.loop.presCtx = presCtx
 	f.loop.m.inc = inc
+	if p := f.loop.m.pres; p != nil && pres != nil {
+		for _, s := range pres.started[max(0, len(pres.started)-presenceTokens):] {
+			p.sent[p.next] = s
+			p.next = (p.next + 1) % presenceTokens
+		}
+	}
 	f.loop.pres = pres
 	f.loop.start()
 	f.log.Info("leaderfeed: started", "observe_only", f.opts.ObserveOnly)
@@ -390,14 +403,22 @@ func (f *Feed) prepare(ctx context.Context, inc uint64) (*presence, error) {
 		// The first presence record is written before the Feed runs, so
 		// that a store without the capability fails Start. Like Start and
 		// Create it is bounded by ctx alone, not by a refresh's timeout:
-		// it may be the pool's first connection. Its token (0) is none a
-		// handover can carry.
+		// it may be the pool's first connection. It carries a token, as
+		// every refresh does, so that the node is a successor at once: a
+		// leader stopped right after it joined hands over to it. Each
+		// attempt draws its own token, sent when it was sent (see
+		// presence.started), for the lease a handover naming it grants.
 		pb, ok := f.b.(backend.PresenceElection)
 		if !ok {
 			return nil, fmt.Errorf("leaderfeed: Participate: the backend (%T) has no presence capability: %w", f.b, backend.ErrUnsupported)
 		}
 		pres = f.newPresence(pb, inc)
-		steps = append(steps, func(ctx context.Context) error { return pb.Present(ctx, pres.p) })
+		steps = append(steps, func(ctx context.Context) error {
+			p := pres.p
+			p.Token = drawIdentity()
+			pres.started = append(pres.started, sentToken{token: p.Token, sentAt: time.Now()})
+			return pb.Present(ctx, p)
+		})
 	}
 	done := 0
 	err := storewait.Retry(ctx, f.log, f.opts.Rand, func(ctx context.Context) error {
@@ -495,20 +516,23 @@ func (f *Feed) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		err = ctx.Err()
 		f.cancel()
+		f.presCancel()
 		f.loop.put(cancelledMsg{})
 		<-f.loopDone // the engine does no I/O: it ends at once
 	}
-	f.cancel() // ends the store calls still running
+	f.cancel() // ends the store calls still running, but presence writes
 	select {
 	case <-f.done:
 	case <-ctx.Done():
 		if err == nil {
 			err = ctx.Err()
 		}
+		f.presCancel()
 		// Backends return promptly once their context is done (the
 		// contract), so this wait is short.
 		<-f.done
 	}
+	f.presCancel()
 	if cerr := f.b.Close(); err == nil && cerr != nil {
 		err = cerr
 	}

@@ -2,6 +2,7 @@ package base
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -431,5 +432,41 @@ func TestMachineSilentLeaderJudgedTogether(t *testing.T) {
 	}
 	if _, ok := claimTimer(m.step(late, silentInput{leader: "x"})); ok {
 		t.Fatal("a candidate's timer moved")
+	}
+}
+
+// Issue 41: a participant handed the election as it stops (the leader
+// read its presence before its delete) hands it on, once its own delete
+// is done, on a fresh view: the record does not name a node that left
+// until the others' election timeout, and two nodes stopping at once do
+// not hand it back and forth.
+func TestMachineStoppingParticipantPassesTheHandoverOn(t *testing.T) {
+	m := participating(follower(t, rec(3, "x", 2, timing.LeaseDuration), at(5*time.Millisecond)))
+	tok := presenceToken(t, m, at(10*time.Millisecond))
+	effs := m.step(at(20*time.Millisecond), stopInput{ctx: context.Background()})
+	if !slices.ContainsFunc(effs, func(e effect) bool { l, ok := e.(leavePresence); return ok && l.tell }) || m.done() {
+		t.Fatalf("stop: %v; done %v: want the delete, waited for", effs, m.done())
+	}
+	h := rec(4, "x", 3, timing.LeaseDuration)
+	h.Leader, h.Handover = "a", tok
+	if effs := m.step(at(21*time.Millisecond), changed(h)); slices.ContainsFunc(effs, func(e effect) bool { _, ok := e.(handoverView); return ok }) {
+		t.Fatal("handed it on before its own delete was done")
+	}
+	rd := findCall(m.step(at(22*time.Millisecond), leftInput{}), callRead)
+	if rd == nil || m.done() {
+		t.Fatalf("deleted: read %v, done %v; want a last read of the record", rd, m.done())
+	}
+	effs = viewed(m, at(23*time.Millisecond), m.step(at(23*time.Millisecond), callResult{kind: callRead, sentAt: rd.sentAt, sentStep: rd.sentStep, parent: rd.parent, res: h}),
+		[]backend.Presence{{Node: "c", CanLead: true, Token: 9, Timestamp: at(time.Hour)}}, at(time.Hour))
+	c := findCall(effs, callVacancy)
+	if c == nil || c.next.Leader != "c" || c.next.Term != 4 || c.next.Handover != 9 || !c.expected.SameWrite(h) {
+		t.Fatalf("handed it on with %+v, want the record handed to c in term 4, on the one handed to this node", c)
+	}
+	if m.role == roleLeader {
+		t.Fatal("a stopping node leads")
+	}
+	m.step(at(24*time.Millisecond), callResult{kind: callVacancy, expected: c.expected, next: c.next, sentAt: at(23 * time.Millisecond), sentStep: c.sentStep, parent: c.parent, res: rec(5, "c", 4, timing.LeaseDuration)})
+	if !m.done() {
+		t.Fatal("not done once the election was handed on")
 	}
 }

@@ -29,11 +29,14 @@ import (
 // more than one leader is told next to the machine's claim logic (see
 // claimDue in machine.go).
 type loop struct {
-	f      *Feed
-	m      *machine
-	ctx    context.Context // cancelled when the Feed stops for good
-	box    *mailbox.Box[input]
-	exited bool // exit ran: later inputs are dropped (taker only)
+	f   *Feed
+	m   *machine
+	ctx context.Context // cancelled when the Feed stops for good
+	// presCtx bounds the presence writes (Feed.presCancel): a write in
+	// flight when the Feed stops runs to its end before the delete.
+	presCtx context.Context
+	box     *mailbox.Box[input]
+	exited  bool // exit ran: later inputs are dropped (taker only)
 
 	// One timer serves claim, renew, reopen and poll: it is armed at the
 	// earliest of due and puts a tick in the mailbox; the tick steps each
@@ -223,7 +226,7 @@ func (l *loop) take(in input) {
 		l.stepDue()
 	case leaseMsg:
 		l.step(leaseLostInput{expired: l.leaseCtx != nil && l.leaseCtx.Err() != nil})
-	case requestInput, presenceResult, handoverViewResult, silentInput:
+	case requestInput, presenceResult, handoverViewResult, silentInput, leftInput:
 		l.step(in)
 	default:
 		panic(fmt.Sprintf("leaderfeed: unknown input %T", in))

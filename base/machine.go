@@ -334,6 +334,8 @@ type machine struct {
 	dups     [4]dupWrite    // the other incarnations of this node id whose writes dupSeen saw, newest first
 	startRev uint64         // the lowest revision known to be committed since this process started (sinceStart)
 	together bool           // other elections of the process hear of a silent leader (leaderSilent)
+	leaving  bool           // Stop's delete of the presence record is in flight (onLeft)
+	lastRead bool           // Stop's last read of the record is in flight (onLeft)
 
 	// The changefeed.
 	feedUp    bool      // the feed is open
@@ -493,9 +495,8 @@ func (m *machine) step(now time.Time, in input) []effect {
 		m.startRead()
 		m.setTimer(timerPoll, now.Add(m.t.HeartbeatInterval)) // until the feed is up
 		if m.pres != nil {
-			// At once: Start's presence write carries no token, and a
-			// leader hands over in one write only to a token it read.
-			m.setTimer(timerPresence, now)
+			// Start wrote the presence record just now, with a token.
+			m.setTimer(timerPresence, now.Add(m.pres.interval))
 		}
 	case stopInput:
 		m.onStop(in.ctx)
@@ -527,6 +528,8 @@ func (m *machine) step(now time.Time, in input) []effect {
 		m.onHandoverView(in)
 	case silentInput:
 		m.onSilent(in)
+	case leftInput:
+		m.onLeft()
 	case leaseExtendedInput:
 		x := m.extending
 		m.extending = extending{}
@@ -580,7 +583,7 @@ func (m *machine) stepResult(r *callResult) {
 // done reports whether the engine may end: Stop was called and the last
 // write is over.
 func (m *machine) done() bool {
-	return m.role == roleStopping && !m.writing && m.vacancy == nil
+	return m.role == roleStopping && !m.writing && m.vacancy == nil && !m.leaving && !m.lastRead
 }
 
 func (m *machine) do(e effect) { m.out = append(m.out, e) }
@@ -799,6 +802,14 @@ func (m *machine) onRead(r callResult) {
 	// node whose read failed would otherwise wait for the next change,
 	// forever in an election nobody writes (vacant, or its leader gone).
 	m.readFailed = r.err != nil && !errors.Is(r.err, backend.ErrNotFound) && !errors.Is(r.err, backend.ErrMalformedRecord) && !r.closed
+	if m.role == roleStopping && m.lastRead {
+		m.lastRead = false
+		if r.err == nil {
+			m.observe(r.res, m.current(r.sentStep))
+			m.passOn() // also of a record the feed brought while leaving
+		}
+		return
+	}
 	if m.role != roleFollower && m.role != roleObserver {
 		return // a leader's or candidate's writes know better
 	}
@@ -1034,7 +1045,45 @@ func (m *machine) observe(r heartbeat.Record, authoritative bool) {
 		return
 	}
 	m.announce(r, r.Term, now)
+	if m.passOn() {
+		return
+	}
 	m.armClaim(true)
+}
+
+// onLeft: Stop deleted the presence record of this follower (or gave up):
+// no leader that reads the participants from now on picks it. It reads the
+// record once more, for a handover written before (passOn).
+func (m *machine) onLeft() {
+	m.leaving = false
+	if m.role != roleStopping || m.writing || m.vacancy != nil {
+		return
+	}
+	m.lastRead = true
+	m.call(callRead, heartbeat.Record{}, heartbeat.Record{}, m.now.Add(m.t.ElectionTimeoutMin), m.stopCtx)
+}
+
+// passOn: a stopping participant that finds the election handed to it
+// (the leader read its presence before its Stop deleted it) hands it on
+// as a stopping leader would, on a fresh view of the participants, so
+// that the record does not name a node that left until the others'
+// election timeout. Only once its delete is done: two nodes stopping at
+// once then never hand it back and forth, as each is out of the other's
+// view. It never leads on it: it writes on the record it was
+// handed (its own, case 5) after no step of leading, so it grants itself
+// nothing. It reports whether it did.
+func (m *machine) passOn() bool {
+	if m.role != roleStopping || m.leaving || m.writing || m.vacancy != nil || !m.seen || m.missing || !m.handedOK(m.rec) || m.own(m.rec) {
+		return false
+	}
+	m.term, m.myRev = m.rec.Term, m.rec.Revision
+	m.claimTerm, m.claimToken = m.rec.Term, m.rec.Handover
+	m.handedOver = true
+	m.vacancy = &vacancyWrite{ctx: m.stopCtx, term: m.rec.Term}
+	m.vacancyTerm = m.rec.Term
+	m.do(logLine{level: slog.LevelInfo, msg: "leaderfeed: handed the election while stopping: handing it on", args: []any{"term", m.rec.Term}})
+	m.handOver(false)
+	return true
 }
 
 // observeMissing takes in that the store has no record.
@@ -1753,7 +1802,10 @@ func (m *machine) onStop(ctx context.Context) {
 	if m.pres != nil {
 		m.stopTimer(timerPresence)
 		if !wasLeader {
-			m.do(leavePresence{ctx: ctx})
+			// Then a last read (onLeft): a handover written before any
+			// leader could see the delete is passed on (passOn).
+			m.leaving = true
+			m.do(leavePresence{ctx: ctx, tell: true})
 		}
 	}
 	if wasLeader {

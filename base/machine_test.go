@@ -1044,12 +1044,12 @@ func TestMachinePriorityCheckTransfers(t *testing.T) {
 func TestMachineStopLeavesPresence(t *testing.T) {
 	m := newTestMachine(t, Options{Participate: true, PresenceInterval: 50 * time.Millisecond, PresenceTTL: 150 * time.Millisecond})
 	effs := withoutHealth(m.step(t0, startInput{}))
-	if got := effs[len(effs)-1]; !reflect.DeepEqual(got, &setTimer{t: timerPresence, at: t0}) { // at once: Start's write has no token
+	if got := effs[len(effs)-1]; !reflect.DeepEqual(got, &setTimer{t: timerPresence, at: t0.Add(50 * time.Millisecond)}) { // Start wrote it, with a token
 		t.Fatalf("start: last effect %v, want the presence timer", got)
 	}
 	ctx := context.Background()
 	effs = m.step(at(10*time.Millisecond), stopInput{ctx: ctx})
-	want := []effect{stopTimer{timerPresence}, leavePresence{ctx: ctx}}
+	want := []effect{stopTimer{timerPresence}, leavePresence{ctx: ctx, tell: true}}
 	if len(effs) < 2 || !reflect.DeepEqual(effs[len(effs)-2:], want) {
 		t.Fatalf("stop: %v, want it to end with %v", effs, want)
 	}

@@ -202,6 +202,9 @@ func (f *Feed) transfer(ctx context.Context, nodeID string) error {
 type presence struct {
 	pb backend.PresenceElection
 	p  backend.Presence
+	// started: the tokens of Start's presence writes, each with the
+	// instant it was sent, for the machine (priorityCheck.sent).
+	started []sentToken
 }
 
 func (f *Feed) newPresence(pb backend.PresenceElection, inc uint64) *presence {
@@ -241,7 +244,15 @@ type presenceCall struct {
 
 // leavePresence deletes the node's presence record, bounded by ctx and a
 // presence interval. Feed.done waits for it.
-type leavePresence struct{ ctx context.Context }
+type leavePresence struct {
+	ctx  context.Context
+	tell bool // answer with a leftInput once done
+}
+
+// leftInput: the delete of a leavePresence that tells is done.
+type leftInput struct{}
+
+func (leftInput) isInput() {}
 
 // handoverView reads the participants for a handover, bounded by ctx and
 // a presence interval, after deleting the node's presence record if leave
@@ -469,7 +480,7 @@ func (l *loop) presenceCall(eff effect) {
 		defer l.f.goroutineEnds()
 		defer close(done)
 		r := presenceResult{term: c.term, check: c.check}
-		r.writeErr = l.pres.write(l.ctx, l.f.opts.PresenceInterval, c.token, c.value)
+		r.writeErr = l.pres.write(l.presCtx, l.f.opts.PresenceInterval, c.token, c.value)
 		if c.check {
 			ctx, cancel := context.WithTimeout(l.ctx, l.f.opts.PresenceInterval)
 			r.ps, r.storeNow, r.readErr = l.pres.pb.Participants(ctx)
@@ -486,12 +497,15 @@ func (l *loop) presenceCall(eff effect) {
 // one that committed after the delete would list the stopped node as a
 // live participant, and a successor, until its record expired.
 func (l *loop) leavePresence(eff effect) {
-	sctx := eff.(leavePresence).ctx
+	e := eff.(leavePresence)
 	inFlight := l.presDone
 	l.f.goroutineStarts()
 	go func() {
 		defer l.f.goroutineEnds()
-		l.leave(sctx, inFlight)
+		l.leave(e.ctx, inFlight)
+		if e.tell {
+			l.box.PutHere(leftInput{})
+		}
 	}()
 }
 

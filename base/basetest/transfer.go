@@ -305,6 +305,62 @@ func (s *suite) transfers(t *testing.T) {
 		return true
 	})
 
+	ruleRetried(t, "A leader hands over to the live participant that joined last, on a view read when it gives up: never to one that stopped just before, even if its last Priority check listed it", func(t *testing.T) bool {
+		s.needPresence(t)
+		c := NewClusterWith(t, s.open1(t), s.h.Timing, 4, 0, func(_ int, o *base.Options) { o.Participate = true })
+		l := c.WaitLeader(t, c.Timing.ElectionTimeoutMax+margin)
+		// successor returns the participant l should pick once skip left:
+		// the first, other than l and skip, in the order Participants
+		// gives (priority, then joined last, then node id).
+		successor := func(l *Node, skip ...*Node) *Node {
+			ps := waitParticipants(t, l, feedWait, "every node", func(ps []backend.Presence) bool { return len(ps) == len(c.Nodes) })
+			for _, p := range ps {
+				if p.Node == l.ID || slices.ContainsFunc(skip, func(n *Node) bool { return n.ID == p.Node }) {
+					continue
+				}
+				return c.Nodes[slices.IndexFunc(c.Nodes, func(n *Node) bool { return n.ID == p.Node })]
+			}
+			t.Fatalf("no participant for %s to hand over to", l.ID)
+			return nil
+		}
+		handed := func(step string, before heartbeat.Record, want *Node, gone ...*Node) (*Node, bool) {
+			l2 := c.WaitLeader(t, c.Timing.ElectionTimeoutMin, gone...)
+			el, _ := l2.WaitEvent(t, 0, feedWait, "elected", func(e base.Event) bool { return e.Type == base.EventElected && e.Term > before.Term })
+			if l2 != want || el.Term != before.Term+1 || el.Record.Handover == 0 {
+				t.Fatalf("after %s of %v, %s was elected in term %d on %v: want %s, handed the next term in one write", step, before, l2.ID, el.Term, el.Record, want.ID)
+			}
+			return l2, true
+		}
+		// Resign with every node live: the one that joined last.
+		time.Sleep(c.Timing.LeaseDuration / 2) // the leader's Priority check read them all
+		want := successor(l)
+		before, _ := l.Feed.Leader()
+		if err := l.Feed.Resign(ctxFor(t)); err != nil {
+			if c.LeaseRanOut(t, l, err) {
+				return false
+			}
+			t.Fatalf("Resign: %v", err)
+		}
+		l, _ = handed("Resign", before, want)
+		// The one l would pick stops; l stops right after, before any
+		// Priority check of its own could read the participants again.
+		time.Sleep(c.Timing.LeaseDuration / 2)
+		gone := successor(l)
+		after := successor(l, gone)
+		if err := gone.Feed.Stop(ctxFor(t)); err != nil {
+			t.Fatalf("Stop of %s: %v", gone.ID, err)
+		}
+		before, _ = l.Feed.Leader()
+		if err := l.Feed.Stop(ctxFor(t)); err != nil {
+			if c.LeaseRanOut(t, l, err) {
+				return false
+			}
+			t.Fatalf("Stop: %v", err)
+		}
+		handed("Stop", before, after, l, gone)
+		return true
+	})
+
 	ruleRetried(t, "Bad transfers fail with distinct errors and the leader keeps leading: to itself, to an unknown node, to an observe-only participant, by a follower", func(t *testing.T) bool {
 		s.needPresence(t)
 		c := NewClusterWith(t, s.open1(t), s.h.Timing, 2, 1, participate(nil))

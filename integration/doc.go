@@ -71,6 +71,18 @@
 // overlapping jobs and the store's history of writes for leader changes
 // per fault, and that a shared id is logged and a distinct one is not.
 //
+// TestRolloutPostgres and TestShrinkPostgres are deploys (issue 41): five
+// nodes that participate, with the library's default timing, stopped by
+// SIGTERM. A rollout starts a new node, waits until it participates, then
+// stops the oldest old one, until all five are new: leadership must move
+// exactly once per rollout (20 rollouts, 5 with -short). A shrink stops
+// nodes one at a time, no new one started between, from five to one (6
+// shrinks, 2 with -short): no write of the record may name a node that
+// has left, and each leader's stop hands over in one write. Both check
+// the nodes' logs as above and a history of the store's writes, and log
+// every leaderless gap with its bound: 10 ms, times LEADERFEED_TEST_SCALE
+// and the load measured around it.
+//
 // By default each kind of fault is injected 20 times (5 with -short), a
 // failover 10 times.
 // LEADERFEED_SOAK=<faults> turns each test into a soak: that many faults in

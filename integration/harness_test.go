@@ -166,6 +166,9 @@ type harness struct {
 	nextID []int
 	// command makes the command of a node process; nil: the node program.
 	command func(id string) *exec.Cmd
+	// idOf names the node a process of slot i runs as; nil: n<i+1>, the
+	// same id for every process of the slot.
+	idOf func(slot int) string
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on every change of state
@@ -213,6 +216,9 @@ func (h *harness) notify() {
 func (h *harness) start(i int) error {
 	h.nextID[i]++
 	id := fmt.Sprintf("n%d", i+1)
+	if h.idOf != nil {
+		id = h.idOf(i)
+	}
 	var cmd *exec.Cmd
 	if h.command != nil {
 		cmd = h.command(id)

@@ -14,40 +14,57 @@ import (
 )
 
 // raceEnabled is set when the tests run with -race; the node program is
-// then built with -race too.
+// then built with -race too (but for plainNodeBinary).
 var raceEnabled bool
 
-var node struct {
+// nodeBuild is one build of the node program.
+type nodeBuild struct {
 	once sync.Once
 	dir  string
 	bin  string
 	err  error
 }
 
+// node is the node program built as the tests run (with -race when they
+// do); plainNode is it built without -race.
+var node, plainNode nodeBuild
+
 // nodeBinary builds the node program once per test binary.
-func nodeBinary(t testing.TB) string {
+func nodeBinary(t testing.TB) string { return node.build(t, raceEnabled) }
+
+// plainNodeBinary builds the node program without -race, for tests that
+// measure how long the library takes and whose node processes would
+// otherwise spend most of it in the race detector (the deploy tests).
+func plainNodeBinary(t testing.TB) string {
+	if !raceEnabled {
+		return nodeBinary(t)
+	}
+	return plainNode.build(t, false)
+}
+
+func (n *nodeBuild) build(t testing.TB, race bool) string {
 	t.Helper()
-	node.once.Do(func() {
-		node.dir, node.err = os.MkdirTemp("", "leaderfeed-it-bin.")
-		if node.err != nil {
+	n.once.Do(func() {
+		n.dir, n.err = os.MkdirTemp("", "leaderfeed-it-bin.")
+		if n.err != nil {
 			return
 		}
-		bin := filepath.Join(node.dir, "node")
+		bin := filepath.Join(n.dir, "node")
 		args := []string{"build", "-o", bin}
-		if raceEnabled {
+		if race {
 			args = append(args, "-race")
 		}
 		cmd := exec.Command("go", append(args, "./node")...)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			node.err = fmt.Errorf("go build ./node: %v\n%s", err, out)
+			n.err = fmt.Errorf("go build ./node: %v\n%s", err, out)
 			return
 		}
-		node.bin = bin
+		n.bin = bin
 	})
-	if node.err != nil {
-		t.Fatal(node.err)
+	if n.err != nil {
+		t.Fatal(n.err)
 	}
-	return node.bin
+	return n.bin
 }
 
 func TestMain(m *testing.M) {
@@ -56,8 +73,10 @@ func TestMain(m *testing.M) {
 		return
 	}
 	code := m.Run()
-	if node.dir != "" {
-		os.RemoveAll(node.dir)
+	for _, n := range []*nodeBuild{&node, &plainNode} {
+		if n.dir != "" {
+			os.RemoveAll(n.dir)
+		}
 	}
 	if code == 0 {
 		if err := goleak.Find(leakOptions...); err != nil {

@@ -95,8 +95,10 @@
 //     exists, but this role has no SELECT privilege on it ... fix: GRANT
 //     USAGE ON SCHEMA "public" TO "app"; GRANT SELECT, INSERT, UPDATE,
 //     DELETE ON "public"."leaderfeed" TO "app"`;
-//   - SELECT only (run's first claim): `claim term 1: ... ERROR: permission
-//     denied for table leaderfeed (SQLSTATE 42501); fix: GRANT ...`;
+//   - SELECT only (run's first presence write; with --no-participate its
+//     first claim, `claim term 1: ...`): `postgres: Present: ... ERROR:
+//     permission denied for table leaderfeed (SQLSTATE 42501); fix: GRANT
+//     ...`;
 //   - no table, with --no-create: `election table "public"."leaderfeed"
 //     does not exist and --no-create is given ... fix: apply the output of
 //     `leaderfeed schema` as a role that may create tables, or run without
@@ -128,6 +130,7 @@
 //     --restart it campaigns again instead, and runs CMD anew for each term
 //     it wins (not at once: it lets the others take the vacancy first).
 //   - On SIGINT or SIGTERM it stops CMD the same way, resigns and exits 0.
+//     Resigning hands the election over in one write (see Handover).
 //   - On Linux CMD's whole process group gets SIGKILL when leaderfeed dies,
 //     kill -9 included: CMD runs under a small guard (leaderfeed itself,
 //     shown by ps as "leaderfeed __guard PATH ARGV...", the leader of the
@@ -151,6 +154,28 @@
 // $LEADERFEED_TERM commits before the next term begins, or fails with
 // SQLSTATE LF001 and commits nothing (docs/OPERATING.md shows it with
 // psql).
+//
+// # Handover
+//
+// run participates (base.Options.Participate): it keeps a presence record
+// in the election table beside the election's record, refreshed every
+// quarter of the lease, and deleted when it stops. When it resigns
+// (SIGINT, SIGTERM, CMD exited), it reads the participants afresh and
+// writes one record that names the successor leader of the next term: the
+// live participant of the highest --priority, then the one that joined
+// last (started most recently), then the lowest --id. When it stops
+// (SIGINT, SIGTERM, CMD exited without --restart) it withdraws its own
+// record first, in the same round trip as that read. The successor starts
+// its CMD from that record, without a claim of its own. So a rolling
+// restart (start a new node, wait until it has started ("leaderfeed:
+// started" in its log), SIGTERM an old one, oldest first) moves leadership
+// once, to a new node, and never to a node that has left. --priority N (in
+// [-100, 100], default 0) prefers nodes: a leader that sees a live node of
+// higher priority for a while hands over to it; a negative priority makes
+// a canary lead only when nothing else can. --no-participate writes no
+// presence record: resigning then writes a vacant record that any node
+// claims at once, and --priority is refused with it (exit code 2). Every
+// store of run keeps presence records.
 //
 // --health ADDR serves /healthz: 200 and "ok", or 503 and the reason when
 // the election is wedged or the store refuses (see base.Feed.Healthy;

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -36,6 +37,14 @@ once and SIGKILL after --grace. When CMD exits by itself, leaderfeed resigns
 or with --restart campaigns again. On SIGINT or SIGTERM it stops CMD the
 same way, resigns and exits 0. On Linux CMD gets SIGKILL if leaderfeed dies,
 kill -9 included.
+
+Each run keeps a presence record in the store (one write per quarter of
+the lease), so that resigning hands the election over in one write: to
+the live run of the highest --priority, then the one that started last,
+then the lowest --id. On SIGTERM it withdraws the record first, so in a
+rolling restart (start a new node, then stop an old one) leadership
+moves once, to a new node. --no-participate writes no presence record:
+resigning then leaves the election vacant, for any node to claim.
 
 When the store refuses (a missing privilege, a missing table), run exits
 with 4 and one line naming the cause and the fix, also when the refusal
@@ -78,6 +87,8 @@ func runCommand(args []string, stdout, stderr io.Writer) error {
 	healthAddr := fs.String("health", "", "serve the health check on ADDR at /healthz (200 ok, 503 when wedged)")
 	healthBound := fs.Duration("health-bound", 0, "how long the feed may be wedged before /healthz fails (default 2 x election-timeout-max)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on ADDR at /metrics")
+	noParticipate := fs.Bool("no-participate", false, "keep no presence record: resigning (SIGTERM, CMD exited) leaves the election vacant for any node, instead of handing it to the live node of the highest priority, then the one that started last")
+	priority := fs.Int("priority", 0, fmt.Sprintf("which node should lead, in [%d, %d]: a leader hands over to a live node of higher priority", base.MinPriority, base.MaxPriority))
 
 	flagArgs, cmdArgs, dashes := splitDashes(args)
 	if err := parseFlags(fs, flagArgs); err != nil {
@@ -98,6 +109,12 @@ func runCommand(args []string, stdout, stderr io.Writer) error {
 	}
 	if *grace < 0 {
 		return exitf(exitUsage, "bad --grace %v: must not be negative", *grace)
+	}
+	if *priority < base.MinPriority || *priority > base.MaxPriority {
+		return exitf(exitUsage, "bad --priority %d: must be in [%d, %d]", *priority, base.MinPriority, base.MaxPriority)
+	}
+	if *noParticipate && isSet(fs, "priority") {
+		return exitf(exitUsage, "--priority needs the presence record that --no-participate leaves out: give one of them")
 	}
 	path, err := lookCmd(cmdArgs[0])
 	if err != nil {
@@ -148,7 +165,8 @@ func runCommand(args []string, stdout, stderr io.Writer) error {
 	}
 	defer st.close()
 
-	opts := base.Options{Timing: timing, Value: []byte(*value), Logger: log}
+	// Every store of this command keeps presence records (store.go).
+	opts := base.Options{Timing: timing, Value: []byte(*value), Logger: log, Participate: !*noParticipate, Priority: *priority}
 	var metrics *otelmetrics.Metrics
 	var promReg *prometheus.Registry
 	if metricsL != nil {
@@ -233,6 +251,13 @@ func runCommand(args []string, stdout, stderr io.Writer) error {
 		return &exitError{exitFailure, fmt.Errorf("store %s: %w", redact(c.store), cause)}
 	}
 	return err
+}
+
+// isSet reports whether the flag name was given on the command line.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // splitDashes splits args at the first "--".

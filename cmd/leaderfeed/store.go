@@ -177,6 +177,14 @@ func rethinkTLS(u *url.URL) (*tls.Config, error) {
 }
 
 // store is an open connection to a store: it makes a backend per election.
+// Every store run uses keeps presence records, so run participates
+// unless --no-participate is given.
+var (
+	_ backend.PresenceStore = (*postgres.Store)(nil)
+	_ backend.PresenceStore = (*lfmongo.Store)(nil)
+	_ backend.PresenceStore = (*rethink.Store)(nil)
+)
+
 type store struct {
 	kind    storeKind
 	backend func(election string) (backend.Election, error)

@@ -7,8 +7,11 @@
 // can be compared. While it leads, a job ticks every -act and notes when it
 // found the term's leader context live; when the term ends it prints that as
 // one "act" line. SIGTERM or SIGINT stops the Feed (it resigns if it leads)
-// and ends the process; SIGUSR1 makes it Resign. With -presence it
-// participates, so that a leader hands over in one write. With -fence (on
+// and ends the process; SIGUSR1 makes it Resign. With -presence or
+// -participate it participates, so that a leader hands over in one write
+// (-participate alone: the default PresenceInterval). Durations of 0 mean
+// the library's defaults (-heartbeat 0 -emin 0 -emax 0: its default
+// timing). With -fence (on
 // PostgreSQL) the leader also runs fenced transactions while it leads
 // (postgres.Fence, then integration.FenceWriteSQL), about one every
 // -fence, and prints what came of them as one "fence" line per term.
@@ -56,11 +59,12 @@ func main() {
 		emin     = flag.Duration("emin", 250*time.Millisecond, "election timeout min")
 		emax     = flag.Duration("emax", 500*time.Millisecond, "election timeout max")
 		every    = flag.Duration("act", time.Millisecond, "how often the leader's job checks its leader context")
-		presence = flag.Duration("presence", 0, "participate with this PresenceInterval (0: do not)")
+		presence = flag.Duration("presence", 0, "participate with this PresenceInterval (0: do not, unless -participate)")
+		partic   = flag.Bool("participate", false, "participate, with the PresenceInterval of -presence or else the default")
 		fence    = flag.Duration("fence", 0, "while leading, run a fenced transaction about this often (postgres only; 0: none)")
 	)
 	flag.Parse()
-	if err := run(*backend, *addr, *db, *election, *id, *every, *presence, *fence, heartbeat.Timing{
+	if err := run(*backend, *addr, *db, *election, *id, *every, *presence, *partic, *fence, heartbeat.Timing{
 		HeartbeatInterval:  *hb,
 		ElectionTimeoutMin: *emin,
 		ElectionTimeoutMax: *emax,
@@ -84,7 +88,7 @@ func (p *printer) print(l integration.Line) {
 	fmt.Fprintln(os.Stdout, l.String())
 }
 
-func run(backend, addr, db, election, id string, every, presence, fence time.Duration, timing heartbeat.Timing) error {
+func run(backend, addr, db, election, id string, every, presence time.Duration, participate bool, fence time.Duration, timing heartbeat.Timing) error {
 	if id == "" {
 		return errors.New("-id is required")
 	}
@@ -100,7 +104,7 @@ func run(backend, addr, db, election, id string, every, presence, fence time.Dur
 		return err
 	}
 	defer closeClient()
-	feed, err := base.New(b, id, base.Options{Timing: timing, Value: []byte(id), Participate: presence > 0, PresenceInterval: presence})
+	feed, err := base.New(b, id, base.Options{Timing: timing, Value: []byte(id), Participate: participate || presence > 0, PresenceInterval: presence})
 	if err != nil {
 		return err
 	}

@@ -52,7 +52,12 @@ import (
 // machine) times LEADERFEED_TEST_SCALE, stretched by the load measured
 // around it as faults_test.go stretches its liveness bound (loadSampler);
 // each gap is logged with the bound it had, so that a quiet run gives the
-// figure. Safety takes no bound.
+// figure. Over that bound in a window where the machine had more runnable
+// threads than cores, a gap is logged as starved and not judged (a 20 ms
+// sample of the run queue says too little of a 10 ms window to stretch it
+// exactly), unless it is longer than deployStarvedCap: a handover that
+// fell back to an election timeout, or a record naming a node that left,
+// takes seconds. Safety takes no bound.
 
 const (
 	deployNodes = 5
@@ -63,7 +68,17 @@ const (
 	// deployGap is the longest leaderless gap of a handover on an idle
 	// machine (issue 41).
 	deployGap = 10 * time.Millisecond
+	// deployStarvedCap bounds a gap however loaded the machine was: far
+	// above scheduling delays, far below an election timeout.
+	deployStarvedCap = time.Second
 )
+
+// judged reports whether m's gap is judged against its bound: within it,
+// or over it in a window the load did not stretch (an idle machine), or
+// longer than deployStarvedCap (scaled) whatever the load.
+func (r *deployRun) judged(m move) bool {
+	return m.gap <= m.bound || m.bound <= r.gap || m.gap > basetest.Scaled(deployStarvedCap)
+}
 
 // TestRolloutPostgres: rolling restarts. Five nodes run; a rollout starts a
 // new node, waits until it participates (its Start returned, which makes
@@ -595,7 +610,7 @@ func (r *deployRun) checkRollouts(rolls []*rollout, endAt, endMark int64) {
 	}
 	movesHist := map[int]int{} // moves by the rollout (starved ones aside) -> rollouts
 	var gaps []time.Duration
-	starved, oneWrite, twoWrites, untokened := 0, 0, 0, 0
+	starved, starvedGaps, oneWrite, twoWrites, untokened := 0, 0, 0, 0, 0
 	var withdrawals, writesAt []time.Duration
 	for i, ro := range rolls {
 		to, upTo := endAt, endMark
@@ -641,7 +656,11 @@ func (r *deployRun) checkRollouts(rolls []*rollout, endAt, endMark int64) {
 					d += ", the participant that joined last (" + n + ") had no token yet"
 				}
 			}
-			if m.gap > m.bound {
+			switch {
+			case !r.judged(m):
+				starvedGaps++
+				d += " (over its bound on a starved machine: not judged)"
+			case m.gap > m.bound:
 				fail("rollout %d: %s: the gap is longer than its bound", ro.seq, d)
 			}
 			desc = append(desc, d)
@@ -657,9 +676,9 @@ func (r *deployRun) checkRollouts(rolls []*rollout, endAt, endMark int64) {
 		lines = append(lines, fmt.Sprintf("rollout %d: leader %s (%d. oldest), %d move(s), longest gap %v; %s",
 			ro.seq, ro.leader, ro.pos, len(ms), longest.Round(10*time.Microsecond), strings.Join(desc, "; ")))
 	}
-	t.Logf("%s: %d rollouts of %d nodes, load %s at the end\n  %s, writes naming a node that had left %d\n  moves per rollout %s (plus %d after a lease lost to starvation); handovers in one write %d, in two (vacancy, claim) %d; made while the participant that joined last had no token yet %d; gap p50 %s, max %s (bound %v times the load); %s\n  %s",
+	t.Logf("%s: %d rollouts of %d nodes, load %s at the end\n  %s, writes naming a node that had left %d\n  moves per rollout %s (plus %d after a lease lost to starvation); handovers in one write %d, in two (vacancy, claim) %d; made while the participant that joined last had no token yet %d; gap p50 %s, max %s (bound %v times the load; %d over it on a starved machine, not judged); %s\n  %s",
 		r.h.cfg.label, len(rolls), deployNodes, loadavg(), rep.Counts(), len(gone), counts(movesHist), starved, oneWrite, twoWrites, untokened,
-		pctMicro(gaps, 0.5), pctMicro(gaps, 1), r.gap, partsLine(withdrawals, writesAt), strings.Join(lines, "\n  "))
+		pctMicro(gaps, 0.5), pctMicro(gaps, 1), r.gap, starvedGaps, partsLine(withdrawals, writesAt), strings.Join(lines, "\n  "))
 	if len(problems) > 0 {
 		r.h.keepLogs(logs, nil)
 		t.Error(strings.Join(problems, "\n"))
@@ -774,7 +793,7 @@ func (r *deployRun) checkShrinks(shrinks []*shrink, endAt, endMark int64) {
 	// Each leader's stop: one write to the next leader, a gap within its
 	// bound.
 	var gaps []time.Duration
-	handovers, oneWrite := 0, 0
+	handovers, oneWrite, starvedGaps := 0, 0, 0
 	var withdrawals, writesAt []time.Duration
 	for i, s := range shrinks {
 		upTo := endMark
@@ -813,6 +832,9 @@ func (r *deployRun) checkShrinks(shrinks []*shrink, endAt, endMark int64) {
 			switch {
 			case m.from.Proc != st.victim:
 				fail("shrink %d: the stop of the leader %s: the first move is %v", s.seq, st.victim, m)
+			case !r.judged(m):
+				starvedGaps++
+				t.Logf("shrink %d: the stop of the leader %s: %v%s: over its bound on a starved machine: not judged", s.seq, st.victim, m, parts)
 			case m.gap > m.bound:
 				fail("shrink %d: the stop of the leader %s: %v%s: longer than its bound", s.seq, st.victim, m, parts)
 			case w != 1:
@@ -829,9 +851,9 @@ func (r *deployRun) checkShrinks(shrinks []*shrink, endAt, endMark int64) {
 		}
 		lines = append(lines, fmt.Sprintf("shrink %d (successor stopped first: %s): %s", s.seq, rule, strings.Join(desc, "; ")))
 	}
-	t.Logf("%s: %d shrinks of %d nodes to 1, load %s at the end\n  %s\n  writes naming a node that had left %d; leader stops %d, handed over in one write %d; gap p50 %s, max %s (bound %v times the load); %s\n  %s",
+	t.Logf("%s: %d shrinks of %d nodes to 1, load %s at the end\n  %s\n  writes naming a node that had left %d; leader stops %d, handed over in one write %d; gap p50 %s, max %s (bound %v times the load; %d over it on a starved machine, not judged); %s\n  %s",
 		r.h.cfg.label, len(shrinks), deployNodes, loadavg(), rep.Counts(), len(gone), handovers, oneWrite,
-		pctMicro(gaps, 0.5), pctMicro(gaps, 1), r.gap, partsLine(withdrawals, writesAt), strings.Join(lines, "\n  "))
+		pctMicro(gaps, 0.5), pctMicro(gaps, 1), r.gap, starvedGaps, partsLine(withdrawals, writesAt), strings.Join(lines, "\n  "))
 	if len(problems) > 0 {
 		r.h.keepLogs(logs, nil)
 		t.Error(strings.Join(problems, "\n") + "\n  the store's history but renewals:" + notRenewals(hist, 0, endMark))

@@ -91,7 +91,14 @@ func TestRunSIGTERMHandsOver(t *testing.T) {
 	if code := a.wait(t, 10*time.Second); code != 0 {
 		t.Fatalf("a exited %d after SIGTERM, want 0", code)
 	}
-	if c := cmds(); c[2] != "b" || c[3] != fmt.Sprint(term+1) {
+	// b leads on the record a handed it (term+1); on a starved machine
+	// the handover may reach b after the lease it grants ended (a quarter
+	// of the lease is left for that): b then claims the next term at once,
+	// which the history below shows.
+	var bTerm uint64
+	if c := cmds(); c[2] != "b" {
+		t.Fatalf("CMDs %q: want b's next", c)
+	} else if _, err := fmt.Sscan(c[3], &bTerm); err != nil || (bTerm != term+1 && bTerm != term+2) {
 		t.Fatalf("CMDs %q: want b's of term %d next", c, term+1)
 	}
 
@@ -108,7 +115,7 @@ func TestRunSIGTERMHandsOver(t *testing.T) {
 		handover                   int64
 	}
 	var got, all []string // all: every row from b's join, for a failure
-	withdrawn, handedOver := -1, -1
+	withdrawn, handedOver, claimed := -1, -1, false
 	var bToken, aLeft int64 // rows: b's first presence write with a token; a's withdrawal
 	for rows.Next() {
 		var w write
@@ -126,7 +133,10 @@ func TestRunSIGTERMHandsOver(t *testing.T) {
 			withdrawn, aLeft = len(got), w.id
 			got = append(got, "a's presence withdrawn")
 		case w.key != "e":
-		case w.term == term && w.leader == "a" || w.term == term+1 && w.leader == "b" && w.handover == 0:
+		case bTerm == term+2 && w.leader == "b" && w.term == bTerm && w.handover == 0 && !claimed:
+			claimed = true
+			got = append(got, fmt.Sprintf("b's claim of term %d", bTerm))
+		case w.term == term && w.leader == "a" || w.term == bTerm && w.leader == "b" && w.handover == 0:
 			// a renewal
 		default:
 			if w.leader == "b" && w.term == term+1 && w.successor == "" {
@@ -140,15 +150,18 @@ func TestRunSIGTERMHandsOver(t *testing.T) {
 	}
 	// The handover: b's term written at once, with a token; nothing else
 	// of the record between (no vacancy, no claim of b's).
-	if withdrawn < 0 || handedOver != withdrawn+1 || len(got) != 2 {
+	late := bTerm == term+2 && claimed && len(got) == 3 && got[2] == fmt.Sprintf("b's claim of term %d", bTerm)
+	if withdrawn < 0 || handedOver != withdrawn+1 || (len(got) != 2 && !late) {
 		why := ""
 		if bToken == 0 || bToken > aLeft {
-			// a read the participants as it withdrew (one round trip).
-			// Start's presence write carries no token, and a leader skips
-			// a participant without one (base: successor).
-			why = "; b had not yet written a presence record with a handover token (only its Start's, which has none) when a withdrew and read the participants"
+			// a read the participants as it withdrew (one round trip); a
+			// leader skips a participant without a token (base: successor).
+			why = "; b had not yet written a presence record with a handover token when a withdrew and read the participants"
 		}
 		t.Fatalf("the store's writes after the SIGTERM, renewals aside: %q; want a's presence withdrawn, then one write naming b leader of term %d with a handover token%s\nthe history from b's join:\n%s", got, term+1, why, strings.Join(all, "\n"))
+	}
+	if late {
+		t.Logf("the handover reached b after the lease it granted (a starved machine): b claimed term %d at once", bTerm)
 	}
 	t.Logf("SIGTERM of the leader: %v to the other run's CMD; writes %q", took, got)
 	_ = b

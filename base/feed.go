@@ -70,7 +70,7 @@ type Options struct {
 	// the one-write handover needs: a successor leads on a handover for
 	// LeaseDuration from the presence write whose token the leader read
 	// when it handed over, which is up to an interval old. A successor
-	// whose token is older than three quarters of LeaseDuration is handed
+	// whose token is older than half of LeaseDuration is handed
 	// the vacancy reserved for it instead, which it claims at once: one
 	// more write, never a skipped term.
 	PresenceInterval time.Duration

@@ -367,8 +367,8 @@ func TestMachineStaleSuccessorGetsAReservedVacancy(t *testing.T) {
 		age  time.Duration // of b's presence write when the leader read it
 		one  bool
 	}{
-		{"fresh", timing.LeaseDuration * 3 / 4, true},
-		{"stale", timing.LeaseDuration*3/4 + time.Nanosecond, false},
+		{"fresh", timing.LeaseDuration / 2, true},
+		{"stale", timing.LeaseDuration/2 + time.Nanosecond, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, _ := leader(t)

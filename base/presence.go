@@ -397,13 +397,15 @@ func (m *machine) successor(node string) (to backend.Presence, reserve string) {
 }
 
 // oneWriteAge is the age a successor's presence write may have when the
-// leader hands over in one write: three quarters of LeaseDuration, so that
-// a quarter of the successor's lease is left for the write, its
-// notification and the successor's scheduling. With a default
-// PresenceInterval (a quarter of the lease) a live participant's token is
-// at most about two intervals old (one between refreshes, one between the
-// leader's reads), well within it.
-func (m *machine) oneWriteAge() time.Duration { return m.t.LeaseDuration * 3 / 4 }
+// leader hands over in one write: half of LeaseDuration, so that half of
+// the successor's lease is left for the write, its notification and the
+// successor's scheduling (with a quarter left, handovers on a loaded
+// machine reached their successor after its lease, which then claimed
+// the next term: a skipped term). The leader reads the participants as it
+// hands over, so with a default PresenceInterval (a quarter of the lease)
+// a live participant's token is at most about an interval old, well
+// within it; an older one gets the reserved vacancy, never a skipped term.
+func (m *machine) oneWriteAge() time.Duration { return m.t.LeaseDuration / 2 }
 
 // onPresence is the leader's Priority check: it transfers to the live
 // participant of the highest priority above its own (ties: the lowest node

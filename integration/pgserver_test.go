@@ -264,11 +264,20 @@ func (s *pgServer) killFeeds(ctx context.Context, ids []string) (int, error) {
 }
 
 // pgKillFeeds terminates the LISTEN connections of the given nodes on the
-// server at u.
+// server at u. The harness's own connection is retried a few times: its
+// connect_timeout (2 s) is the nodes' setting, and a loaded machine (busy
+// loops started beside CI) missed it once; that says nothing of the nodes.
 func pgKillFeeds(ctx context.Context, u string, ids []string) (int, error) {
-	conn, err := pgx.Connect(ctx, u)
-	if err != nil {
-		return 0, err
+	var conn *pgx.Conn
+	var err error
+	for attempt := 1; ; attempt++ {
+		if conn, err = pgx.Connect(ctx, u); err == nil {
+			break
+		}
+		if attempt == 5 || ctx.Err() != nil {
+			return 0, fmt.Errorf("the harness's connection, %d attempts: %w", attempt, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	defer conn.Close(context.Background())
 	names := make([]string, len(ids))

@@ -178,7 +178,11 @@ type leaseTiming struct {
 }
 
 func riverTiming(bound time.Duration) leaseTiming {
-	s := func(d time.Duration) time.Duration { return d * bound / (15 * time.Second) }
+	// In floating point: d * bound overflows a Duration from a bound of
+	// about 2 s on.
+	s := func(d time.Duration) time.Duration {
+		return time.Duration(float64(d) * float64(bound) / float64(15*time.Second))
+	}
 	return leaseTiming{interval: s(5 * time.Second), jitter: s(time.Second), ttl: bound, deadline: s(5 * time.Second), backoff: s(time.Second)}
 }
 

@@ -35,10 +35,21 @@ type advisoryNode struct {
 	cmds    chan int // resign requests
 	cancel  context.CancelFunc
 	done    chan struct{}
+	tried   chan struct{} // closed after its first round of tries
+}
+
+// waitParticipating returns once the node has tried for every lock once.
+func (n *advisoryNode) waitParticipating(ctx context.Context) error {
+	select {
+	case <-n.tried:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func startAdvisoryNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, counter *stmtCounter) (*advisoryNode, error) {
-	n := &advisoryNode{url: url, counter: counter, out: out, period: nf.advRetry, cmds: make(chan int, 16), done: make(chan struct{})}
+	n := &advisoryNode{url: url, counter: counter, out: out, period: nf.advRetry, cmds: make(chan int, 16), done: make(chan struct{}), tried: make(chan struct{})}
 	for i := range nf.elections {
 		n.keys = append(n.keys, lockKey(electionN(nf.election, i, nf.elections)))
 	}
@@ -144,6 +155,9 @@ func (n *advisoryNode) run(ctx context.Context, conn *pgx.Conn) {
 				n.out.elected(i, monotonic())
 			}
 		}
+		if !isClosed(n.tried) {
+			close(n.tried)
+		}
 	}
 }
 
@@ -201,6 +215,17 @@ type leaseNode struct {
 	cmds   []chan struct{}
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	tried  chan struct{} // closed after the first attempt in election 0
+}
+
+// waitParticipating returns once the node has polled the lease once.
+func (n *leaseNode) waitParticipating(ctx context.Context) error {
+	select {
+	case <-n.tried:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func startLeaseNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, counter *stmtCounter) (*leaseNode, error) {
@@ -218,7 +243,7 @@ func startLeaseNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut,
 		pool.Close()
 		return nil, err
 	}
-	n := &leaseNode{pool: pool, out: out, id: nf.id, tm: riverTiming(nf.bound)}
+	n := &leaseNode{pool: pool, out: out, id: nf.id, tm: riverTiming(nf.bound), tried: make(chan struct{})}
 	ctx, n.cancel = context.WithCancel(ctx)
 	for i := range nf.elections {
 		n.names = append(n.names, electionN(nf.election, i, nf.elections))
@@ -263,6 +288,9 @@ func (n *leaseNode) run(ctx context.Context, i int) {
 		errs := 0
 		for ctx.Err() == nil {
 			ok, err := n.attempt(ctx, i)
+			if i == 0 && !isClosed(n.tried) {
+				close(n.tried)
+			}
 			if err != nil {
 				errs++
 				wait(n.backoff(errs))

@@ -28,6 +28,7 @@ type nodeProc struct {
 	cmd      *exec.Cmd
 	stdin    *os.File
 	ready    chan struct{}
+	joined   chan struct{} // closed on its P line: it participates
 	counts   chan int64
 	exited   chan struct{}
 	killedAt int64 // monotonic, when kill(2) returned
@@ -61,6 +62,7 @@ type cluster struct {
 	events    chan nodeEvent
 	starts    int
 	extra     []string // more flags of every node
+	idFormat  string   // fmt format of a node's id from its slot + 1; "" is "n%d"
 
 	mu      sync.Mutex
 	beliefs []*belief
@@ -116,8 +118,13 @@ func (c *cluster) start(ctx context.Context, slot int) error {
 		u.Host = c.proxies[slot].addr()
 	}
 	b := c.cfg.bound()
+	idFormat := c.idFormat
+	if idFormat == "" {
+		idFormat = "n%d"
+	}
+	id := fmt.Sprintf(idFormat, slot+1)
 	cmd := exec.Command(selfExe, "node", "-kind", c.kind, "-election", c.election, "-elections", strconv.Itoa(c.elections),
-		"-id", fmt.Sprintf("n%d", slot+1), "-bound", b.String(), "-heartbeat", c.cfg.timing.HeartbeatInterval.String(),
+		"-id", id, "-bound", b.String(), "-heartbeat", c.cfg.timing.HeartbeatInterval.String(),
 		"-emin", c.cfg.timing.ElectionTimeoutMin.String(), "-adv-retry", c.cfg.advRetry.String())
 	cmd.Args = append(cmd.Args, c.extra...)
 	cmd.Env = append(os.Environ(), nodeURLEnv+"="+u.String())
@@ -137,8 +144,8 @@ func (c *cluster) start(ctx context.Context, slot int) error {
 		return fmt.Errorf("start node: %w", err)
 	}
 	r.Close()
-	p := &nodeProc{slot: slot, name: fmt.Sprintf("%s/n%d#%d", c.kind, slot+1, c.starts), cmd: cmd, stdin: w,
-		ready: make(chan struct{}), counts: make(chan int64, 4), exited: make(chan struct{})}
+	p := &nodeProc{slot: slot, name: fmt.Sprintf("%s/%s#%d", c.kind, id, c.starts), cmd: cmd, stdin: w,
+		ready: make(chan struct{}), joined: make(chan struct{}), counts: make(chan int64, 4), exited: make(chan struct{})}
 	c.procs[slot] = p
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -174,6 +181,9 @@ func (c *cluster) line(p *nodeProc, s string) {
 	switch f[0] {
 	case "R":
 		close(p.ready)
+		return
+	case "P":
+		close(p.joined)
 		return
 	case "C":
 		if len(f) == 2 {
@@ -241,6 +251,18 @@ func (c *cluster) kill(p *nodeProc) {
 	c.mu.Unlock()
 	<-p.exited
 	p.stdin.Close()
+}
+
+// terminate sends SIGTERM to p, as a rolling restart stops a node, and
+// waits (at most d, then SIGKILL) until it has exited.
+func (c *cluster) terminate(p *nodeProc, d time.Duration) {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		p.stdin.Close()
+	case <-time.After(d):
+		c.kill(p)
+	}
 }
 
 // stopProc ends p gracefully: end of stdin, then SIGKILL after 5 s.

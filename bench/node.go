@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,13 +33,21 @@ import (
 // It reports on stdout, one line each, stamped with CLOCK_MONOTONIC:
 //
 //	R                      ready (connected, campaigning)
+//	P                      it participates: a leaderfeed node with
+//	                       -participate or -presence once its own
+//	                       Participants lists it (a fresh read of the
+//	                       store), without them right after R; the
+//	                       advisory lock and the lease once they have
+//	                       tried for (election 0's) lock or lease once
 //	E <mono> <i>           it believes it leads election i from mono on
 //	U <mono> <i> <reason>  it stops believing so at mono
 //	S <mono> <i>           it starts to resign election i (on "resign i")
 //	C <n>                  statements it has sent so far (on "count")
 //
-// and reads commands on stdin: "resign <i>", "count". At the end of stdin
-// it stops (resigning what it leads) and exits.
+// and reads commands on stdin: "resign <i>", "count". At the end of stdin,
+// or on SIGTERM (a rolling restart's stop), it stops as a service would
+// (leaderfeed: Stop, which hands over to a participant; the advisory
+// lock: unlock; the lease: delete its row) and exits.
 const nodeURLEnv = "LEADERFEED_BENCH_NODE_URL"
 
 // Elector kinds of the comparison.
@@ -68,14 +79,23 @@ func (o *nodeOut) unelected(i int, mono int64, reason string) {
 
 // stmtCounter is a pgx tracer that counts the statements a node sends
 // (queries and the statements of batches).
-type stmtCounter struct{ n atomic.Int64 }
+type stmtCounter struct {
+	n   atomic.Int64
+	dur atomic.Int64 // nanoseconds the queries took, start to end
+}
+
+type queryStart struct{}
 
 func (c *stmtCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	c.n.Add(1)
-	return ctx
+	return context.WithValue(ctx, queryStart{}, time.Now())
 }
 
-func (c *stmtCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *stmtCounter) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	if t, ok := ctx.Value(queryStart{}).(time.Time); ok {
+		c.dur.Add(int64(time.Since(t)))
+	}
+}
 
 // The statements of a batch (base.Elections renews many elections in one)
 // count one each, as pg_stat_statements counts them.
@@ -106,8 +126,12 @@ type nodeFlags struct {
 	lease     time.Duration
 	advRetry  time.Duration
 	noBatch   bool
+	conns     int32
 	debug     bool
 	presence  time.Duration
+	// participate: leaderfeed nodes participate (Options.Participate)
+	// with PresenceInterval -presence, or its default when that is 0.
+	participate bool
 }
 
 func nodeMain(args []string) error {
@@ -123,13 +147,18 @@ func nodeMain(args []string) error {
 	fs.DurationVar(&nf.lease, "lease", 0, "leaderfeed: LeaseDuration (default: derived, heartbeat + (emin - heartbeat) / 2)")
 	fs.DurationVar(&nf.advRetry, "adv-retry", time.Second, "advisory lock: retry (and session check) period")
 	fs.DurationVar(&nf.presence, "presence", 0, "leaderfeed: participate, with this PresenceInterval (0: do not), so that a Resign hands over in one write")
-	fs.BoolVar(&nf.debug, "debug", false, "leaderfeed: report failed and slow renewals and failed claims on stderr")
+	fs.BoolVar(&nf.participate, "participate", false, "leaderfeed: participate (Options.Participate), with PresenceInterval -presence or, when that is 0, its default")
+	fs.BoolVar(&nf.debug, "debug", false, "leaderfeed: report failed and slow renewals and failed claims on stderr, and the pool's acquires and statements every second")
+	conns := fs.Int("conns", 4, "leaderfeed and polling-lease: the pool's MaxConns")
 	fs.BoolVar(&nf.noBatch, "nobatch", false, "leaderfeed with -elections > 1: one write statement per election (ElectionsOptions.NoBatch) instead of batches")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	nf.conns = int32(*conns)
 	url := os.Getenv(nodeURLEnv)
 	switch {
+	case nf.conns < 1:
+		return errors.New("node: -conns must be at least 1")
 	case url == "":
 		return errors.New("node: " + nodeURLEnv + " is not set")
 	case nf.id == "" || nf.election == "":
@@ -161,20 +190,45 @@ func nodeMain(args []string) error {
 		return err
 	}
 	out.printf("R")
-	sc := bufio.NewScanner(os.Stdin)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		switch {
-		case len(f) == 2 && f[0] == "resign":
-			if i, err := strconv.Atoi(f[1]); err == nil && i >= 0 && i < nf.elections {
-				el.resign(i)
+	if p, ok := el.(participant); ok {
+		go func() {
+			if p.waitParticipating(ctx) == nil {
+				out.printf("P")
 			}
-		case len(f) == 1 && f[0] == "count":
-			out.printf("C %d", counter.n.Load())
+		}()
+	} else {
+		out.printf("P")
+	}
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	eof := make(chan struct{})
+	go func() {
+		defer close(eof)
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			switch {
+			case len(f) == 2 && f[0] == "resign":
+				if i, err := strconv.Atoi(f[1]); err == nil && i >= 0 && i < nf.elections {
+					el.resign(i)
+				}
+			case len(f) == 1 && f[0] == "count":
+				out.printf("C %d", counter.n.Load())
+			}
 		}
+	}()
+	select {
+	case <-eof:
+	case <-term:
 	}
 	el.stop()
 	return nil
+}
+
+// participant is a node that joins the election's participants some time
+// after it starts (leaderfeed with -participate).
+type participant interface {
+	waitParticipating(ctx context.Context) error
 }
 
 func electionN(prefix string, i, n int) string {
@@ -188,6 +242,8 @@ func electionN(prefix string, i, n int) string {
 
 type lfNodeElector struct {
 	elections *base.Elections // with more than one election
+	id        string
+	joins     bool // participates: waitParticipating waits for it
 	feeds     []*base.Feed
 	out       *nodeOut
 	pool      *pgxpool.Pool
@@ -199,7 +255,7 @@ func startLFNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, co
 	if err != nil {
 		return nil, err
 	}
-	pcfg.MaxConns = 4
+	pcfg.MaxConns = nf.conns
 	pcfg.ConnConfig.Tracer = counter
 	// Every connection of the process, the LISTEN one too, carries its
 	// name, so that pg_stat_activity tells the processes apart.
@@ -213,7 +269,7 @@ func startLFNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, co
 		return nil, err
 	}
 	clock := newMonoClock()
-	n := &lfNodeElector{out: out, pool: pool}
+	n := &lfNodeElector{out: out, pool: pool, id: nf.id, joins: nf.elections == 1 && (nf.participate || nf.presence > 0)}
 	// Many elections in one process share a Store through base.Elections
 	// (one LISTEN connection, renewals batched), as the README advises; one
 	// election is a plain Feed on its own Backend.
@@ -230,6 +286,7 @@ func startLFNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, co
 	// With -debug, failed renewals and claims go to stderr.
 	var trace *base.Trace
 	if nf.debug {
+		go debugPool(ctx, nf.id, pool, counter)
 		trace = &base.Trace{
 			RenewDone: func(ri base.RenewInfo) {
 				if ri.Err != nil || ri.Latency > tm.LeaseDuration-tm.HeartbeatInterval {
@@ -251,7 +308,7 @@ func startLFNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, co
 		} else {
 			var b backend.Election
 			if b, err = postgres.New(pool, name, pgOptions); err == nil {
-				f, err = base.New(b, nf.id, base.Options{Timing: tm, Participate: nf.presence > 0, PresenceInterval: nf.presence})
+				f, err = base.New(b, nf.id, base.Options{Timing: tm, Participate: nf.participate || nf.presence > 0, PresenceInterval: nf.presence})
 			}
 		}
 		if err != nil {
@@ -277,6 +334,21 @@ func startLFNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, co
 		n.feeds = append(n.feeds, f)
 	}
 	return n, nil
+}
+
+// waitParticipating returns once the node's own read of the participants
+// of its (first) election lists it; at once when it does not participate.
+func (n *lfNodeElector) waitParticipating(ctx context.Context) error {
+	for n.joins {
+		ps, err := n.feeds[0].Participants(ctx)
+		if err == nil && slices.ContainsFunc(ps, func(p backend.Presence) bool { return p.Node == n.id }) {
+			return nil
+		}
+		if err := sleep(ctx, 5*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (n *lfNodeElector) resign(i int) {
@@ -315,4 +387,38 @@ func lockKey(election string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte(election))
 	return int64(h.Sum64())
+}
+
+// debugPool reports, every second on stderr, the pool's acquires and the
+// statements' latency (-debug).
+func debugPool(ctx context.Context, id string, pool *pgxpool.Pool, c *stmtCounter) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var last *pgxpool.Stat
+	var n0 int64
+	var d0 time.Duration
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st := pool.Stat()
+		n, d := c.n.Load(), time.Duration(c.dur.Load())
+		if last != nil {
+			acq := st.AcquireCount() - last.AcquireCount()
+			wait := st.AcquireDuration() - last.AcquireDuration()
+			empty := st.EmptyAcquireCount() - last.EmptyAcquireCount()
+			var meanWait, meanStmt time.Duration
+			if acq > 0 {
+				meanWait = wait / time.Duration(acq)
+			}
+			if n > n0 {
+				meanStmt = (d - d0) / time.Duration(n-n0)
+			}
+			fmt.Fprintf(os.Stderr, "bench node %s: pool: %d acquires/s (%d waited, mean wait %v), %d acquired of %d, canceled %d, %d new connections; %d statements/s, mean %v\n",
+				id, acq, empty, meanWait, st.AcquiredConns(), st.MaxConns(), st.CanceledAcquireCount()-last.CanceledAcquireCount(), st.NewConnsCount()-last.NewConnsCount(), n-n0, meanStmt)
+		}
+		last, n0, d0 = st, n, d
+	}
 }

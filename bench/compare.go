@@ -114,7 +114,7 @@ func runCompare(ctx context.Context, cfg config, shared *pgxpool.Pool) (*compare
 		return nil, err
 	}
 
-	logf("comparison: floor, two writes and a notification in bare pgx (%d samples)", cfg.samples)
+	logf("comparison: floors in bare pgx, one write and two writes, alone and with the scenarios' listeners (%d samples each)", cfg.samples)
 	rep.floor, rep.floorErr = measureFloor(ctx, cfg, shared)
 
 	logf("comparison: crash (kill -9, %d samples) and silent cut (%d samples, wait %v, server keepalive %v), kinds side by side",
@@ -520,19 +520,51 @@ func measureCost(ctx context.Context, cfg config, pool *pgxpool.Pool, kind strin
 	return row
 }
 
-// floorResult is the bare-pgx handover: the vacancy write (with its
-// NOTIFY, one statement), the notification reaching one listener, and the
-// listener's claim write; crowded is the same with floorCrowd more
-// connections listening, as many as the other nodes of the handover
-// scenario have (PostgreSQL wakes every listening backend of the database
-// on a commit that notifies).
+// floorResult is the bare-pgx handover, in its two shapes.
+//
+// The two-write floor (a handover through a vacancy, what leaderfeed does
+// without participants): connection A writes the vacancy and notifies in
+// one statement, connection B (listening) receives the notification and
+// writes its claim; total is until B has its claim's reply. crowded is
+// the same with floorCrowd more connections listening.
+//
+// The one-write floor (what a participant's handover is): A writes the
+// record that names B, with a compare-and-set on its revision, and
+// notifies in the same statement; the sample is until B's listening
+// connection has the notification. one holds it with 0, nodeCrowd and
+// floorCrowd more connections listening: PostgreSQL wakes every listening
+// backend of the database on a commit that notifies, so each handover
+// scenario is compared with the floor that has its listeners.
 type floorResult struct {
 	total, vacancy, notified, crowded series
+	one                               []oneFloor
 }
 
-// floorCrowd is how many LISTEN connections the one-process handover has
-// besides the next leader's: the other two candidates' and the observer's.
-const floorCrowd = 3
+// oneFloor is the one-write floor with others more listening connections.
+type oneFloor struct {
+	others  int
+	samples []time.Duration // A's statement until B has the notification
+	write   []time.Duration // A's statement until its reply
+}
+
+// oneWrite returns the one-write floor with others more listeners.
+func (f floorResult) oneWrite(others int) []time.Duration {
+	for _, o := range f.one {
+		if o.others == others {
+			return o.samples
+		}
+	}
+	return nil
+}
+
+// The listening connections of the handover scenarios besides the
+// successor's: in one process the other two candidates' and the
+// observer's (floorCrowd); across node processes the other two nodes'
+// (nodeCrowd).
+const (
+	floorCrowd = 3
+	nodeCrowd  = 2
+)
 
 func measureFloor(ctx context.Context, cfg config, pool *pgxpool.Pool) (floorResult, error) {
 	res := floorResult{total: series{scenario: "floor", system: "bare pgx"}}
@@ -561,55 +593,110 @@ func measureFloor(ctx context.Context, cfg config, pool *pgxpool.Pool) (floorRes
 	const vacate = `WITH u AS (UPDATE bench_floor SET leader = '', rev = rev + 1 WHERE name = $1 RETURNING rev)
 		SELECT pg_notify($2, rev::text) FROM u`
 	const claim = `UPDATE bench_floor SET leader = 'b', rev = rev + 1 WHERE name = $1 AND rev = $2 RETURNING rev`
-	for i := range 2 * cfg.samples {
-		if i == cfg.samples {
-			stop, err := crowd(ctx, pool, channel)
-			if err != nil {
-				return res, err
-			}
-			defer stop()
-		}
-		if err := sleep(ctx, 10*time.Millisecond+rand.N(10*time.Millisecond)); err != nil {
-			return res, err
-		}
-		t0 := time.Now()
-		if _, err := a.Exec(ctx, vacate, name, channel); err != nil {
-			return res, err
-		}
-		t1 := time.Now()
+	const handOver = `WITH u AS (UPDATE bench_floor SET leader = $3, rev = rev + 1 WHERE name = $1 AND rev = $2 RETURNING rev)
+		SELECT pg_notify($4, rev::text) FROM u`
+	notified := func() (int64, error) {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		note, err := b.Conn().WaitForNotification(wctx)
 		cancel()
 		if err != nil {
-			return res, fmt.Errorf("floor: notification: %w", err)
+			return 0, fmt.Errorf("floor: notification: %w", err)
 		}
-		t2 := time.Now()
 		rev, err := strconv.ParseInt(note.Payload, 10, 64)
 		if err != nil {
-			return res, fmt.Errorf("floor: payload %q: %w", note.Payload, err)
+			return 0, fmt.Errorf("floor: payload %q: %w", note.Payload, err)
 		}
-		if err := b.QueryRow(ctx, claim, name, rev).Scan(&rev); err != nil {
-			return res, fmt.Errorf("floor: claim: %w", err)
+		return rev, nil
+	}
+	pause := func() error { return sleep(ctx, 10*time.Millisecond+rand.N(10*time.Millisecond)) }
+	// The two-write floor, alone and with the one process's listeners.
+	var rev int64
+	for _, others := range []int{0, floorCrowd} {
+		stop, err := crowd(ctx, pool, channel, others)
+		if err != nil {
+			return res, err
 		}
-		t3 := time.Now()
-		if i >= cfg.samples {
-			res.crowded.samples = append(res.crowded.samples, t3.Sub(t0))
-			continue
+		for range cfg.samples {
+			if err := pause(); err != nil {
+				stop()
+				return res, err
+			}
+			t0 := time.Now()
+			if _, err := a.Exec(ctx, vacate, name, channel); err != nil {
+				stop()
+				return res, err
+			}
+			t1 := time.Now()
+			if rev, err = notified(); err != nil {
+				stop()
+				return res, err
+			}
+			t2 := time.Now()
+			if err := b.QueryRow(ctx, claim, name, rev).Scan(&rev); err != nil {
+				stop()
+				return res, fmt.Errorf("floor: claim: %w", err)
+			}
+			t3 := time.Now()
+			if others > 0 {
+				res.crowded.samples = append(res.crowded.samples, t3.Sub(t0))
+				continue
+			}
+			res.total.samples = append(res.total.samples, t3.Sub(t0))
+			res.vacancy.samples = append(res.vacancy.samples, t1.Sub(t0))
+			res.notified.samples = append(res.notified.samples, t2.Sub(t0))
 		}
-		res.total.samples = append(res.total.samples, t3.Sub(t0))
-		res.vacancy.samples = append(res.vacancy.samples, t1.Sub(t0))
-		res.notified.samples = append(res.notified.samples, t2.Sub(t0))
+		stop()
+	}
+	// The one-write floor: the handover write names the other node, as
+	// leaderfeed's does, alternately b and a (the record's name changes
+	// each time; only B listens).
+	for _, others := range []int{0, nodeCrowd, floorCrowd} {
+		stop, err := crowd(ctx, pool, channel, others)
+		if err != nil {
+			return res, err
+		}
+		o := oneFloor{others: others}
+		for i := range cfg.samples {
+			if err := pause(); err != nil {
+				stop()
+				return res, err
+			}
+			to := "b"
+			if i%2 == 1 {
+				to = "a"
+			}
+			t0 := time.Now()
+			tag, err := a.Exec(ctx, handOver, name, rev, to, channel)
+			if err != nil {
+				stop()
+				return res, err
+			}
+			if tag.RowsAffected() != 1 {
+				stop()
+				return res, fmt.Errorf("floor: handover on revision %d wrote nothing", rev)
+			}
+			t1 := time.Now()
+			if rev, err = notified(); err != nil {
+				stop()
+				return res, err
+			}
+			t2 := time.Now()
+			o.write = append(o.write, t1.Sub(t0))
+			o.samples = append(o.samples, t2.Sub(t0))
+		}
+		stop()
+		res.one = append(res.one, o)
 	}
 	return res, nil
 }
 
-// crowd opens floorCrowd connections of their own that LISTEN on channel
-// and read its notifications until stop.
-func crowd(ctx context.Context, pool *pgxpool.Pool, channel string) (stop func(), err error) {
+// crowd opens n connections of their own that LISTEN on channel and read
+// its notifications until stop.
+func crowd(ctx context.Context, pool *pgxpool.Pool, channel string, n int) (stop func(), err error) {
 	cctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	stop = func() { cancel(); wg.Wait() }
-	for range floorCrowd {
+	for range n {
 		c, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
 		if err != nil {
 			stop()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,13 +79,8 @@ func (r *cmpResult) check(scenario string, c *cluster) {
 }
 
 func runCompare(ctx context.Context, cfg config, shared *pgxpool.Pool) (*compareReport, error) {
-	exe, err := os.Executable()
-	if err != nil {
+	if err := createLeaseTable(ctx, shared); err != nil {
 		return nil, err
-	}
-	selfExe = exe
-	if _, err := shared.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_lease (name text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL)`); err != nil {
-		return nil, fmt.Errorf("postgres: create bench_lease: %w", err)
 	}
 	rep := &compareReport{}
 	for _, k := range electorKinds {
@@ -175,6 +169,14 @@ func logCut(r *cmpResult) {
 		}
 	}
 	logf("  cut %s: %d samples, %d with two leaders", r.label, len(r.cut), ov)
+}
+
+// createLeaseTable creates the polling lease elector's table.
+func createLeaseTable(ctx context.Context, pool *pgxpool.Pool) error {
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_lease (name text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL)`); err != nil {
+		return fmt.Errorf("postgres: create bench_lease: %w", err)
+	}
+	return nil
 }
 
 // cmpHandover: after a pause, the leader is told to resign; the sample is from when it

@@ -80,6 +80,12 @@ type config struct {
 	manySamples   int
 	manyTTL       int
 	postmaster    int // many: the local server's postmaster pid; 0: not local
+
+	rollout      bool // rolling restarts of node processes (rollout.go)
+	rolloutNodes int
+	rollouts     int
+	rolloutTTL   int
+	rolloutPause time.Duration
 }
 
 // bound is the dead-leader bound (-ttl).
@@ -141,6 +147,11 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.manyTTL, "many-ttl", 4, "many: the dead-leader bound in seconds of the many elections (etcd's session TTL, leaderfeed's ElectionTimeoutMax; 4: leaderfeed's default timing, heartbeat 1 s)")
 	fs.BoolVar(&c.noPresence, "no-presence", false, "the handover candidates do not participate: Resign writes a vacancy they race to claim (two writes), instead of handing over in one write")
 	fs.IntVar(&c.manySamples, "many-samples", 20, "many: handover and crash samples of one election, alone and beside the many")
+	fs.BoolVar(&c.rollout, "rollout", true, "on PostgreSQL, rolling restarts of node processes: leader changes and leaderless time per rollout, leaderfeed beside the advisory lock and the polling lease")
+	fs.IntVar(&c.rolloutNodes, "rollout-nodes", 5, "rollout: node processes")
+	fs.IntVar(&c.rollouts, "rollouts", 10, "rollout: rollouts per elector")
+	fs.DurationVar(&c.rolloutPause, "rollout-pause", time.Second, "rollout: pause between one step's stop and the next step's start (a real node's start-up and readiness)")
+	fs.IntVar(&c.rolloutTTL, "rollout-ttl", 4, "rollout: the dead-leader bound in seconds (leaderfeed's ElectionTimeoutMax, the advisory lock's retry period, the lease's TTL; 4: leaderfeed's default timing)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -164,7 +175,8 @@ func parseFlags(args []string) (config, error) {
 		name string
 		n    int
 	}{{"samples", c.samples}, {"crash-samples", c.crashSamples}, {"fanout-rounds", c.fanoutRounds}, {"intervals", c.intervals},
-		{"cmp-samples", c.cmpSamples}, {"cmp-crash", c.cmpCrash}, {"cmp-cut", c.cmpCut}, {"many-elections", c.manyElections}, {"many-samples", c.manySamples}} {
+		{"cmp-samples", c.cmpSamples}, {"cmp-crash", c.cmpCrash}, {"cmp-cut", c.cmpCut}, {"many-elections", c.manyElections}, {"many-samples", c.manySamples},
+		{"rollout-nodes", c.rolloutNodes}, {"rollouts", c.rollouts}, {"rollout-ttl", c.rolloutTTL}} {
 		if v.n < 1 {
 			return c, fmt.Errorf("-%s must be at least 1, not %d", v.name, v.n)
 		}
@@ -172,8 +184,8 @@ func parseFlags(args []string) (config, error) {
 	if c.cutWait < time.Second || c.costWindow < time.Second || c.manyWindow < time.Second {
 		return c, errors.New("-cut-wait, -cost-window and -many-window must be at least 1s")
 	}
-	if c.serverKeepalive < 0 || c.shortKeepalive < 0 || c.advRetry < 0 {
-		return c, errors.New("-server-keepalive, -server-keepalive-short and -adv-retry must not be negative")
+	if c.serverKeepalive < 0 || c.shortKeepalive < 0 || c.advRetry < 0 || c.rolloutPause < 0 {
+		return c, errors.New("-server-keepalive, -server-keepalive-short, -adv-retry and -rollout-pause must not be negative")
 	}
 	if c.advRetry == 0 {
 		c.advRetry = c.bound()
@@ -322,6 +334,11 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	rep := &report{cfg: cfg, started: time.Now(), load0: loadavg(), args: os.Args[1:]}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	selfExe = exe // re-executed as "bench node"
 
 	systems := []*lfSystem{memorySystem()}
 	var pgPool *pgxpool.Pool
@@ -376,6 +393,16 @@ func run(ctx context.Context, cfg config) error {
 		rep.skipped = append(rep.skipped, "the comparison with the advisory lock and the polling lease: no PostgreSQL URL given")
 	}
 
+	var rollout *rolloutReport
+	if cfg.rollout && pgPool != nil {
+		rollout = runRollouts(ctx, cfg, pgPool)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	} else if cfg.rollout {
+		rep.skipped = append(rep.skipped, "rolling restarts: no PostgreSQL URL given")
+	}
+
 	var many *manyReport
 	if cfg.many && pgPool != nil {
 		etcd, err := startEtcd(cfg.ttl)
@@ -392,6 +419,9 @@ func run(ctx context.Context, cfg config) error {
 	rep.load1 = loadavg()
 	md := filepath.Join(cfg.out, "results.md")
 	text := rep.markdown()
+	if rollout != nil {
+		text += "\n" + rollout.markdown()
+	}
 	if many != nil {
 		text += "\n" + many.markdown()
 	}

@@ -80,6 +80,10 @@ type config struct {
 	manySamples   int
 	manyTTL       int
 	postmaster    int // many: the local server's postmaster pid; 0: not local
+	manyLoad      time.Duration
+	manyLoadModes []string
+	manyLoadSpin  int
+	manyLoadConns int
 
 	rollout      bool // rolling restarts of node processes (rollout.go)
 	rolloutNodes int
@@ -147,6 +151,10 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.manyTTL, "many-ttl", 4, "many: the dead-leader bound in seconds of the many elections (etcd's session TTL, leaderfeed's ElectionTimeoutMax; 4: leaderfeed's default timing, heartbeat 1 s)")
 	fs.BoolVar(&c.noPresence, "no-presence", false, "the handover candidates do not participate: Resign writes a vacancy they race to claim (two writes), instead of handing over in one write")
 	fs.IntVar(&c.manySamples, "many-samples", 20, "many: handover and crash samples of one election, alone and beside the many")
+	fs.DurationVar(&c.manyLoad, "many-load", 5*time.Minute, "many: run the elections this long beside busy loops (-many-load-spin) and count the elections without a leader for longer than their bound; 0: don't")
+	loadModes := fs.String("many-load-modes", "nobatch", "many: the modes run beside busy loops: nobatch (ElectionsOptions.NoBatch, one statement per election), batched, or both separated by commas")
+	fs.IntVar(&c.manyLoadSpin, "many-load-spin", 2, "many: busy loops (processes) beside the elections, one per core on 2 cores")
+	fs.IntVar(&c.manyLoadConns, "many-load-conns", 4, "many: the pool size (MaxConns) of each node process beside busy loops")
 	fs.BoolVar(&c.rollout, "rollout", true, "on PostgreSQL, rolling restarts of node processes: leader changes and leaderless time per rollout, leaderfeed beside the advisory lock and the polling lease")
 	fs.IntVar(&c.rolloutNodes, "rollout-nodes", 5, "rollout: node processes")
 	fs.IntVar(&c.rollouts, "rollouts", 10, "rollout: rollouts per elector")
@@ -165,6 +173,14 @@ func parseFlags(args []string) (config, error) {
 	if c.costElections, err = parseSizes("cost-elections", *costSizes); err != nil {
 		return c, err
 	}
+	for _, m := range strings.Split(*loadModes, ",") {
+		switch m = strings.TrimSpace(m); m {
+		case "nobatch", "batched":
+			c.manyLoadModes = append(c.manyLoadModes, m)
+		default:
+			return c, fmt.Errorf("-many-load-modes: unknown mode %q (want nobatch or batched)", m)
+		}
+	}
 	if c.slack < 1 {
 		return c, fmt.Errorf("-slack must be at least 1, not %v", c.slack)
 	}
@@ -176,7 +192,7 @@ func parseFlags(args []string) (config, error) {
 		n    int
 	}{{"samples", c.samples}, {"crash-samples", c.crashSamples}, {"fanout-rounds", c.fanoutRounds}, {"intervals", c.intervals},
 		{"cmp-samples", c.cmpSamples}, {"cmp-crash", c.cmpCrash}, {"cmp-cut", c.cmpCut}, {"many-elections", c.manyElections}, {"many-samples", c.manySamples},
-		{"rollout-nodes", c.rolloutNodes}, {"rollouts", c.rollouts}, {"rollout-ttl", c.rolloutTTL}} {
+		{"many-load-spin", c.manyLoadSpin}, {"many-load-conns", c.manyLoadConns}, {"rollout-nodes", c.rolloutNodes}, {"rollouts", c.rollouts}, {"rollout-ttl", c.rolloutTTL}} {
 		if v.n < 1 {
 			return c, fmt.Errorf("-%s must be at least 1, not %d", v.name, v.n)
 		}
@@ -211,6 +227,10 @@ func main() {
 			}
 			os.Exit(2)
 		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "spin" {
+		spinMain()
 		return
 	}
 	if len(os.Args) > 1 && os.Args[1] == "fence" {
@@ -411,6 +431,9 @@ func run(ctx context.Context, cfg config) error {
 		}
 		many = runMany(ctx, cfg, pgPool, etcd.endpoints[0])
 		etcd.close()
+		if cfg.manyLoad > 0 && ctx.Err() == nil {
+			many.loads = runManyLoad(ctx, cfg, pgPool)
+		}
 	} else if cfg.many {
 		rep.skipped = append(rep.skipped, "many elections across three processes: no PostgreSQL URL given")
 	}

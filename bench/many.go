@@ -70,6 +70,7 @@ type manyReport struct {
 	phases    []manyPhase
 	crashes   []manyCrash
 	single    []*cmpResult // handover/crash of one election, alone and beside the many
+	loads     []manyLoad   // beside busy loops (load.go)
 	notes     []string
 }
 
@@ -195,6 +196,12 @@ func listenConns(ctx context.Context, pool *pgxpool.Pool, prefix string) (listen
 // (c.start), reaching target (a PostgreSQL URL, or an etcd endpoint for
 // kind etcd) through proxies of their own.
 func newManyCluster(cfg config, kind, scenario, target string, elections int, extra ...string) (*cluster, error) {
+	return newManyClusterVia(cfg, kind, scenario, target, elections, true, extra...)
+}
+
+// newManyClusterVia is newManyCluster, with the nodes reaching target
+// through proxies of their own only if proxied.
+func newManyClusterVia(cfg config, kind, scenario, target string, elections int, proxied bool, extra ...string) (*cluster, error) {
 	u, err := url.Parse(target)
 	if err != nil {
 		return nil, err
@@ -202,12 +209,14 @@ func newManyCluster(cfg config, kind, scenario, target string, elections int, ex
 	c := &cluster{kind: kind, election: electionName(scenario + "-" + shortKind(kind)), elections: elections, cfg: cfg, pgURL: u,
 		events: make(chan nodeEvent, 65536), open: map[string]*belief{}, extra: append([]string{"-lease", cfg.timing.LeaseDuration.String()}, extra...)}
 	for range 3 {
-		px, err := newSilentProxy(u.Host, 0)
-		if err != nil {
-			c.close()
-			return nil, err
+		if proxied {
+			px, err := newSilentProxy(u.Host, 0)
+			if err != nil {
+				c.close()
+				return nil, err
+			}
+			c.proxies = append(c.proxies, px)
 		}
-		c.proxies = append(c.proxies, px)
 		c.procs = append(c.procs, nil)
 	}
 	return c, nil
@@ -459,13 +468,26 @@ func (c *cluster) spread(ctx context.Context, to *nodeProc) error {
 	return c.waitAllLed(ctx, nil, 30*time.Second)
 }
 
+// manyConfig is cfg at the many elections' dead-leader bound (-many-ttl),
+// with heartbeat.TimingFor(bound): a lease of three heartbeats, so a slow
+// batch of renewals (PostgreSQL on a loaded machine) costs no lease.
+// (With the bench's default ratios, heartbeat : lease = 1 : 1.5, one
+// batch of 1,000 renewals slower than half a heartbeat, seen on this
+// machine at load 9, ends every leadership of the process at once.)
+func manyConfig(cfg config) (config, error) {
+	mcfg := cfg
+	mcfg.ttl = cfg.manyTTL
+	tf, err := heartbeat.TimingFor(mcfg.bound())
+	if err != nil {
+		return mcfg, err
+	}
+	tf.ElectionTimeoutMax = mcfg.bound() // the nodes' -bound
+	mcfg.timing = tf
+	return mcfg, nil
+}
+
 // runMany runs the whole scenario; etcdURL is empty without etcd.
 func runMany(ctx context.Context, cfg config, pool *pgxpool.Pool, etcdURL string) *manyReport {
-	if selfExe == "" {
-		if exe, err := os.Executable(); err == nil {
-			selfExe = exe
-		}
-	}
 	rep := &manyReport{elections: cfg.manyElections, hb: cfg.timing.HeartbeatInterval,
 		cpuSource: "utime+stime of the server's postmaster and its children in /proc: backends, walwriter, checkpointer..."}
 	cfg.postmaster = postmasterPID(ctx, pool)
@@ -478,21 +500,12 @@ func runMany(ctx context.Context, cfg config, pool *pgxpool.Pool, etcdURL string
 	n := cfg.manyElections
 	// The many elections run at their own dead-leader bound (-many-ttl),
 	// the one election of the handover and crash at the comparison's.
-	mcfg := cfg
-	mcfg.ttl = cfg.manyTTL
-	mb := mcfg.bound()
-	// heartbeat.TimingFor(bound): a lease of three heartbeats, so a slow
-	// batch of renewals (PostgreSQL on a loaded machine) costs no lease.
-	// (With the bench's default ratios, heartbeat : lease = 1 : 1.5, one
-	// batch of 1,000 renewals slower than half a heartbeat, seen on this
-	// machine at load 9, ends every leadership of the process at once.)
-	tf, err := heartbeat.TimingFor(mb)
+	mcfg, err := manyConfig(cfg)
 	if err != nil {
 		rep.notes = append(rep.notes, "many: "+err.Error())
 		return rep
 	}
-	tf.ElectionTimeoutMax = mb // the nodes' -bound
-	mcfg.timing = tf
+	mb := mcfg.bound()
 	rep.hb = mcfg.timing.HeartbeatInterval
 	rep.timing = mcfg.timing
 	// One election's handover and crash, alone, first.
@@ -734,6 +747,7 @@ func (m *manyReport) markdown() string {
 			p("\n- %s failed: %s.\n", r.label, e)
 		}
 	}
+	p("%s", loadMarkdown(m.loads, m.timing.ElectionTimeoutMax, m.hb, m.elections))
 	for _, n := range m.notes {
 		p("\n%s\n", n)
 	}

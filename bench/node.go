@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
@@ -148,7 +149,7 @@ func nodeMain(args []string) error {
 	fs.DurationVar(&nf.advRetry, "adv-retry", time.Second, "advisory lock: retry (and session check) period")
 	fs.DurationVar(&nf.presence, "presence", 0, "leaderfeed: participate, with this PresenceInterval (0: do not), so that a Resign hands over in one write")
 	fs.BoolVar(&nf.participate, "participate", false, "leaderfeed: participate (Options.Participate), with PresenceInterval -presence or, when that is 0, its default")
-	fs.BoolVar(&nf.debug, "debug", false, "leaderfeed: report failed and slow renewals and failed claims on stderr, and the pool's acquires and statements every second")
+	fs.BoolVar(&nf.debug, "debug", false, "leaderfeed: report failed and slow renewals and failed claims on stderr, the pool's acquires and statements every second, and (one election) the engine's log at debug level")
 	conns := fs.Int("conns", 4, "leaderfeed and polling-lease: the pool's MaxConns")
 	fs.BoolVar(&nf.noBatch, "nobatch", false, "leaderfeed with -elections > 1: one write statement per election (ElectionsOptions.NoBatch) instead of batches")
 	if err := fs.Parse(args); err != nil {
@@ -308,7 +309,7 @@ func startLFNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, co
 		} else {
 			var b backend.Election
 			if b, err = postgres.New(pool, name, pgOptions); err == nil {
-				f, err = base.New(b, nf.id, base.Options{Timing: tm, Participate: nf.participate || nf.presence > 0, PresenceInterval: nf.presence})
+				f, err = base.New(b, nf.id, base.Options{Timing: tm, Participate: nf.participate || nf.presence > 0, PresenceInterval: nf.presence, Logger: nodeLogger(nf)})
 			}
 		}
 		if err != nil {
@@ -421,4 +422,13 @@ func debugPool(ctx context.Context, id string, pool *pgxpool.Pool, c *stmtCounte
 		}
 		last, n0, d0 = st, n, d
 	}
+}
+
+// nodeLogger is the engine's logger of a node: at debug level on stderr
+// with -debug, else none.
+func nodeLogger(nf nodeFlags) *slog.Logger {
+	if !nf.debug {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", nf.id)
 }

@@ -34,6 +34,7 @@ type rolloutResult struct {
 	gaps    []time.Duration // total leaderless time per rollout
 	longest []time.Duration // longest leaderless gap per rollout
 	took    []time.Duration // from the first start until a new node led
+	ended   map[string]int  // why leaderships ended during the rollouts
 	checks  overlapStats
 	lost    losses // rollouts without a leader to start from, retried
 	joined  string // leaderfeed: what the store's Presence.Joined held
@@ -70,7 +71,7 @@ func runRollouts(ctx context.Context, cfg config, pool *pgxpool.Pool) *rolloutRe
 	}
 	logf("rolling restarts: %d nodes, %d rollouts per elector, bound %v (load %s)", cfg.rolloutNodes, cfg.rollouts, rc.bound(), loadNow())
 	for _, kind := range electorKinds {
-		r := &rolloutResult{kind: kind}
+		r := &rolloutResult{kind: kind, ended: map[string]int{}}
 		r.err = rollouts(ctx, rc, pool, r)
 		rep.results = append(rep.results, r)
 		logRollout(r)
@@ -88,8 +89,8 @@ func logRollout(r *rolloutResult) {
 	if len(r.moves) == 0 {
 		return
 	}
-	logf("  rollout %s: %d rollouts; leader changes p50 %d max %d; leaderless p50 %s max %s ms; overlaps %d%s",
-		r.kind, len(r.moves), quantileInt(r.moves, 0.5), slices.Max(r.moves), ms(summarize(r.gaps).p50), ms(summarize(r.gaps).max), r.checks.count, r.joined)
+	logf("  rollout %s: %d rollouts; leader changes p50 %d max %d; leaderless p50 %s max %s ms; leaderships ended: %s; overlaps %d%s",
+		r.kind, len(r.moves), quantileInt(r.moves, 0.5), slices.Max(r.moves), ms(summarize(r.gaps).p50), ms(summarize(r.gaps).max), fmtReasons(r.ended), r.checks.count, r.joined)
 }
 
 // quantileInt is the nearest-rank quantile of counts.
@@ -191,11 +192,18 @@ func rollouts(ctx context.Context, rc config, pool *pgxpool.Pool, r *rolloutResu
 		if err := sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
-		moves, gaps, longest := c.leadership(0, t0, monotonic())
+		t1 := monotonic()
+		bs := c.beliefsOf(t0, t1)[0]
+		for _, b := range bs {
+			if b.end < t1 && b.reason != "" {
+				r.ended[b.reason]++
+			}
+		}
+		moves, gaps, longest := leadershipOf(bs, t0, t1)
 		r.moves = append(r.moves, moves)
 		r.gaps = append(r.gaps, gaps)
 		r.longest = append(r.longest, longest)
-		r.took = append(r.took, time.Duration(monotonic()-t0))
+		r.took = append(r.took, time.Duration(t1-t0))
 	}
 	return nil
 }
@@ -207,12 +215,6 @@ func isClosed(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// leadership reads the beliefs of election idx between the monotonic
-// instants t0 and t1 (leadershipOf).
-func (c *cluster) leadership(idx int, t0, t1 int64) (moves int, leaderless, longest time.Duration) {
-	return leadershipOf(c.beliefsOf(t0, t1)[idx], t0, t1)
 }
 
 // beliefsOf returns copies of the beliefs open at some time between t0
@@ -299,15 +301,15 @@ func (m *rolloutReport) markdown() string {
 	p("## Rolling restarts (issue 41)\n\n")
 	p("%d node processes of one elector in one election; a rollout starts a new node, waits until it participates, SIGTERMs the oldest old node and waits for its exit, and %v later the next step (a real node takes that long to start and be ready), until all %d are new (a Deployment's rolling update with maxSurge 1, maxUnavailable 0). Every node stops as a service does on SIGTERM: leaderfeed `Stop` (which hands over to the live participant that joined last), the advisory lock closes its session, the polling lease deletes its row. Dead-leader bound %v: leaderfeed participates (`Options.Participate`, default PresenceInterval) with heartbeat %v, election timeout %v–%v, lease %v, and \"participates\" means its own read of `Participants` lists it; the advisory lock retries every %v; the polling lease polls every %v + up to %v (TTL %v); those two participate once they have tried for the lock or lease once. Measured per rollout, from just before the first new node starts until a new node leads: leader changes (a node other than the last one begins to believe it leads) and the time no node believed it led, from the nodes' reports on the machine's monotonic clock. %d rollouts per elector, one after the other.\n\n",
 		m.nodes, m.pause, m.nodes, m.bound, t.HeartbeatInterval, t.ElectionTimeoutMin, t.ElectionTimeoutMax, t.LeaseDuration, m.advRetry, lt.interval, lt.jitter, lt.ttl, m.rollouts)
-	p("| elector | rollouts | leader changes per rollout, p50 / max | leaderless ms per rollout, p50 / max | longest gap ms | rollout s, p50 | overlaps |\n")
-	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	p("| elector | rollouts | leader changes per rollout, p50 / max | leaderless ms per rollout, p50 / max | longest gap ms | rollout s, p50 | leaderships ended (why) | overlaps |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |\n")
 	for _, r := range m.results {
 		if len(r.moves) == 0 {
-			p("| %s | 0 | – | – | – | – | %d |\n", r.kind, r.checks.count)
+			p("| %s | 0 | – | – | – | – | – | %d |\n", r.kind, r.checks.count)
 			continue
 		}
-		p("| %s | %d | %d / %d | %s / %s | %s | %.1f | %d |\n", r.kind, len(r.moves), quantileInt(r.moves, 0.5), slices.Max(r.moves),
-			ms(summarize(r.gaps).p50), ms(summarize(r.gaps).max), ms(summarize(r.longest).max), summarize(r.took).p50.Seconds(), r.checks.count)
+		p("| %s | %d | %d / %d | %s / %s | %s | %.1f | %s | %d |\n", r.kind, len(r.moves), quantileInt(r.moves, 0.5), slices.Max(r.moves),
+			ms(summarize(r.gaps).p50), ms(summarize(r.gaps).max), ms(summarize(r.longest).max), summarize(r.took).p50.Seconds(), fmtReasons(r.ended), r.checks.count)
 	}
 	p("\n")
 	for _, r := range m.results {

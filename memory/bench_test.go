@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -207,15 +209,21 @@ func (c *statementCounter) HeartbeatBatch(ctx context.Context, writes []backend.
 	return c.BatchStore.HeartbeatBatch(ctx, writes)
 }
 
-// BenchmarkManyElections leads 10,000 elections (-elections) from one
-// process on one Elections and measures, per heartbeat interval once every
-// election leads: write statements, records written, CPU time, and the
-// heap and resident memory of the process. Each b.N is one interval.
+// BenchmarkManyElections leads 100 and 10,000 elections (-elections: a
+// comma-separated list, e.g. -elections=10000,100000) from one process on
+// one Elections and measures, per heartbeat interval once every election
+// leads: write statements, records written, CPU time, goroutines, failed
+// renewals, and the heap and resident memory of the process. Each b.N is
+// one interval. bench/run.sh runs it for 10,000 and 100,000 elections.
 //
 //	cd memory && go test -run '^$' -bench ManyElections -benchtime 20x .
 func BenchmarkManyElections(b *testing.B) {
 	tm := heartbeat.DefaultTiming()
-	for _, n := range []int{100, *manyElections} {
+	sizes, err := electionSizes(*manyElections)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range append([]int{100}, sizes...) {
 		for _, batch := range []bool{true, false} {
 			name := fmt.Sprintf("elections=%d/batched=%v", n, batch)
 			b.Run(name, func(b *testing.B) { benchManyElections(b, tm, n, batch) })
@@ -224,10 +232,24 @@ func BenchmarkManyElections(b *testing.B) {
 }
 
 var (
-	manyElections = flag.Int("elections", 10000, "elections of BenchmarkManyElections")
+	manyElections = flag.String("elections", "10000", "elections of BenchmarkManyElections besides 100, a comma-separated list")
+	leadWithin    = flag.Duration("leadwithin", time.Minute, "BenchmarkManyElections: how long every election may take to get its leader before the measured intervals")
 	steadyProfile = flag.String("steadyprofile", "", "BenchmarkManyElections: write a CPU profile of the measured intervals (steady state only) to this file")
 	steadyHeap    = flag.String("steadyheap", "", "BenchmarkManyElections: write a heap profile of the steady state (every election leads) to this file")
 )
+
+// electionSizes parses -elections.
+func electionSizes(list string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-elections: %q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
 
 // renewals records the latencies of renewals (Trace.RenewDone) and counts
 // the failed ones.
@@ -278,11 +300,17 @@ func benchManyElections(b *testing.B, tm heartbeat.Timing, n int, batch bool) {
 		}
 		feeds[i] = f
 	}
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(*leadWithin)
 	for _, f := range feeds {
 		for !f.IsLeader() {
 			if time.Now().After(deadline) {
-				b.Fatal("not every election has a leader after a minute")
+				led := 0
+				for _, f := range feeds {
+					if f.IsLeader() {
+						led++
+					}
+				}
+				b.Fatalf("not every election has a leader after %v: %d of %d lead", *leadWithin, led, n)
 			}
 			time.Sleep(time.Millisecond)
 		}

@@ -90,6 +90,10 @@ type config struct {
 	rollouts     int
 	rolloutTTL   int
 	rolloutPause time.Duration
+
+	memory          bool // many elections in one process on memory (memmany.go)
+	memoryElections []int
+	memoryIntervals int
 }
 
 // bound is the dead-leader bound (-ttl).
@@ -155,6 +159,9 @@ func parseFlags(args []string) (config, error) {
 	loadModes := fs.String("many-load-modes", "nobatch", "many: the modes run beside busy loops: nobatch (ElectionsOptions.NoBatch, one statement per election), batched, or both separated by commas")
 	fs.IntVar(&c.manyLoadSpin, "many-load-spin", 2, "many: busy loops (processes) beside the elections, one per core on 2 cores")
 	fs.IntVar(&c.manyLoadConns, "many-load-conns", 4, "many: the pool size (MaxConns) of each node process beside busy loops")
+	fs.BoolVar(&c.memory, "memory", true, "many elections in one process on the memory backend (go test -bench ManyElections in ../memory): resident memory, CPU, statements, goroutines, failed renewals")
+	memSizes := fs.String("memory-elections", "10000,100000", "memory: numbers of elections")
+	fs.IntVar(&c.memoryIntervals, "memory-intervals", 5, "memory: heartbeat intervals (1 s) measured per size")
 	fs.BoolVar(&c.rollout, "rollout", true, "on PostgreSQL, rolling restarts of node processes: leader changes and leaderless time per rollout, leaderfeed beside the advisory lock and the polling lease")
 	fs.IntVar(&c.rolloutNodes, "rollout-nodes", 5, "rollout: node processes")
 	fs.IntVar(&c.rollouts, "rollouts", 10, "rollout: rollouts per elector")
@@ -171,6 +178,9 @@ func parseFlags(args []string) (config, error) {
 		return c, err
 	}
 	if c.costElections, err = parseSizes("cost-elections", *costSizes); err != nil {
+		return c, err
+	}
+	if c.memoryElections, err = parseSizes("memory-elections", *memSizes); err != nil {
 		return c, err
 	}
 	for _, m := range strings.Split(*loadModes, ",") {
@@ -192,7 +202,7 @@ func parseFlags(args []string) (config, error) {
 		n    int
 	}{{"samples", c.samples}, {"crash-samples", c.crashSamples}, {"fanout-rounds", c.fanoutRounds}, {"intervals", c.intervals},
 		{"cmp-samples", c.cmpSamples}, {"cmp-crash", c.cmpCrash}, {"cmp-cut", c.cmpCut}, {"many-elections", c.manyElections}, {"many-samples", c.manySamples},
-		{"many-load-spin", c.manyLoadSpin}, {"many-load-conns", c.manyLoadConns}, {"rollout-nodes", c.rolloutNodes}, {"rollouts", c.rollouts}, {"rollout-ttl", c.rolloutTTL}} {
+		{"memory-intervals", c.memoryIntervals}, {"many-load-spin", c.manyLoadSpin}, {"many-load-conns", c.manyLoadConns}, {"rollout-nodes", c.rolloutNodes}, {"rollouts", c.rollouts}, {"rollout-ttl", c.rolloutTTL}} {
 		if v.n < 1 {
 			return c, fmt.Errorf("-%s must be at least 1, not %d", v.name, v.n)
 		}
@@ -438,6 +448,14 @@ func run(ctx context.Context, cfg config) error {
 		rep.skipped = append(rep.skipped, "many elections across three processes: no PostgreSQL URL given")
 	}
 
+	var mem *memoryReport
+	if cfg.memory {
+		mem = runMemoryMany(ctx, cfg)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+
 	rep.finished = time.Now()
 	rep.load1 = loadavg()
 	md := filepath.Join(cfg.out, "results.md")
@@ -447,6 +465,9 @@ func run(ctx context.Context, cfg config) error {
 	}
 	if many != nil {
 		text += "\n" + many.markdown()
+	}
+	if mem != nil {
+		text += "\n" + mem.markdown()
 	}
 	if err := os.WriteFile(md, []byte(text), 0o644); err != nil {
 		return err

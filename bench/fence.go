@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,7 +43,9 @@ func fenceMain(args []string) error {
 	if *url == "" {
 		return errors.New("fence: no PostgreSQL: give -postgres or set LEADERFEED_POSTGRES_URL")
 	}
-	return runFence(*url, *duration, *rate, *hold)
+	md, err := runFence(context.Background(), *url, *duration, *rate, *hold)
+	fmt.Print(md)
+	return err
 }
 
 // result is what one phase measured.
@@ -56,11 +59,11 @@ type fenceResult struct {
 	firstErr                   error // of the failed transactions
 }
 
-func runFence(url string, duration time.Duration, rate int, hold time.Duration) error {
-	ctx := context.Background()
+// runFence runs the two phases and returns their table in Markdown.
+func runFence(ctx context.Context, url string, duration time.Duration, rate int, hold time.Duration) (string, error) {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer pool.Close()
 	var b [4]byte
@@ -69,34 +72,38 @@ func runFence(url string, duration time.Duration, rate int, hold time.Duration) 
 	data := pgx.Identifier{opts.Table + "_data"}.Sanitize()
 	fn, _ := postgres.FenceFunction(opts)
 	defer func() {
+		ctx := context.WithoutCancel(ctx)
 		_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+data+", "+pgx.Identifier{opts.Table}.Sanitize())
 		_, _ = pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn+"(text, bigint)")
 	}()
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+data+" (term bigint NOT NULL, at timestamptz NOT NULL)"); err != nil {
-		return err
+		return "", err
 	}
+	load0 := loadavg()
 	var results []fenceResult
 	for _, fenced := range []bool{false, true} {
 		r, err := fencePhase(ctx, pool, opts, data, fenced, duration, rate, hold)
 		if err != nil {
-			return err
+			return "", err
 		}
 		results = append(results, r)
 	}
-	fmt.Printf("\n%d transactions a second, each open %v after the fence; %v a phase; default timing (heartbeat %v); load %s\n\n",
-		rate, hold, duration, results[0].heartbeat, loadavg())
-	fmt.Println("| phase | renewals | renewal p50 | p99 | max | renewal errors | leases lost | transactions | fenced | failed | tx p50 | tx p99 |")
-	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	var md strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&md, format, args...) }
+	p("\n%d transactions a second, each open %v after the fence; %v a phase; default timing (heartbeat %v); load %s at the start, %s at the end\n\n",
+		rate, hold, duration, results[0].heartbeat, load0, loadavg())
+	p("| phase | renewals | renewal p50 | p99 | max | renewal errors | leases lost | transactions | fenced | failed | tx p50 | tx p99 |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range results {
-		fmt.Printf("| %s | %d | %v | %v | %v | %d | %d | %d | %d | %d | %v | %v |\n", r.phase, r.renew.n, r.renew.p50, r.renew.p99,
-			r.renew.max, r.renewErrs, r.lost, r.txDone, r.txFenced, r.txFailed, r.tx.p50, r.tx.p99)
+		p("| %s | %d | %s ms | %s ms | %s ms | %d | %d | %d | %d | %d | %s ms | %s ms |\n", r.phase, r.renew.n, ms(r.renew.p50), ms(r.renew.p99),
+			ms(r.renew.max), r.renewErrs, r.lost, r.txDone, r.txFenced, r.txFailed, ms(r.tx.p50), ms(r.tx.p99))
 	}
 	for _, r := range results {
 		if r.firstErr != nil {
-			fmt.Printf("\n%s: first failed transaction: %v\n", r.phase, r.firstErr)
+			p("\n%s: first failed transaction: %v\n", r.phase, r.firstErr)
 		}
 	}
-	return nil
+	return md.String(), nil
 }
 
 // fencePhase runs a leader and a follower on one election of the table for

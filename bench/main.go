@@ -91,6 +91,9 @@ type config struct {
 	rolloutTTL   int
 	rolloutPause time.Duration
 
+	fence         bool // what fenced transactions cost a leader (fence.go)
+	fenceDuration time.Duration
+
 	memory          bool // many elections in one process on memory (memmany.go)
 	memoryElections []int
 	memoryIntervals int
@@ -159,6 +162,8 @@ func parseFlags(args []string) (config, error) {
 	loadModes := fs.String("many-load-modes", "nobatch", "many: the modes run beside busy loops: nobatch (ElectionsOptions.NoBatch, one statement per election), batched, or both separated by commas")
 	fs.IntVar(&c.manyLoadSpin, "many-load-spin", 2, "many: busy loops (processes) beside the elections, one per core on 2 cores")
 	fs.IntVar(&c.manyLoadConns, "many-load-conns", 4, "many: the pool size (MaxConns) of each node process beside busy loops")
+	fs.BoolVar(&c.fence, "fence", true, "on PostgreSQL, what postgres.Fence costs a leader: renewals and transactions without and with the fence (as bench fence, 100 transactions a second held 5 ms)")
+	fs.DurationVar(&c.fenceDuration, "fence-duration", 30*time.Second, "fence: length of each of the two phases")
 	fs.BoolVar(&c.memory, "memory", true, "many elections in one process on the memory backend (go test -bench ManyElections in ../memory): resident memory, CPU, statements, goroutines, failed renewals")
 	memSizes := fs.String("memory-elections", "10000,100000", "memory: numbers of elections")
 	fs.IntVar(&c.memoryIntervals, "memory-intervals", 5, "memory: heartbeat intervals (1 s) measured per size")
@@ -207,8 +212,8 @@ func parseFlags(args []string) (config, error) {
 			return c, fmt.Errorf("-%s must be at least 1, not %d", v.name, v.n)
 		}
 	}
-	if c.cutWait < time.Second || c.costWindow < time.Second || c.manyWindow < time.Second {
-		return c, errors.New("-cut-wait, -cost-window and -many-window must be at least 1s")
+	if c.cutWait < time.Second || c.costWindow < time.Second || c.manyWindow < time.Second || c.fenceDuration < time.Second {
+		return c, errors.New("-cut-wait, -cost-window, -many-window and -fence-duration must be at least 1s")
 	}
 	if c.serverKeepalive < 0 || c.shortKeepalive < 0 || c.advRetry < 0 || c.rolloutPause < 0 {
 		return c, errors.New("-server-keepalive, -server-keepalive-short, -adv-retry and -rollout-pause must not be negative")
@@ -423,6 +428,22 @@ func run(ctx context.Context, cfg config) error {
 		rep.skipped = append(rep.skipped, "the comparison with the advisory lock and the polling lease: no PostgreSQL URL given")
 	}
 
+	var fence string
+	if cfg.fence && pgPool != nil {
+		logf("fenced transactions: two phases of %v (load %s)", cfg.fenceDuration, loadNow())
+		md, err := runFence(ctx, cfg.pgURL, cfg.fenceDuration, 100, 5*time.Millisecond)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			md = fmt.Sprintf("\nFailed: %v.\n", err)
+		}
+		logf("%s", md)
+		fence = "## Fenced transactions (issue 42)\n\nWhat `postgres.Fence` costs a leader: its `Run` job runs 100 transactions a second, each held open 5 ms after the fence (whose `FOR SHARE` lock holds off the leader's own renewals meanwhile), while a second node follows; a phase without the fence, then one with it, on a table of its own (`bench fence` runs the same alone).\n" + md
+	} else if cfg.fence {
+		rep.skipped = append(rep.skipped, "fenced transactions: no PostgreSQL URL given")
+	}
+
 	var rollout *rolloutReport
 	if cfg.rollout && pgPool != nil {
 		rollout = runRollouts(ctx, cfg, pgPool)
@@ -460,6 +481,9 @@ func run(ctx context.Context, cfg config) error {
 	rep.load1 = loadavg()
 	md := filepath.Join(cfg.out, "results.md")
 	text := rep.markdown()
+	if fence != "" {
+		text += "\n" + fence
+	}
 	if rollout != nil {
 		text += "\n" + rollout.markdown()
 	}

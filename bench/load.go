@@ -236,6 +236,23 @@ func loadMarkdown(loads []manyLoad, bound, hb time.Duration, elections int) stri
 	p("\n### Beside busy loops (issue 43)\n\n")
 	p("%d elections across 3 node processes (the first, started alone, leads them all; the other two follow), each process connected to the server directly with a pool of %d connections; once every election has a leader, %d busy loops (processes of their own) spin for %v. Per election, from the nodes' reports: every interval in which no process believed it led. Statements per heartbeat interval (%v) per process, the server's CPU per interval, the load average when the loops started and ended.\n\n",
 		elections, loads[0].conns, loads[0].spin, loads[0].window, hb)
+	p("%s", loadTable(loads, bound, elections))
+	p("\n")
+	for _, ml := range loads {
+		if ml.unsteady != "" {
+			p("- %s: %s.\n", ml.label, ml.unsteady)
+		}
+		if ml.err == nil && ml.mode == "nobatch" {
+			p("- Target of issue 43, one statement per election beside busy loops: 0 elections without a leader for longer than their bound: %s (%d; leaderships that ended in the window: %s).\n", verdict(ml.overBound == 0 && ml.unsteady == ""), ml.overBound, fmtReasons(ml.reasons))
+		}
+	}
+	return b.String()
+}
+
+// loadTable is the table of the runs beside busy loops, one row per mode.
+func loadTable(loads []manyLoad, bound time.Duration, elections int) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("| mode | elections without a leader longer than the bound (%v) | never led | longest leaderless ms | leaderless election-seconds (share) | leader changes | leaderships ended (why) | statements/interval per process | server CPU ms/interval | load at the start → end |\n", bound)
 	p("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |\n")
 	for _, ml := range loads {
@@ -249,15 +266,6 @@ func loadMarkdown(loads []manyLoad, bound, hb time.Duration, elections int) stri
 		}
 		share := ml.leaderless.Seconds() / (float64(elections) * ml.window.Seconds())
 		p("| %s | %d of %d | %d | %s | %.1f (%.1f %%) | %d | %s | %s | %s | %s → %s |\n", ml.label, ml.overBound, elections, ml.neverLed, ms(ml.longest), ml.leaderless.Seconds(), 100*share, ml.changes, fmtReasons(ml.reasons), fmtShort(ml.perProc), cpu, ml.load0, ml.load1)
-	}
-	p("\n")
-	for _, ml := range loads {
-		if ml.unsteady != "" {
-			p("- %s: %s.\n", ml.label, ml.unsteady)
-		}
-		if ml.err == nil && ml.mode == "nobatch" {
-			p("- Target of issue 43, one statement per election beside busy loops: 0 elections without a leader for longer than their bound: %s (%d; leaderships that ended in the window: %s).\n", verdict(ml.overBound == 0 && ml.unsteady == ""), ml.overBound, fmtReasons(ml.reasons))
-		}
 	}
 	return b.String()
 }

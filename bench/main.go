@@ -45,6 +45,7 @@ import (
 // config is what the flags set.
 type config struct {
 	out          string
+	docs         string // docs/BENCHMARKS.md to write the run's tables into; "": none
 	pgURL        string
 	mongoURL     string
 	rethinkAddr  string
@@ -128,6 +129,7 @@ func parseFlags(args []string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&c.out, "out", "out", "folder for results.md and latency.png")
+	fs.StringVar(&c.docs, "docs", "", "write the run's tables into this file (docs/BENCHMARKS.md) between its bench run markers; empty: don't (bench/run.sh sets it when it writes docs/bench)")
 	fs.StringVar(&c.pgURL, "postgres", os.Getenv("LEADERFEED_POSTGRES_URL"), "PostgreSQL URL (default $LEADERFEED_POSTGRES_URL); empty: skip PostgreSQL (bench/run.sh starts one)")
 	fs.StringVar(&c.mongoURL, "mongo", os.Getenv("LEADERFEED_MONGO_URL"), "MongoDB URL, a replica set (default $LEADERFEED_MONGO_URL); empty: skip MongoDB")
 	fs.StringVar(&c.rethinkAddr, "rethink", os.Getenv("LEADERFEED_RETHINK_ADDR"), "RethinkDB host:port (default $LEADERFEED_RETHINK_ADDR); empty: skip RethinkDB")
@@ -496,11 +498,19 @@ func run(ctx context.Context, cfg config) error {
 	if err := os.WriteFile(md, []byte(text), 0o644); err != nil {
 		return err
 	}
+	if cfg.docs != "" {
+		if err := writeDocs(cfg.docs, runResults{rep: rep, fence: fence, rollout: rollout, many: many, mem: mem}); err != nil {
+			return err
+		}
+	}
 	png := filepath.Join(cfg.out, "latency.png")
 	if err := plotLatency(png, rep.series); err != nil {
 		return err
 	}
 	written := []string{md, png}
+	if cfg.docs != "" {
+		written = append(written, cfg.docs)
+	}
 	if rep.cmp != nil {
 		cpng := filepath.Join(cfg.out, "compare.png")
 		if err := plotCompare(cpng, rep.cmp); err != nil {

@@ -129,16 +129,7 @@ func (m *memoryReport) markdown() string {
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("## Many elections in one process, memory backend (issue 43)\n\n")
 	p("`%s` (memory/bench_test.go): one process, one `base.Elections` on the memory backend, every election led by one node, renewals batched, default timing (heartbeat 1 s); measured over %d intervals once every election leads. Statements: calls of the store (each batch one). CPU: the process's user + system time. Resident memory: the process's RSS after a GC at the steady state. Load average %s at the start, %s at the end.\n\n", m.command, m.intervals, m.load0, m.load1)
-	p("| elections | resident MiB | heap MiB | CPU-ms per interval | statements per interval | goroutines | failed renewals | renewal p99 ms |\n")
-	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
-	for _, r := range m.rows {
-		if r.failure != "" {
-			p("| %d | failed: %s | | | | | | |\n", r.elections, r.failure)
-			continue
-		}
-		v := r.metrics
-		p("| %d | %.0f | %.0f | %.1f | %.2f | %.0f | %.0f | %.1f |\n", r.elections, v["rss-MiB"], v["heap-MiB"], v["cpu-ms/interval"], v["statements/interval"], v["goroutines"], v["renew-failures"], v["renew-p99-ms"])
-	}
+	p("%s", m.table())
 	p("\n")
 	if m.err != nil {
 		p("- Failed: %v.\n", m.err)
@@ -149,6 +140,23 @@ func (m *memoryReport) markdown() string {
 			p("- Target of issue 43, 10,000 elections within %d MiB resident and %d CPU-ms per interval: %s (%.0f MiB, %.1f CPU-ms).\n",
 				memoryBudgetMiB, memoryBudgetCPUms, verdict(rss <= memoryBudgetMiB && cpu <= memoryBudgetCPUms), rss, cpu)
 		}
+	}
+	return b.String()
+}
+
+// table is the sizes' table.
+func (m *memoryReport) table() string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("| elections | resident MiB | heap MiB | CPU-ms per interval | statements per interval | goroutines | failed renewals | renewal p99 ms |\n")
+	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, r := range m.rows {
+		if r.failure != "" {
+			p("| %d | failed: %s | | | | | | |\n", r.elections, r.failure)
+			continue
+		}
+		v := r.metrics
+		p("| %d | %.0f | %.0f | %.1f | %.2f | %.0f | %.0f | %.1f |\n", r.elections, v["rss-MiB"], v["heap-MiB"], v["cpu-ms/interval"], v["statements/interval"], v["goroutines"], v["renew-failures"], v["renew-p99-ms"])
 	}
 	return b.String()
 }

@@ -280,11 +280,11 @@ func argString(args []string) string {
 	var out []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
-		if a == "-out" || a == "--out" {
+		if a == "-out" || a == "--out" || a == "-docs" || a == "--docs" {
 			i++
 			continue
 		}
-		if strings.HasPrefix(a, "-out=") || strings.HasPrefix(a, "--out=") {
+		if strings.HasPrefix(a, "-out=") || strings.HasPrefix(a, "--out=") || strings.HasPrefix(a, "-docs=") || strings.HasPrefix(a, "--docs=") {
 			continue
 		}
 		out = append(out, a)

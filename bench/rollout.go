@@ -301,16 +301,7 @@ func (m *rolloutReport) markdown() string {
 	p("## Rolling restarts (issue 41)\n\n")
 	p("%d node processes of one elector in one election; a rollout starts a new node, waits until it participates, SIGTERMs the oldest old node and waits for its exit, and %v later the next step (a real node takes that long to start and be ready), until all %d are new (a Deployment's rolling update with maxSurge 1, maxUnavailable 0). Every node stops as a service does on SIGTERM: leaderfeed `Stop` (which hands over to the live participant that joined last), the advisory lock closes its session, the polling lease deletes its row. Dead-leader bound %v: leaderfeed participates (`Options.Participate`, default PresenceInterval) with heartbeat %v, election timeout %v–%v, lease %v, and \"participates\" means its own read of `Participants` lists it; the advisory lock retries every %v; the polling lease polls every %v + up to %v (TTL %v); those two participate once they have tried for the lock or lease once. Measured per rollout, from just before the first new node starts until a new node leads: leader changes (a node other than the last one begins to believe it leads) and the time no node believed it led, from the nodes' reports on the machine's monotonic clock. %d rollouts per elector, one after the other.\n\n",
 		m.nodes, m.pause, m.nodes, m.bound, t.HeartbeatInterval, t.ElectionTimeoutMin, t.ElectionTimeoutMax, t.LeaseDuration, m.advRetry, lt.interval, lt.jitter, lt.ttl, m.rollouts)
-	p("| elector | rollouts | leader changes per rollout, p50 / max | leaderless ms per rollout, p50 / max | longest gap ms | rollout s, p50 | leaderships ended (why) | overlaps |\n")
-	p("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |\n")
-	for _, r := range m.results {
-		if len(r.moves) == 0 {
-			p("| %s | 0 | – | – | – | – | – | %d |\n", r.kind, r.checks.count)
-			continue
-		}
-		p("| %s | %d | %d / %d | %s / %s | %s | %.1f | %s | %d |\n", r.kind, len(r.moves), quantileInt(r.moves, 0.5), slices.Max(r.moves),
-			ms(summarize(r.gaps).p50), ms(summarize(r.gaps).max), ms(summarize(r.longest).max), summarize(r.took).p50.Seconds(), fmtReasons(r.ended), r.checks.count)
-	}
+	p("%s", m.table())
 	p("\n")
 	for _, r := range m.results {
 		if r.joined != "" {
@@ -322,6 +313,23 @@ func (m *rolloutReport) markdown() string {
 		if r.err != nil {
 			p("- %s failed: %v.\n", r.kind, r.err)
 		}
+	}
+	return b.String()
+}
+
+// table is the rollouts' table, one row per elector.
+func (m *rolloutReport) table() string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("| elector | rollouts | leader changes per rollout, p50 / max | leaderless ms per rollout, p50 / max | longest gap ms | rollout s, p50 | leaderships ended (why) | overlaps |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |\n")
+	for _, r := range m.results {
+		if len(r.moves) == 0 {
+			p("| %s | 0 | – | – | – | – | – | %d |\n", r.kind, r.checks.count)
+			continue
+		}
+		p("| %s | %d | %d / %d | %s / %s | %s | %.1f | %s | %d |\n", r.kind, len(r.moves), quantileInt(r.moves, 0.5), slices.Max(r.moves),
+			ms(summarize(r.gaps).p50), ms(summarize(r.gaps).max), ms(summarize(r.longest).max), summarize(r.took).p50.Seconds(), fmtReasons(r.ended), r.checks.count)
 	}
 	return b.String()
 }

@@ -358,26 +358,34 @@ func benchManyElections(b *testing.B, tm heartbeat.Timing, n int, batch bool) {
 	ren.on = false
 	lat, failed := ren.latencies, ren.failed
 	ren.mu.Unlock()
+	// Every metric is reported, and also logged when the run fails (a
+	// failed benchmark's metrics are not printed), so that what a lost
+	// leadership cost is still on record.
+	var metrics []string
+	report := func(v float64, unit string) {
+		b.ReportMetric(v, unit)
+		metrics = append(metrics, fmt.Sprintf("%.4g %s", v, unit))
+	}
 	if len(lat) > 0 {
 		slices.Sort(lat)
-		b.ReportMetric(float64(lat[len(lat)/2])/float64(time.Millisecond), "renew-p50-ms")
-		b.ReportMetric(float64(lat[len(lat)*99/100])/float64(time.Millisecond), "renew-p99-ms")
-		b.ReportMetric(float64(lat[len(lat)-1])/float64(time.Millisecond), "renew-max-ms")
+		report(float64(lat[len(lat)/2])/float64(time.Millisecond), "renew-p50-ms")
+		report(float64(lat[len(lat)*99/100])/float64(time.Millisecond), "renew-p99-ms")
+		report(float64(lat[len(lat)-1])/float64(time.Millisecond), "renew-max-ms")
 	}
-	b.ReportMetric(float64(failed), "renew-failures")
+	report(float64(failed), "renew-failures")
 	if failed > 0 {
 		b.Logf("failed renewals by error: %v", ren.errs)
 	}
-	b.ReportMetric(float64(goroutines), "goroutines")
+	report(float64(goroutines), "goroutines")
 	intervals := float64(b.N)
-	b.ReportMetric(float64(sc.stmts.Load()-stmts0)/intervals, "statements/interval")
-	b.ReportMetric(float64(store.Writes()-recs0)/intervals, "records/interval")
-	b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Millisecond)/intervals, "cpu-ms/interval")
+	report(float64(sc.stmts.Load()-stmts0)/intervals, "statements/interval")
+	report(float64(store.Writes()-recs0)/intervals, "records/interval")
+	report(float64(cpuTime()-cpu0)/float64(time.Millisecond)/intervals, "cpu-ms/interval")
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
-	b.ReportMetric(float64(after.Mallocs-mallocs0)/intervals/float64(n), "allocs/election/interval")
-	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
-	b.ReportMetric(float64(rss())/(1<<20), "rss-MiB")
+	report(float64(after.Mallocs-mallocs0)/intervals/float64(n), "allocs/election/interval")
+	report(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
+	report(float64(rss())/(1<<20), "rss-MiB")
 	b.ReportMetric(0, "ns/op")
 	lost := 0
 	for _, f := range feeds {
@@ -385,23 +393,43 @@ func benchManyElections(b *testing.B, tm heartbeat.Timing, n int, batch bool) {
 			lost++
 		}
 	}
+	report(float64(lost), "leaders-lost")
 	if lost > 0 || testing.Verbose() {
-		t0 := ren.at[0]
 		hist := map[int]int{}
-		for _, t := range ren.at {
-			hist[int(t.Sub(t0)/(50*time.Millisecond))]++
+		if len(ren.at) > 0 {
+			t0 := ren.at[0]
+			for _, t := range ren.at {
+				hist[int(t.Sub(t0)/(50*time.Millisecond))]++
+			}
 		}
 		b.Logf("renewals per 50 ms: %v", hist)
 	}
 	if lost > 0 {
+		b.Logf("metrics: %s", strings.Join(metrics, " "))
+		var maxLat time.Duration
+		if len(lat) > 0 {
+			maxLat = lat[len(lat)-1]
+		}
 		b.Errorf("%d of %d elections lost their leader while nothing failed (renewals: %d, %d failed, latency max %v)",
-			lost, n, len(lat), failed, lat[len(lat)-1])
+			lost, n, len(lat), failed, maxLat)
 	}
+	// Bounded, so that a Stop that hangs fails the benchmark instead of
+	// holding up the run.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	var wg sync.WaitGroup
+	var stuck atomic.Int64
 	for _, f := range feeds {
-		wg.Go(func() { _ = f.Stop(context.Background()) })
+		wg.Go(func() {
+			if err := f.Stop(ctx); err != nil {
+				stuck.Add(1)
+			}
+		})
 	}
 	wg.Wait()
+	if k := stuck.Load(); k > 0 {
+		b.Errorf("%d of %d feeds did not stop within a minute", k, n)
+	}
 }
 
 // cpuTime returns the user and system CPU time of the process.

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -23,7 +24,7 @@ import (
 // memoryRow is one size's outcome.
 type memoryRow struct {
 	elections int
-	metrics   map[string]float64 // unit → value, as the benchmark reports them
+	metrics   map[string]float64 // unit → value, as the benchmark reports them (or logs them when it fails)
 	failure   string             // why the benchmark failed, if it did
 }
 
@@ -63,35 +64,9 @@ func runMemoryMany(ctx context.Context, cfg config) *memoryReport {
 	cmd.Stderr = &out
 	err := cmd.Run()
 	rep.load1 = loadNow()
-	failures := map[int]string{}
-	var current int
-	sc := bufio.NewScanner(&out)
-	for sc.Scan() {
-		line := sc.Text()
-		if m := benchLine.FindStringSubmatch(line); m != nil {
-			n, _ := strconv.Atoi(m[1])
-			row := memoryRow{elections: n, metrics: map[string]float64{}}
-			f := strings.Fields(m[2])
-			for i := 0; i+1 < len(f); i += 2 {
-				if v, err := strconv.ParseFloat(f[i], 64); err == nil {
-					row.metrics[f[i+1]] = v
-				}
-			}
-			rep.rows = append(rep.rows, row)
-			continue
-		}
-		if _, after, ok := strings.Cut(line, "--- FAIL: BenchmarkManyElections/elections="); ok {
-			current, _ = strconv.Atoi(strings.SplitN(after, "/", 2)[0])
-			continue
-		}
-		if current != 0 && strings.HasPrefix(strings.TrimSpace(line), "bench_test.go:") {
-			failures[current] = strings.TrimSpace(line)
-		}
-	}
-	for n, why := range failures {
-		rep.rows = append(rep.rows, memoryRow{elections: n, failure: why})
-	}
-	if err != nil && len(failures) == 0 {
+	rows, failed := parseMemoryBench(out.String())
+	rep.rows = rows
+	if err != nil && !failed {
 		tail := strings.TrimSpace(out.String())
 		if len(tail) > 400 {
 			tail = "..." + tail[len(tail)-400:]
@@ -101,6 +76,8 @@ func runMemoryMany(ctx context.Context, cfg config) *memoryReport {
 	for _, r := range rep.rows {
 		if r.failure != "" {
 			logf("  memory, %d elections: FAILED: %s", r.elections, r.failure)
+		}
+		if len(r.metrics) == 0 {
 			continue
 		}
 		logf("  memory, %d elections: %.0f MiB resident, %.1f CPU-ms, %.2f statements per interval, %.0f goroutines, %.0f failed renewals",
@@ -135,7 +112,12 @@ func (m *memoryReport) markdown() string {
 		p("- Failed: %v.\n", m.err)
 	}
 	for _, r := range m.rows {
-		if r.elections == 10000 && r.failure == "" {
+		if r.failure != "" && len(r.metrics) > 0 {
+			p("- %d elections: %s.\n", r.elections, r.failure)
+		}
+	}
+	for _, r := range m.rows {
+		if r.elections == 10000 && len(r.metrics) > 0 {
 			rss, cpu := r.metrics["rss-MiB"], r.metrics["cpu-ms/interval"]
 			p("- Target of issue 43, 10,000 elections within %d MiB resident and %d CPU-ms per interval: %s (%.0f MiB, %.1f CPU-ms).\n",
 				memoryBudgetMiB, memoryBudgetCPUms, verdict(rss <= memoryBudgetMiB && cpu <= memoryBudgetCPUms), rss, cpu)
@@ -148,15 +130,72 @@ func (m *memoryReport) markdown() string {
 func (m *memoryReport) table() string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	p("| elections | resident MiB | heap MiB | CPU-ms per interval | statements per interval | goroutines | failed renewals | renewal p99 ms |\n")
-	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	p("| elections | resident MiB | heap MiB | CPU-ms per interval | statements per interval | goroutines | failed renewals | leaders lost | renewal p99 ms |\n")
+	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range m.rows {
-		if r.failure != "" {
-			p("| %d | failed: %s | | | | | | |\n", r.elections, r.failure)
+		if len(r.metrics) == 0 {
+			p("| %d | failed: %s | | | | | | | |\n", r.elections, r.failure)
 			continue
 		}
 		v := r.metrics
-		p("| %d | %.0f | %.0f | %.1f | %.2f | %.0f | %.0f | %.1f |\n", r.elections, v["rss-MiB"], v["heap-MiB"], v["cpu-ms/interval"], v["statements/interval"], v["goroutines"], v["renew-failures"], v["renew-p99-ms"])
+		p("| %d | %.0f | %.0f | %.1f | %.2f | %.0f | %.0f | %.0f | %.1f |\n", r.elections, v["rss-MiB"], v["heap-MiB"], v["cpu-ms/interval"], v["statements/interval"], v["goroutines"], v["renew-failures"], v["leaders-lost"], v["renew-p99-ms"])
 	}
 	return b.String()
+}
+
+// parseMemoryBench reads the rows of go test's output: the metric line of
+// each size that passed, the logged metrics and the failure of each that
+// failed; failed says whether any did.
+func parseMemoryBench(out string) (rows []memoryRow, failed bool) {
+	// A failed size prints no metric line: the benchmark logs them
+	// ("metrics: ...") with its failure.
+	failures := map[int]*memoryRow{}
+	var current int
+	parseMetrics := func(row *memoryRow, text string) {
+		f := strings.Fields(text)
+		for i := 0; i+1 < len(f); i += 2 {
+			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+				row.metrics[f[i+1]] = v
+			}
+		}
+	}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		line := sc.Text()
+		if m := benchLine.FindStringSubmatch(line); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			row := memoryRow{elections: n, metrics: map[string]float64{}}
+			parseMetrics(&row, m[2])
+			rows = append(rows, row)
+			continue
+		}
+		if _, after, ok := strings.Cut(line, "--- FAIL: BenchmarkManyElections/elections="); ok {
+			current, _ = strconv.Atoi(strings.SplitN(after, "/", 2)[0])
+			if failures[current] == nil {
+				failures[current] = &memoryRow{elections: current, metrics: map[string]float64{}}
+			}
+			continue
+		}
+		t := strings.TrimSpace(line)
+		if current == 0 || !strings.HasPrefix(t, "bench_test.go:") {
+			continue
+		}
+		_, msg, _ := strings.Cut(t, ": ")
+		switch {
+		case strings.HasPrefix(msg, "metrics: "):
+			parseMetrics(failures[current], strings.TrimPrefix(msg, "metrics: "))
+		case strings.HasPrefix(msg, "renewals per 50 ms"), strings.HasPrefix(msg, "failed renewals by error"):
+		default:
+			failures[current].failure = joinNonEmpty(failures[current].failure, msg)
+		}
+	}
+	for _, r := range failures {
+		if r.failure == "" {
+			r.failure = "failed"
+		}
+		rows = append(rows, *r)
+	}
+	slices.SortFunc(rows, func(a, b memoryRow) int { return a.elections - b.elections })
+	return rows, len(failures) > 0
 }

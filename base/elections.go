@@ -362,9 +362,8 @@ func (b *electionBackend) tickAt(at time.Time, tick func()) bool {
 // silent together (mass failover, machine.onSilent): when one of them
 // found it silent, the others whose record that leader wrote hear of it
 // after a delay drawn in [0, spread], so that of the processes that
-// survive a crash, the one that drew the shortest claims most of the
-// leader's elections, and the others find them taken. The zero value is
-// ready.
+// survive a crash, the one that drew the shortest claims the elections
+// already due, and the others find them taken. The zero value is ready.
 type silence struct {
 	mu       sync.Mutex
 	watchers map[uint64]func(leader string)

@@ -659,9 +659,11 @@ func TestElectionsFuncFeed(t *testing.T) {
 // the time one election does. Each follower would claim at a timeout
 // drawn for it alone, and with a wide election timeout a thousand draws
 // spread the failovers over all of it; a process judges a silent leader
-// for all its elections at once instead (machine.onSilent), and the two
-// processes that survive hear of it at different instants, so one takes
-// nearly all and the other finds them taken: one new term each, no fight.
+// for all its elections at once instead (machine.onSilent): one new term
+// each, no fight. Which process takes which election is not promised:
+// an election that case 1 does not yet allow to be claimed when both
+// processes hear of the silence is claimed by both at the first instant
+// it allows, and one claim wins.
 func TestElectionsMassFailover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := heartbeat.Timing{HeartbeatInterval: 10 * time.Millisecond, LeaseDuration: 30 * time.Millisecond,
@@ -736,9 +738,6 @@ func TestElectionsMassFailover(t *testing.T) {
 			if _, term, ok := f.LeaderContext(); !ok || term != terms[i]+1 {
 				t.Errorf("election %d: term %d (leading %v), want %d: one new term, no fight", i, term, ok, terms[i]+1)
 			}
-		}
-		if most := max(byB, n-byB); most < n*4/5 {
-			t.Errorf("b leads %d of %d elections and c %d: want one process to take most", byB, n, n-byB)
 		}
 		t.Logf("all %d elections failed over within %v; b took %d, c %d", n, took, byB, n-byB)
 		for _, p := range []struct {

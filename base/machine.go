@@ -1270,8 +1270,10 @@ func (m *machine) claimWait() time.Duration {
 // silentSpreadDivisor: the elections of a process judge a silent leader
 // together within a sixteenth of the election timeout's span of the first
 // one's timeout (leaderSilent), so that the processes that survive a
-// leader's crash claim its elections at different instants: one takes
-// most, and the others find them taken.
+// leader's crash claim the elections already due at different instants:
+// the first takes them, and the others find them taken. Elections not yet
+// due are claimed at the first instant case 1 allows by every process
+// that heard, and one claim of each wins.
 const silentSpreadDivisor = 16
 
 // leaderSilent tells the other elections of the process (an Elections)

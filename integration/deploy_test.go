@@ -640,9 +640,7 @@ func (r *deployRun) checkRollouts(rolls []*rollout, endAt, endMark int64) {
 			d := fmt.Sprintf("%v, %d write(s)", m, len(ws))
 			if wd, wr, el, ok := gapParts(hist, m, ws); ok {
 				withdrawals, writesAt = append(withdrawals, wd), append(writesAt, wr)
-				if m.gap > m.bound {
-					d += fmt.Sprintf(" (withdrawn +%v, written +%v, elected +%v)", wd.Round(10*time.Microsecond), wr.Round(10*time.Microsecond), el.Round(10*time.Microsecond))
-				}
+				d += fmt.Sprintf(" (withdrawn +%v, written +%v, elected +%v)", wd.Round(10*time.Microsecond), wr.Round(10*time.Microsecond), el.Round(10*time.Microsecond))
 			}
 			if len(ws) > 0 {
 				// The old leader read the participants as it withdrew

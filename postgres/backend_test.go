@@ -1198,7 +1198,9 @@ func TestCreate(t *testing.T) {
 						 WHERE t.tgrelid IN (to_regclass($1), to_regclass($2)) AND NOT t.tgisinternal
 						UNION ALL SELECT p.proname || ':' || p.oid || ':' || p.xmin FROM pg_proc p
 						 WHERE p.proname IN ($3, $4, $5)
-						UNION ALL SELECT c.relname || ':' || c.oid || ':' || c.xmin FROM pg_class c WHERE c.oid = to_regclass($1)) AS s`,
+						UNION ALL SELECT c.relname || ':' || c.oid || ':' || c.xmin FROM pg_class c WHERE c.oid = to_regclass($1)
+						UNION ALL SELECT c.relname || ':' || c.oid || ':' || c.xmin FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+						 WHERE i.indrelid = to_regclass($1)) AS s`,
 						newDDL(o).table, newDDL(o).watch, o.ChannelPrefix+recordFuncSuffix, o.ChannelPrefix+"_notify_change", fenceFuncName(o.Table)).Scan(&out)
 					if err != nil {
 						t.Fatal(err)
@@ -1346,6 +1348,10 @@ func TestCreate(t *testing.T) {
 					}
 					if err := checker.Create(ctx); err != nil {
 						t.Fatalf("NoCreate check after the upgrade: %v", err)
+					}
+					var keyIndex bool
+					if err := pool.QueryRow(ctx, "SELECT "+keyIndexExists("$1::text"), quoted).Scan(&keyIndex); err != nil || !keyIndex {
+						t.Fatalf("the key index after the upgrade: %v, %v", keyIndex, err)
 					}
 					got, err := checker.Get(ctx, "e")
 					if err != nil || got.Revision != 7 || got.Lease != time.Second || got.Handover != 0 || got.Incarnation != 0 {

@@ -147,8 +147,7 @@ func (s *Store) Participants(ctx context.Context, election string) ([]backend.Pr
 	if err := heartbeat.ValidateName("election name", election); err != nil {
 		return nil, time.Time{}, fmt.Errorf("postgres: Participants: %w: %w", base.ErrInvalidConfig, err)
 	}
-	rows, err := s.pool.Query(ctx, "SELECT c.now, "+presenceCols+" FROM (SELECT clock_timestamp() AS now) AS c"+
-		" LEFT JOIN "+s.ddl.table+" AS t ON starts_with(t.election, $1)", backend.PresenceKey(election, ""))
+	rows, err := s.pool.Query(ctx, s.participantsSQL, election)
 	if err != nil {
 		return nil, time.Time{}, s.wrapErr(ctx, "postgres: Participants", err)
 	}

@@ -111,6 +111,39 @@ func TestRefusals(t *testing.T) {
 		wantRefused(t, "Heartbeat", err, "permission denied for table "+table, grant)
 	})
 
+	t.Run("a table without the key index, Create by a role that may write it but does not own it", func(t *testing.T) {
+		// A table of an earlier version: what Create made, but the key index.
+		table := uniqueName(t)
+		quoted := pgx.Identifier{"public", table}.Sanitize()
+		open(t, admin, "e", Options{Table: table})
+		var index string
+		if err := admin.QueryRow(ctx, "SELECT i.indexrelid::regclass::text FROM pg_index i WHERE i.indrelid = to_regclass($1) AND NOT i.indisprimary", quoted).Scan(&index); err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, admin, "DROP INDEX "+index)
+		pool := rolePool(t, admin, "GRANT SELECT, INSERT, UPDATE, DELETE ON "+quoted+" TO %s")
+		var logs strings.Builder // Create logs on its caller's goroutine
+		s, err := NewStore(pool, Options{Table: table, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if err := s.Create(ctx); err != nil {
+			t.Fatalf("Create: %v; want it to go on without the key index (reads are right without it)", err)
+		}
+		if l := logs.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "does not own") || !strings.Contains(l, "CREATE INDEX ON ") {
+			t.Fatalf("Create's log: %q, want a warning with the statement for the owner", l)
+		}
+		if _, err := s.Heartbeat(ctx, heartbeat.Record{}, heartbeat.Record{Election: "f", Leader: "a", Term: 1, Lease: time.Second}); err != nil {
+			t.Fatalf("a claim without the key index: %v", err)
+		}
+		open(t, admin, "e", Options{Table: table}) // the owner's Create makes it
+		var exists bool
+		if err := admin.QueryRow(ctx, "SELECT "+keyIndexExists("$1::text"), quoted).Scan(&exists); err != nil || !exists {
+			t.Fatalf("the key index after the owner's Create: %v, %v", exists, err)
+		}
+	})
+
 	t.Run("SELECT only", func(t *testing.T) {
 		pool := rolePool(t, admin, "GRANT SELECT ON "+quoted+" TO %s")
 		b := open(t, pool, "e", Options{Table: table, NoCreate: true}) // an observer needs no more

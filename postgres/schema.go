@@ -167,6 +167,32 @@ var columns = []struct{ name, typ, ddl string }{
 	{"joined", "timestamp with time zone", "timestamptz"},
 }
 
+// keyIndexColumn is the column of the key index, as pg_get_indexdef
+// prints it: the election table's keys in byte order. An election's
+// presence rows are a range of keys (keyRange), which the primary key
+// serves only in a database whose default collation is C; in any other
+// (en_US.UTF-8, what initdb usually gets) every read of the participants
+// would scan the whole table.
+const keyIndexColumn = `election COLLATE "C"`
+
+// keyRange is the condition that t.election is the key of a presence row
+// of the election named by the SQL expression name (election||chr(31)||
+// node): a range of the key index.
+func keyRange(name string) string {
+	return `t.election COLLATE "C" >= ` + name + ` || chr(31) AND t.election COLLATE "C" < ` + name + ` || chr(32)`
+}
+
+func (d ddl) createKeyIndex() string {
+	return "CREATE INDEX ON " + d.table + " (" + keyIndexColumn + ")"
+}
+
+// keyIndexExists is the condition that the table (an SQL string literal
+// of its quoted name) has a btree index of keyIndexColumn alone, whole.
+func keyIndexExists(table string) string {
+	return "EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = to_regclass(" + table + ") AND i.indpred IS NULL" +
+		" AND pg_get_indexdef(i.indexrelid) LIKE '% USING btree (" + keyIndexColumn + ")')"
+}
+
 // addedColumns are the columns added after the first release: Create and
 // SchemaSQL add them to a table made before (an existing row reads as
 // having no lease, no successor, no handover token, no incarnation and,
@@ -330,6 +356,7 @@ func SchemaSQL(opts Options) (string, error) {
 				"ALTER TABLE "+d.table+" ADD COLUMN "+c.name+" "+c.ddl)
 		}
 	}
+	step("the key index, for the reads of an election's participants", "NOT "+keyIndexExists(table), d.createKeyIndex())
 	step("the trigger function of the election table", fn(o.Schema, o.ChannelPrefix+recordFuncSuffix, 0, recordFunctionBody),
 		createFunction(d.recordFunc, recordFunctionBody))
 	step("the row-level trigger of earlier versions, replaced by the statement-level ones", trigger(d.table, o.ChannelPrefix, ""), d.dropRowTrigger())
@@ -388,6 +415,9 @@ func (s *Store) create(ctx context.Context) error {
 		return err
 	}
 	if err := checkColumns(ctx, tx, o); err != nil {
+		return err
+	}
+	if err := s.ensureKeyIndex(ctx, tx); err != nil {
 		return err
 	}
 	if err := ensureFunction(ctx, tx, o.Schema, o.ChannelPrefix+recordFuncSuffix, d.recordFunc, recordFunctionBody); err != nil {
@@ -530,6 +560,28 @@ func addMissingColumns(ctx context.Context, tx pgx.Tx, o Options, d ddl) error {
 		}
 	}
 	return nil
+}
+
+// ensureKeyIndex creates the key index when the table lacks it (a table of
+// an earlier version). Building it holds off writes to the table (a
+// SHARE lock, for as long as the build takes: milliseconds for thousands
+// of rows), so it checks first. Only the table's owner may create it: for
+// another role it logs what an owner must run, and goes on (the reads of
+// participants are right without it, only slower).
+func (s *Store) ensureKeyIndex(ctx context.Context, tx pgx.Tx) error {
+	var exists, owner bool
+	err := tx.QueryRow(ctx, "SELECT "+keyIndexExists("$1::text")+", pg_has_role(c.relowner, 'USAGE') FROM pg_class c WHERE c.oid = to_regclass($1::text)",
+		s.ddl.table).Scan(&exists, &owner)
+	if err != nil || exists {
+		return err
+	}
+	if !owner {
+		s.opts.Logger.Warn("postgres: the election table lacks its key index and this role does not own it: each read of an election's participants scans the table until its owner runs the statement",
+			"table", s.ddl.table, "statement", s.ddl.createKeyIndex())
+		return nil
+	}
+	_, err = tx.Exec(ctx, s.ddl.createKeyIndex())
+	return err
 }
 
 func triggerExists(ctx context.Context, q querier, schema, table, trigger string) (bool, error) {

@@ -37,7 +37,7 @@ type Store struct {
 	getSQL, insertSQL, updateSQL             string
 	batchUpdateSQL, batchInsertSQL, batchGet string
 	presentSQL, presentBatchSQL              string
-	participantsBatchSQL                     string
+	participantsSQL, participantsBatchSQL    string
 
 	ctx    context.Context // cancelled by Close: ends the subscriptions
 	cancel context.CancelFunc
@@ -122,12 +122,15 @@ func NewStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		" FROM (SELECT u.*, clock_timestamp() AS now FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[])" +
 		" AS u(election, leader, value, incarnation)) AS v ORDER BY v.election ON CONFLICT (election) DO UPDATE" +
 		presentUpdate + " RETURNING set_config('" + notifiedSetting + "', 'on', true)"
-	// The participants of many elections: one pass over the table, a
-	// presence row's election being its key up to chr(31) (no election
-	// name holds one), with the server's clock on every row, and alone
+	// The participants of one election, and of many: the presence rows
+	// of election e are the keys from e||chr(31) up to e||chr(32) in byte
+	// order (no name holds a control character), a range of the key
+	// index (keyIndex), with the server's clock on every row, and alone
 	// when there is no presence row.
+	s.participantsSQL = "SELECT c.now, " + presenceCols + " FROM (SELECT clock_timestamp() AS now) AS c" +
+		" LEFT JOIN " + t + " AS t ON " + keyRange("$1::text")
 	s.participantsBatchSQL = "SELECT c.now, t.election, " + presenceCols + " FROM (SELECT clock_timestamp() AS now) AS c" +
-		" LEFT JOIN " + t + " AS t ON strpos(t.election, chr(31)) > 0 AND split_part(t.election, chr(31), 1) = ANY($1::text[])"
+		" LEFT JOIN (unnest($1::text[]) AS e(name) JOIN " + t + " AS t ON " + keyRange("e.name") + ") ON true"
 	return s, nil
 }
 

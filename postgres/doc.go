@@ -26,7 +26,8 @@
 // notification on). Every write is one statement that the server
 // executes atomically, a compare-and-set on the row's revision, leader and
 // term, stamped with the server's clock_timestamp(). Create makes the
-// table, its triggers and their function when missing, in one transaction
+// table, its key index (byte order, whatever the database's collation),
+// its triggers and their function when missing, in one transaction
 // under an advisory lock; with Options.NoCreate it only checks, and
 // SchemaSQL returns the script for an administrator. Options.WatchTable
 // names a table of yours whose row changes arrive as change events.

@@ -303,8 +303,8 @@ func (d ddl) createTrigger(table, function string) string {
 }
 
 // SchemaSQL returns the SQL script that creates what a Store with opts
-// needs (schema, election table, trigger functions, triggers, the fence
-// function), for a database administrator to run when the application
+// needs (schema, election table, its key index, trigger functions,
+// triggers, the fence function), for a database administrator to run when the application
 // runs with NoCreate. The script is one transaction (one DO block) that
 // changes only what is missing or out of date, as Create does: it adds
 // the columns of later versions to an older table, replaces a function

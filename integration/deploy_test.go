@@ -593,25 +593,11 @@ func newTerms(hist []deployWrite, after, upTo int64) (terms []int64, writes map[
 // logs what was measured.
 func (r *deployRun) checkRollouts(rolls []*rollout, endAt, endMark int64) {
 	t := r.t
-	logs, _ := r.h.collect()
-	rep := Check(logs, nil, r.h.cfg.bound)
-	hist, err := r.history()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var problems, lines []string
-	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	if err := rep.Err(); err != nil {
-		fail("%v", err)
-	}
-	gone := namedGone(hist, r.ended, endMark)
-	for _, g := range gone {
-		fail("%s", g)
-	}
+	j := r.judge(endMark)
+	rep, hist, fail := j.rep, j.hist, j.fail
+	var lines []string
 	movesHist := map[int]int{} // moves by the rollout (starved ones aside) -> rollouts
-	var gaps []time.Duration
-	starved, starvedGaps, oneWrite, twoWrites, untokened := 0, 0, 0, 0, 0
-	var withdrawals, writesAt []time.Duration
+	starved, oneWrite, twoWrites, untokened := 0, 0, 0, 0
 	for i, ro := range rolls {
 		to, upTo := endAt, endMark
 		if i+1 < len(rolls) {
@@ -629,7 +615,6 @@ func (r *deployRun) checkRollouts(rolls []*rollout, endAt, endMark int64) {
 				n++
 			}
 			longest = max(longest, m.gap)
-			gaps = append(gaps, m.gap)
 			ws := writes[int64(m.to.Term)]
 			switch len(ws) {
 			case 1:
@@ -637,14 +622,10 @@ func (r *deployRun) checkRollouts(rolls []*rollout, endAt, endMark int64) {
 			case 2:
 				twoWrites++
 			}
-			d := fmt.Sprintf("%v, %d write(s)", m, len(ws))
-			if wd, wr, el, ok := gapParts(hist, m, ws); ok {
-				withdrawals, writesAt = append(withdrawals, wd), append(writesAt, wr)
-				d += fmt.Sprintf(" (withdrawn +%v, written +%v, elected +%v)", wd.Round(10*time.Microsecond), wr.Round(10*time.Microsecond), el.Round(10*time.Microsecond))
-			}
+			d := fmt.Sprintf("%v, %d write(s)%s", m, len(ws), j.gap(m, ws))
 			if len(ws) > 0 {
-				// The old leader read the participants as it withdrew
-				// (one round trip): a token written after that is unseen.
+				// The old leader read the participants after its
+				// withdrawal: a token written after that may be unseen.
 				ref := ws[0].id
 				if del := withdrawal(hist, m.from.Proc); del != nil {
 					ref = min(ref, del.id)
@@ -656,7 +637,7 @@ func (r *deployRun) checkRollouts(rolls []*rollout, endAt, endMark int64) {
 			}
 			switch {
 			case !r.judged(m):
-				starvedGaps++
+				j.starvedGaps++
 				d += " (over its bound on a starved machine: not judged)"
 			case m.gap > m.bound:
 				fail("rollout %d: %s: the gap is longer than its bound", ro.seq, d)
@@ -674,13 +655,10 @@ func (r *deployRun) checkRollouts(rolls []*rollout, endAt, endMark int64) {
 		lines = append(lines, fmt.Sprintf("rollout %d: leader %s (%d. oldest), %d move(s), longest gap %v; %s",
 			ro.seq, ro.leader, ro.pos, len(ms), longest.Round(10*time.Microsecond), strings.Join(desc, "; ")))
 	}
-	t.Logf("%s: %d rollouts of %d nodes, load %s at the end\n  %s, writes naming a node that had left %d\n  moves per rollout %s (plus %d after a lease lost to starvation); handovers in one write %d, in two (vacancy, claim) %d; made while the participant that joined last had no token yet %d; gap p50 %s, max %s (bound %v times the load; %d over it on a starved machine, not judged); %s\n  %s",
-		r.h.cfg.label, len(rolls), deployNodes, loadavg(), rep.Counts(), len(gone), counts(movesHist), starved, oneWrite, twoWrites, untokened,
-		pctMicro(gaps, 0.5), pctMicro(gaps, 1), r.gap, starvedGaps, partsLine(withdrawals, writesAt), strings.Join(lines, "\n  "))
-	if len(problems) > 0 {
-		r.h.keepLogs(logs, nil)
-		t.Error(strings.Join(problems, "\n"))
-	}
+	t.Logf("%s: %d rollouts of %d nodes, load %s at the end\n  %s, writes naming a node that had left %d\n  moves per rollout %s (plus %d after a lease lost to starvation); handovers in one write %d, in two (vacancy, claim) %d; made while the participant that joined last had no token yet %d; %s\n  %s",
+		r.h.cfg.label, len(rolls), deployNodes, loadavg(), rep.Counts(), j.gone, counts(movesHist), starved, oneWrite, twoWrites, untokened,
+		j.gapsLine(), strings.Join(lines, "\n  "))
+	j.report("")
 }
 
 // pctMicro is pct to the 10 µs.
@@ -772,27 +750,13 @@ func (r *deployRun) shrink(seq int) (*shrink, error) {
 // what was measured.
 func (r *deployRun) checkShrinks(shrinks []*shrink, endAt, endMark int64) {
 	t := r.t
-	logs, _ := r.h.collect()
-	rep := Check(logs, nil, r.h.cfg.bound)
-	hist, err := r.history()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var problems, lines []string
-	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	if err := rep.Err(); err != nil {
-		fail("%v", err)
-	}
-	gone := namedGone(hist, r.ended, endMark)
-	for _, g := range gone {
-		fail("%s", g)
-	}
+	j := r.judge(endMark)
+	rep, hist, fail := j.rep, j.hist, j.fail
+	var lines []string
 
 	// Each leader's stop: one write to the next leader, a gap within its
 	// bound.
-	var gaps []time.Duration
-	handovers, oneWrite, starvedGaps := 0, 0, 0
-	var withdrawals, writesAt []time.Duration
+	handovers, oneWrite := 0, 0
 	for i, s := range shrinks {
 		upTo := endMark
 		if i+1 < len(shrinks) {
@@ -801,15 +765,15 @@ func (r *deployRun) checkShrinks(shrinks []*shrink, endAt, endMark int64) {
 		to := cmp.Or(s.end, endAt)
 		_, writes := newTerms(hist, s.mark, upTo)
 		var desc []string
-		for j, st := range s.stops {
+		for k, st := range s.stops {
 			if !st.leader {
 				desc = append(desc, "stop "+st.victim)
 				continue
 			}
 			handovers++
 			next := to
-			if j+1 < len(s.stops) {
-				next = s.stops[j+1].at
+			if k+1 < len(s.stops) {
+				next = s.stops[k+1].at
 			}
 			ms := r.moves(rep.Intervals, st.at, next)
 			if len(ms) == 0 {
@@ -821,17 +785,12 @@ func (r *deployRun) checkShrinks(shrinks []*shrink, endAt, endMark int64) {
 			if w == 1 {
 				oneWrite++
 			}
-			gaps = append(gaps, m.gap)
-			parts := ""
-			if wd, wr, el, ok := gapParts(hist, m, writes[int64(m.to.Term)]); ok {
-				withdrawals, writesAt = append(withdrawals, wd), append(writesAt, wr)
-				parts = fmt.Sprintf(" (withdrawn +%v, written +%v, elected +%v)", wd.Round(10*time.Microsecond), wr.Round(10*time.Microsecond), el.Round(10*time.Microsecond))
-			}
+			parts := j.gap(m, writes[int64(m.to.Term)])
 			switch {
 			case m.from.Proc != st.victim:
 				fail("shrink %d: the stop of the leader %s: the first move is %v", s.seq, st.victim, m)
 			case !r.judged(m):
-				starvedGaps++
+				j.starvedGaps++
 				t.Logf("shrink %d: the stop of the leader %s: %v%s: over its bound on a starved machine: not judged", s.seq, st.victim, m, parts)
 			case m.gap > m.bound:
 				fail("shrink %d: the stop of the leader %s: %v%s: longer than its bound", s.seq, st.victim, m, parts)
@@ -849,12 +808,76 @@ func (r *deployRun) checkShrinks(shrinks []*shrink, endAt, endMark int64) {
 		}
 		lines = append(lines, fmt.Sprintf("shrink %d (successor stopped first: %s): %s", s.seq, rule, strings.Join(desc, "; ")))
 	}
-	t.Logf("%s: %d shrinks of %d nodes to 1, load %s at the end\n  %s\n  writes naming a node that had left %d; leader stops %d, handed over in one write %d; gap p50 %s, max %s (bound %v times the load; %d over it on a starved machine, not judged); %s\n  %s",
-		r.h.cfg.label, len(shrinks), deployNodes, loadavg(), rep.Counts(), len(gone), handovers, oneWrite,
-		pctMicro(gaps, 0.5), pctMicro(gaps, 1), r.gap, starvedGaps, partsLine(withdrawals, writesAt), strings.Join(lines, "\n  "))
-	if len(problems) > 0 {
-		r.h.keepLogs(logs, nil)
-		t.Error(strings.Join(problems, "\n") + "\n  the store's history but renewals:" + notRenewals(hist, 0, endMark))
+	t.Logf("%s: %d shrinks of %d nodes to 1, load %s at the end\n  %s\n  writes naming a node that had left %d; leader stops %d, handed over in one write %d; %s\n  %s",
+		r.h.cfg.label, len(shrinks), deployNodes, loadavg(), rep.Counts(), j.gone, handovers, oneWrite,
+		j.gapsLine(), strings.Join(lines, "\n  "))
+	j.report("\n  the store's history but renewals:" + notRenewals(hist, 0, endMark))
+}
+
+// deployJudge gathers what the checks of a deploy test find: its
+// problems, and the gaps of its moves and their parts.
+type deployJudge struct {
+	r        *deployRun
+	logs     []NodeLog
+	rep      *Report
+	hist     []deployWrite
+	problems []string
+	gone     int // writes naming a node that had left (namedGone)
+	// gaps, and their parts (gapParts) where the history has them.
+	gaps, withdrawals, writesAt []time.Duration
+	starvedGaps                 int // over their bound on a starved machine
+}
+
+// judge collects the nodes' logs and the store's history and checks what
+// every deploy test checks: the logs (Check) and namedGone up to endMark.
+func (r *deployRun) judge(endMark int64) *deployJudge {
+	logs, _ := r.h.collect()
+	j := &deployJudge{r: r, logs: logs, rep: Check(logs, nil, r.h.cfg.bound)}
+	var err error
+	if j.hist, err = r.history(); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := j.rep.Err(); err != nil {
+		j.fail("%v", err)
+	}
+	gone := namedGone(j.hist, r.ended, endMark)
+	j.gone = len(gone)
+	for _, g := range gone {
+		j.fail("%s", g)
+	}
+	return j
+}
+
+func (j *deployJudge) fail(format string, args ...any) {
+	j.problems = append(j.problems, fmt.Sprintf(format, args...))
+}
+
+// gap counts the gap of m, whose new term the writes ws began, and
+// returns its parts for a description: "" when the history lacks them.
+func (j *deployJudge) gap(m move, ws []deployWrite) string {
+	j.gaps = append(j.gaps, m.gap)
+	wd, wr, el, ok := gapParts(j.hist, m, ws)
+	if !ok {
+		return ""
+	}
+	j.withdrawals, j.writesAt = append(j.withdrawals, wd), append(j.writesAt, wr)
+	return fmt.Sprintf(" (withdrawn +%v, written +%v, elected +%v)", wd.Round(10*time.Microsecond), wr.Round(10*time.Microsecond), el.Round(10*time.Microsecond))
+}
+
+// gapsLine formats the gaps and their parts as p50 and max.
+func (j *deployJudge) gapsLine() string {
+	return fmt.Sprintf("gap p50 %s, max %s (bound %v times the load; %d over it on a starved machine, not judged); "+
+		"from the end of the old term to its withdrawal p50 %s, max %s; to the write of the next term p50 %s, max %s",
+		pctMicro(j.gaps, 0.5), pctMicro(j.gaps, 1), j.r.gap, j.starvedGaps,
+		pctMicro(j.withdrawals, 0.5), pctMicro(j.withdrawals, 1), pctMicro(j.writesAt, 0.5), pctMicro(j.writesAt, 1))
+}
+
+// report fails the test with the problems found, then more, keeping the
+// nodes' logs.
+func (j *deployJudge) report(more string) {
+	if len(j.problems) > 0 {
+		j.r.h.keepLogs(j.logs, nil)
+		j.r.t.Error(strings.Join(j.problems, "\n") + more)
 	}
 }
 
@@ -993,12 +1016,6 @@ func gapParts(hist []deployWrite, m move, ws []deployWrite) (withdrawn, written,
 	}
 	end := m.from.End
 	return time.Duration(del.at - end), time.Duration(ws[len(ws)-1].at - end), time.Duration(m.to.Start - end), true
-}
-
-// partsLine formats the parts of the gaps (gapParts) as p50 and max.
-func partsLine(withdrawn, written []time.Duration) string {
-	return fmt.Sprintf("from the end of the old term to its withdrawal p50 %s, max %s; to the write of the next term p50 %s, max %s",
-		pctMicro(withdrawn, 0.5), pctMicro(withdrawn, 1), pctMicro(written, 0.5), pctMicro(written, 1))
 }
 
 // withdrawal returns the history row of the withdrawal of the process

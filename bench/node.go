@@ -277,6 +277,7 @@ func startLFNode(ctx context.Context, url string, nf nodeFlags, out *nodeOut, co
 	if nf.elections > 1 {
 		st, err := postgres.NewStore(pool, pgOptions)
 		if err == nil {
+			//lint:ignore SA1019 the benchmark measures the unbatched mode it deprecates
 			n.elections, err = base.NewElections(st, base.ElectionsOptions{NoBatch: nf.noBatch})
 		}
 		if err != nil {

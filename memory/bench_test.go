@@ -282,6 +282,7 @@ func (r *renewals) done(ri base.RenewInfo) {
 func benchManyElections(b *testing.B, tm heartbeat.Timing, n int, batch bool) {
 	store := memory.NewDB()
 	sc := &statementCounter{BatchStore: store.Conn()}
+	//lint:ignore SA1019 the benchmark compares the unbatched mode
 	els, err := base.NewElections(sc, base.ElectionsOptions{NoBatch: !batch})
 	if err != nil {
 		b.Fatal(err)

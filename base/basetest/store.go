@@ -310,6 +310,7 @@ func (s *suite) stores(t *testing.T) {
 			// faulty.Store forwards every capability of st (a wrapper of
 			// our own would hide those it lacks) and counts its Subscribes.
 			fs := faulty.WrapStore(st)
+			//lint:ignore SA1019 the conformance of a Store shared by many elections without batching
 			els, err := base.NewElections(fs, base.ElectionsOptions{NoBatch: !batch})
 			if err != nil {
 				t.Fatal(err)

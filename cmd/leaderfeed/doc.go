@@ -33,7 +33,8 @@
 // the host (ps, /proc/PID/cmdline) and kept in shell history, so a URL
 // with a password in --store gets a one-line warning on standard error;
 // give it by LEADERFEED_STORE or --store-file (a file only its user may
-// read), or leave the password out of the URL. For PostgreSQL the
+// read: one that others may read gets the same warning), or leave the
+// password out of the URL. For PostgreSQL the
 // password (and any other part of the connection) may come from libpq's
 // variables, which pgx reads: PGPASSWORD, PGPASSFILE or ~/.pgpass (lines
 // host:port:database:user:password, the file readable by its owner

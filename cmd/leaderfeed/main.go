@@ -190,8 +190,10 @@ func registerStore(fs *flag.FlagSet, store, file *string) {
 }
 
 // resolveStore returns the store URL: from --store, --store-file or
-// storeEnv, in that order; giving both flags is a usage error. A URL with a password given in the arguments, where every user
-// of the host can read it (ps, /proc), gets a one-line warning on stderr.
+// storeEnv, in that order; giving both flags is a usage error. A URL
+// with a password given in the arguments, where every user of the host
+// can read it (ps, /proc), gets a one-line warning on stderr; so does one
+// in a file that others than its owner may read.
 func resolveStore(store, file string, stderr io.Writer) (string, error) {
 	switch {
 	case store != "" && file != "":
@@ -205,6 +207,10 @@ func resolveStore(store, file string, stderr io.Writer) (string, error) {
 		raw := strings.TrimSpace(line)
 		if raw == "" {
 			return "", exitf(exitUsage, "--store-file %s: no store URL on its first line", file)
+		}
+		if fi, err := os.Stat(file); err == nil && fi.Mode().Perm()&0o077 != 0 && hasPassword(raw) {
+			slog.New(slog.NewTextHandler(stderr, nil)).Warn("leaderfeed: the password in --store-file is readable by users other than its owner",
+				"file", file, "mode", fmt.Sprintf("%04o", fi.Mode().Perm()), "fix", "chmod 600 "+file)
 		}
 		return raw, nil
 	case store != "":

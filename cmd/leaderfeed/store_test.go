@@ -51,6 +51,33 @@ func TestArgvPasswordWarning(t *testing.T) {
 			t.Errorf("%v: the password shows in the output:\n%s", args, out)
 		}
 	}
+	// A password in a file others may read: one warning naming the file
+	// and the fix; none when only its owner may, or without a password.
+	for _, tc := range []struct {
+		mode  os.FileMode
+		store string
+		warn  bool
+	}{
+		{0o644, "postgres://app:" + secret + "@h/db", true},
+		{0o640, "postgres://app@h/db?password=" + secret, true},
+		{0o600, "postgres://app:" + secret + "@h/db", false},
+		{0o644, "postgres://app@h/db", false},
+	} {
+		f := writeTemp(t, tc.store+"\n")
+		if err := os.Chmod(f, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "schema", "--store-file", f)
+		cmd.Env = envWithout(storeEnv)
+		out, _ := cmd.CombinedOutput()
+		n := strings.Count(string(out), "the password in --store-file is readable by users other than its owner")
+		if want := map[bool]int{true: 1, false: 0}[tc.warn]; n != want || (tc.warn && !strings.Contains(string(out), "chmod 600 "+f)) {
+			t.Errorf("--store-file of mode %04o holding %q: %d warnings, want %d with the fix:\n%s", tc.mode, strings.ReplaceAll(tc.store, secret, "***"), n, want, out)
+		}
+		if strings.Contains(string(out), secret) {
+			t.Errorf("--store-file of mode %04o: the password shows in the output:\n%s", tc.mode, out)
+		}
+	}
 	// No password in --store: no warning.
 	cmd := exec.Command(bin, "schema", "--store", "postgres://app@h/db")
 	cmd.Env = envWithout(storeEnv)

@@ -857,3 +857,64 @@ func TestStartedParticipantIsASuccessorAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// Issue 41: a stopping leader reads the participants for its handover
+// only once the delete of its own presence record is done, one call after
+// the other: side by side they needed two of a pool's connections at that
+// moment, and a pgx pool holding one opened another (5-10 ms of the
+// rollout's gap on PostgreSQL). The read is then never older than the
+// withdrawal.
+func TestStoppingLeaderReadsAfterItsWithdrawal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewDB()
+		opts := base.Options{Timing: timing, Participate: true}
+		ea, _ := store.Election("e")
+		fa := faulty.Wrap(ea)
+		a, err := base.New(fa, "a", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for !a.IsLeader() {
+			time.Sleep(time.Millisecond)
+		}
+		eb, _ := store.Election("e")
+		b, err := base.New(eb, "b", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * timing.HeartbeatInterval)
+		_, term, _ := a.LeaderContext()
+		const deleteTakes = 10 * time.Millisecond
+		fa.Inject(faulty.Fault{Method: faulty.MethodAbsent, Nth: 1, Delay: deleteTakes, Late: true})
+		reads := fa.Calls(faulty.MethodParticipants)
+		stopped := make(chan error, 1)
+		go func() { stopped <- a.Stop(context.Background()) }()
+		time.Sleep(deleteTakes / 2)
+		synctest.Wait()
+		if n := fa.Calls(faulty.MethodAbsent); n != 1 {
+			t.Fatalf("%d deletes of a's presence under way, want 1", n)
+		}
+		if n := fa.Calls(faulty.MethodParticipants) - reads; n != 0 {
+			t.Fatalf("%d reads of the participants while a's delete is under way, want 0", n)
+		}
+		if err := <-stopped; err != nil {
+			t.Fatal(err)
+		}
+		if n := fa.Calls(faulty.MethodParticipants) - reads; n != 1 {
+			t.Fatalf("%d reads of the participants for the handover, want 1", n)
+		}
+		synctest.Wait() // b takes the handover from its changefeed
+		if _, got, ok := b.LeaderContext(); !ok || got != term+1 {
+			t.Fatalf("b leads %v in term %d after a stopped, want term %d (a handover)", ok, got, term+1)
+		}
+		if err := b.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -274,10 +274,14 @@ func pgKillFeeds(ctx context.Context, u string, ids []string) (int, error) {
 		if conn, err = pgx.Connect(ctx, u); err == nil {
 			break
 		}
-		if attempt == 5 || ctx.Err() != nil {
+		if attempt == 5 {
 			return 0, fmt.Errorf("the harness's connection, %d attempts: %w", attempt, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("the harness's connection, %d attempts: %w", attempt, err)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	defer conn.Close(context.Background())
 	names := make([]string, len(ids))

@@ -1,6 +1,7 @@
 // Package memory is an in-process leaderfeed backend: the reference
 // implementation of backend.Store (and backend.BatchStore,
-// backend.BatchReader, backend.PresenceStore, backend.PresenceBatchStore)
+// backend.BatchReader, backend.PresenceStore, backend.PresenceBatchStore,
+// backend.GuardStore)
 // and the embedded default of the examples and unit tests.
 //
 // A DB holds any number of election records and other records, and feeds
@@ -228,6 +229,33 @@ func (c *Conn) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (
 	db := c.db
 	db.mu.Lock()
 	defer db.mu.Unlock()
+	return db.write(expected, next)
+}
+
+// HeartbeatGuarded is Heartbeat that also requires the presence record of
+// guard (backend.GuardStore), atomic under the DB's lock with the write
+// and with Absent.
+func (c *Conn) HeartbeatGuarded(ctx context.Context, expected, next heartbeat.Record, guard backend.Guard) (heartbeat.Record, error) {
+	if err := c.check(ctx); err != nil {
+		return heartbeat.Record{}, err
+	}
+	if err := next.Validate(); err != nil {
+		return heartbeat.Record{}, fmt.Errorf("memory: %w: %w", base.ErrInvalidConfig, err)
+	}
+	if err := heartbeat.ValidateName("guard node id", guard.Node); err != nil {
+		return heartbeat.Record{}, fmt.Errorf("memory: %w: %w", base.ErrInvalidConfig, err)
+	}
+	if expected.Revision == 0 {
+		return heartbeat.Record{}, fmt.Errorf("memory: a guarded write needs an existing record (expected revision 0): %w", base.ErrInvalidConfig)
+	}
+	db := c.db
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if cur, ok := db.records[next.Election]; ok && cur.Validate() == nil && cur.SameWrite(expected) {
+		if p, ok := db.present[next.Election][guard.Node]; !ok || p.Incarnation != guard.Incarnation {
+			return heartbeat.Record{}, fmt.Errorf("memory: election %q: node %q (incarnation %d): %w", next.Election, guard.Node, guard.Incarnation, backend.ErrNotPresent)
+		}
+	}
 	return db.write(expected, next)
 }
 

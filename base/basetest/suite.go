@@ -100,6 +100,7 @@ func Run(t *testing.T, h Harness) {
 		t.Run("Store", s.stores)
 		t.Run("PresenceStore", s.presenceStore)
 		t.Run("PresenceBatchStore", s.presenceBatchStore)
+		t.Run("GuardStore", s.guardStore)
 		t.Run("BatchSuccessor", s.batchSuccessor)
 		t.Run("BatchHandover", s.batchHandover)
 	} else {

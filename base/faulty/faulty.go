@@ -37,6 +37,10 @@ const (
 	MethodPresent      Method = "Present"
 	MethodAbsent       Method = "Absent"
 	MethodParticipants Method = "Participants"
+	// The guarded write (backend.GuardElection, backend.GuardStore); a
+	// wrapped backend or store without it fails it with
+	// backend.ErrUnsupported. Its writes are logged with the others'.
+	MethodHeartbeatGuarded Method = "HeartbeatGuarded"
 	// The batch capabilities of a Store (backend.BatchStore, backend.BatchReader).
 	MethodHeartbeatBatch Method = "HeartbeatBatch"
 	MethodGetBatch       Method = "GetBatch"
@@ -414,6 +418,20 @@ func (in *injector) heartbeat(ctx context.Context, o outcome, expected, next hea
 	return r, err
 }
 
+// HeartbeatGuarded injects faults into the wrapped backend's guarded
+// write, as Heartbeat does.
+func (f *Backend) HeartbeatGuarded(ctx context.Context, expected, next heartbeat.Record, guard backend.Guard) (heartbeat.Record, error) {
+	g, ok := f.inner.(backend.GuardElection)
+	if !ok {
+		return heartbeat.Record{}, fmt.Errorf("faulty: the wrapped backend (%T) has no guarded write: %w", f.inner, backend.ErrUnsupported)
+	}
+	f.in.logWrite(backend.Write{Expected: expected, Next: next})
+	return f.in.heartbeat(ctx, f.in.before(ctx, MethodHeartbeatGuarded, f.names(), false), expected, next,
+		func(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
+			return g.HeartbeatGuarded(ctx, expected, next, guard)
+		})
+}
+
 // AlignRenewal passes the renewal grid of the wrapped backend through (a
 // Backend of a batching base.Elections has one), so that a wrapped Feed
 // renews on it.
@@ -632,6 +650,7 @@ func (s *funcSub) end() {
 
 var (
 	_ backend.PresenceElection = (*Backend)(nil)
+	_ backend.GuardElection    = (*Backend)(nil)
 	_ backend.Aligner          = (*Backend)(nil)
 	_ backend.Submitter        = (*Backend)(nil)
 	_ backend.FuncSubscriber   = (*Backend)(nil)
@@ -680,8 +699,9 @@ func (f *Backend) Participants(ctx context.Context) ([]backend.Presence, time.Ti
 // what a store and network do to the batches of every election of a
 // process. It has the batch capabilities (HeartbeatBatch, GetBatch,
 // PresentBatch, ParticipantsBatch, each made of single calls when the
-// wrapped store lacks it), the presence capability (failing with backend.ErrUnsupported when
-// the wrapped store lacks it) and backend.FuncSubscriber (reading the
+// wrapped store lacks it), the presence capability and the guarded write
+// (failing with backend.ErrUnsupported when the wrapped store lacks them)
+// and backend.FuncSubscriber (reading the
 // wrapped store's channel when it lacks that). It is safe for concurrent
 // use.
 type Store struct {
@@ -694,6 +714,7 @@ var (
 	_ backend.BatchReader        = (*Store)(nil)
 	_ backend.PresenceStore      = (*Store)(nil)
 	_ backend.PresenceBatchStore = (*Store)(nil)
+	_ backend.GuardStore         = (*Store)(nil)
 	_ backend.FuncSubscriber     = (*Store)(nil)
 )
 
@@ -755,6 +776,20 @@ func (f *Store) Get(ctx context.Context, election string) (heartbeat.Record, err
 func (f *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
 	f.in.logWrite(backend.Write{Expected: expected, Next: next})
 	return f.in.heartbeat(ctx, f.in.before(ctx, MethodHeartbeat, []string{next.Election}, false), expected, next, f.Store.Heartbeat)
+}
+
+// HeartbeatGuarded injects faults into the wrapped store's guarded
+// write, as Heartbeat does.
+func (f *Store) HeartbeatGuarded(ctx context.Context, expected, next heartbeat.Record, guard backend.Guard) (heartbeat.Record, error) {
+	g, ok := f.Store.(backend.GuardStore)
+	if !ok {
+		return heartbeat.Record{}, fmt.Errorf("faulty: the wrapped store (%T) has no guarded write: %w", f.Store, backend.ErrUnsupported)
+	}
+	f.in.logWrite(backend.Write{Expected: expected, Next: next})
+	return f.in.heartbeat(ctx, f.in.before(ctx, MethodHeartbeatGuarded, []string{next.Election}, false), expected, next,
+		func(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
+			return g.HeartbeatGuarded(ctx, expected, next, guard)
+		})
 }
 
 // HeartbeatBatch injects faults into a batch of writes: a fault without

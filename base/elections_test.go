@@ -918,3 +918,91 @@ func TestStoppingLeaderReadsAfterItsWithdrawal(t *testing.T) {
 		}
 	})
 }
+
+// Issue 43: on a store with the guarded write (memory), Resign hands over
+// from the leader's last read of the participants, with no read at that
+// moment: the handover is one write. A participant that withdrew since
+// that read (its Stop deleted its presence) is not named: the guarded
+// write fails, the leader reads and hands over to the one still there.
+func TestResignHandsOverWithoutARead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewDB()
+		opts := base.Options{Timing: timing, Participate: true}
+		ea, _ := store.Election("e")
+		fa := faulty.Wrap(ea)
+		a, err := base.New(fa, "a", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for !a.IsLeader() {
+			time.Sleep(time.Millisecond)
+		}
+		start := func(node string, pri int) *base.Feed {
+			eb, _ := store.Election("e")
+			o := opts
+			o.Priority = pri
+			f, err := base.New(eb, node, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+		b := start("b", 0)
+		c := start("c", 0) // joins last: the first choice
+		time.Sleep(2 * timing.HeartbeatInterval)
+		synctest.Wait() // a's Priority check has read b and c
+		for _, stop := range []bool{false, true} {
+			_, term, _ := a.LeaderContext()
+			reads, guarded := fa.Calls(faulty.MethodParticipants), fa.Calls(faulty.MethodHeartbeatGuarded)
+			if stop {
+				// c withdraws after a's last read: a's first write names
+				// c, is refused, and a reads and hands over to b.
+				if err := c.Stop(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := a.Resign(context.Background()); err != nil {
+				t.Fatalf("Resign: %v", err)
+			}
+			want, wantReads, wantWrites := c, 0, 1
+			if stop {
+				want, wantReads, wantWrites = b, 1, 2
+			}
+			if n := fa.Calls(faulty.MethodParticipants) - reads; n != wantReads {
+				t.Fatalf("c stopped %v: %d reads of the participants for the handover, want %d", stop, n, wantReads)
+			}
+			if n := fa.Calls(faulty.MethodHeartbeatGuarded) - guarded; n != wantWrites {
+				t.Fatalf("c stopped %v: %d guarded writes, want %d", stop, n, wantWrites)
+			}
+			synctest.Wait() // the successor takes the handover from its changefeed
+			if _, got, ok := want.LeaderContext(); !ok || got != term+1 {
+				t.Fatalf("c stopped %v: the successor leads %v in term %d, want term %d (the handover)", stop, ok, got, term+1)
+			}
+			if stop {
+				break
+			}
+			// c hands back to a (the last read of c's check names a).
+			time.Sleep(2 * timing.HeartbeatInterval)
+			if err := c.TransferTo(context.Background(), "a"); err != nil {
+				t.Fatalf("TransferTo a: %v", err)
+			}
+			synctest.Wait()
+			time.Sleep(2 * timing.HeartbeatInterval)
+			synctest.Wait()
+			if !a.IsLeader() {
+				t.Fatal("a does not lead after c's transfer to it")
+			}
+		}
+		for _, f := range []*base.Feed{a, b} {
+			if err := f.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}

@@ -2,6 +2,7 @@ package base
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -108,11 +109,13 @@ func TestMachineResignHandsOverInOneWrite(t *testing.T) {
 		t.Fatal("the old leader may claim the record it handed over before the successor's lease ended")
 	}
 
-	// The handover's own read fails: a vacancy for whoever claims first,
-	// whatever the last read of the Priority check held (it may name a
-	// node that left since).
+	// A backend without the guarded write: the handover reads the
+	// participants first. That read fails: a vacancy for whoever claims
+	// first, whatever the last read of the Priority check held (it may
+	// name a node that left since).
 	m2, _ := leader(t)
 	participating(m2)
+	m2.noGuard = true
 	m2.pres.busy = true
 	m2.step(at(30*time.Millisecond), presenceResult{term: 1, check: true, ps: ps, storeNow: store})
 	effs := m2.step(at(31*time.Millisecond), requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: done}})
@@ -140,6 +143,7 @@ func TestMachineHandsOverOnAFreshView(t *testing.T) {
 	for _, stop := range []bool{false, true} {
 		m, _ := leader(t)
 		participating(m)
+		m.noGuard = true // Resign reads at once on a backend without the guarded write
 		m.pres.busy = true
 		m.step(at(30*time.Millisecond), presenceResult{term: 1, check: true, ps: []backend.Presence{old, gone}, storeNow: store})
 		now := at(40 * time.Millisecond)
@@ -379,7 +383,7 @@ func TestMachineStaleSuccessorGetsAReservedVacancy(t *testing.T) {
 			m.pres.busy = true
 			m.step(at(30*time.Millisecond), presenceResult{term: 1, check: true, ps: ps, storeNow: store})
 			done := make(chan error, 1)
-			now := at(40 * time.Millisecond) // the handover's own read, at once
+			now := at(30 * time.Millisecond) // at the instant of the read
 			c := findCall(viewed(m, now, m.step(now, requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: done}}), ps, store), callVacancy)
 			handed := heartbeat.Record{Election: "e", Leader: "b", Term: 2, Lease: timing.LeaseDuration, Handover: 77}
 			reserved := heartbeat.Record{Election: "e", Term: 1, Successor: "b"}
@@ -468,5 +472,64 @@ func TestMachineStoppingParticipantPassesTheHandoverOn(t *testing.T) {
 	m.step(at(24*time.Millisecond), callResult{kind: callVacancy, expected: c.expected, next: c.next, sentAt: at(23 * time.Millisecond), sentStep: c.sentStep, parent: c.parent, res: rec(5, "c", 4, timing.LeaseDuration)})
 	if !m.done() {
 		t.Fatal("not done once the election was handed on")
+	}
+}
+
+// On a backend with the guarded write a resigning leader writes at once,
+// from the Priority check's last read, guarded by the presence record of
+// the participant it names. When that one withdrew since (ErrNotPresent:
+// nothing written), it reads the participants and writes again, guarded
+// by the next one; a backend that turns out to have no guarded write
+// (ErrUnsupported) gets the read, then an unguarded write, and no guard
+// again. A stopping leader still withdraws and reads first.
+func TestMachineResignGuardedFromView(t *testing.T) {
+	store := at(time.Hour)
+	b := backend.Presence{Node: "b", CanLead: true, Token: 5, Incarnation: 50, Timestamp: store, Joined: store.Add(-time.Hour)}
+	c := backend.Presence{Node: "c", CanLead: true, Token: 6, Incarnation: 60, Timestamp: store, Joined: store.Add(-time.Minute)}
+	resign := func(t *testing.T) (*machine, *startCall) {
+		m, _ := leader(t)
+		participating(m)
+		m.pres.busy = true
+		m.step(at(30*time.Millisecond), presenceResult{term: 1, check: true, ps: []backend.Presence{b, c}, storeNow: store})
+		effs := m.step(at(40*time.Millisecond), requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: make(chan error, 1)}})
+		for _, e := range effs {
+			if _, ok := e.(handoverView); ok {
+				t.Fatal("resign read the participants though its last read is fresh and the write guarded")
+			}
+		}
+		w := findCall(effs, callVacancy)
+		if w == nil || w.next.Leader != "c" || w.next.Handover != 6 || w.guard != (backend.Guard{Node: "c", Incarnation: 60}) {
+			t.Fatalf("resign wrote %+v, want the election handed to c (joined last) guarded by its presence", w)
+		}
+		return m, w
+	}
+	for _, tc := range []struct {
+		err   error
+		guard backend.Guard // of the write after the read
+	}{
+		{backend.ErrNotPresent, backend.Guard{Node: "b", Incarnation: 50}},
+		{backend.ErrUnsupported, backend.Guard{}},
+	} {
+		t.Run(tc.err.Error(), func(t *testing.T) {
+			m, w := resign(t)
+			now := at(41 * time.Millisecond)
+			effs := m.step(now, callResult{kind: callVacancy, expected: w.expected, next: w.next, sentAt: at(40 * time.Millisecond), parent: w.parent, err: fmt.Errorf("store: %w", tc.err)})
+			var view *handoverView
+			for _, e := range effs {
+				if v, ok := e.(handoverView); ok {
+					view = &v
+				}
+			}
+			if view == nil || view.leave || findCall(effs, callVacancy) != nil {
+				t.Fatalf("effects %v after %v, want a read of the participants (no leave) and no write yet", effs, tc.err)
+			}
+			w2 := findCall(m.step(now, handoverViewResult{ps: []backend.Presence{b}, storeNow: store.Add(11 * time.Millisecond)}), callVacancy)
+			if w2 == nil || w2.next.Leader != "b" || w2.next.Handover != 5 || w2.guard != tc.guard {
+				t.Fatalf("after %v wrote %+v, want the election handed to b, guard %+v", tc.err, w2, tc.guard)
+			}
+			if m.noGuard != (tc.err == backend.ErrUnsupported) {
+				t.Fatalf("noGuard %v after %v", m.noGuard, tc.err)
+			}
+		})
 	}
 }

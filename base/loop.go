@@ -730,14 +730,20 @@ func (l *loop) call(eff effect) input {
 	default:
 		ctx, cancel = context.WithDeadline(l.ctx, c.deadline)
 	}
+	guard := c.guard // c is the step's, reused after it
 	l.f.goroutineStarts()
 	go func() {
 		defer l.f.goroutineEnds()
 		defer cancel()
-		if r.kind == callRead {
+		switch g, ok := l.f.b.(backend.GuardElection); {
+		case r.kind == callRead:
 			r.res, r.err = l.f.b.Get(ctx)
-		} else {
+		case guard.Node == "":
 			r.res, r.err = l.f.b.Heartbeat(ctx, r.expected, r.next)
+		case ok:
+			r.res, r.err = g.HeartbeatGuarded(ctx, r.expected, r.next, guard)
+		default:
+			r.err = fmt.Errorf("leaderfeed: the backend (%T) has no guarded write: %w", l.f.b, backend.ErrUnsupported)
 		}
 		cancel()
 		l.box.PutHere(r)

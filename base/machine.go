@@ -153,7 +153,8 @@ func (t timerID) String() string {
 // call's context ends at deadline (when set), and with the engine's; a
 // vacancy's is derived from parent (Resign's or Stop's context; nil: the
 // engine's) as well, and is not started if parent has ended
-// (vacancyAbortedInput).
+// (vacancyAbortedInput). A vacancy with guard.Node set is the guarded
+// write (backend.GuardElection).
 type startCall struct {
 	kind     callKind
 	expected heartbeat.Record
@@ -162,6 +163,7 @@ type startCall struct {
 	sentStep uint64
 	deadline time.Time
 	parent   context.Context
+	guard    backend.Guard
 }
 
 // emit queues an event for the subscriptions (and logs it). A zero At is
@@ -308,6 +310,7 @@ type machine struct {
 	claimedTerms [3]uint64 // the terms of this node's claims before claimTerm, newest first (0: none)
 	vacancyTerm  uint64    // a vacant record with this term was written by this node (0: none)
 	handedOver   bool      // Resign or Stop gave up the last term: its record is not claimed at once
+	noGuard      bool      // the backend has no guarded write: a handover reads the participants first
 	claimSoon    bool      // claim the own record at once (a late claim)
 	claimSentAt  time.Time // when this node's last claim was sent
 	value        []byte
@@ -457,7 +460,13 @@ type vacancyWrite struct {
 	// to, when set, is the participant the election is handed to in one
 	// write: the record names it leader with a new term and the token of
 	// its presence (heartbeat.Record.Handover), instead of a vacancy.
-	to       backend.Presence
+	to backend.Presence
+	// guard, when its Node is set, is the participant the write names
+	// (to, or the successor of a reserved vacancy) as the leader read it:
+	// the write is made only while its presence record is in the store
+	// (backend.GuardStore), so that it never names a node that withdrew.
+	guard    backend.Guard
+	left     string // the transfer's target withdrew before the write (ErrNotPresent)
 	attempts int
 	inFlight bool
 	viewing  bool // the participants are being read for it (handOver)
@@ -1680,16 +1689,20 @@ func (m *machine) startVacancy() {
 		next = heartbeat.Record{Election: m.election, Leader: v.to.Node, Term: v.term + 1, Value: v.to.Value, Lease: m.t.LeaseDuration, Handover: v.to.Token}
 		m.maxTerm = max(m.maxTerm, next.Term)
 	}
-	m.call(callVacancy, heartbeat.Record{Revision: m.myRev, Leader: m.id, Term: v.term}, next, deadline, v.ctx)
+	m.do(m.arena().calls.add(startCall{kind: callVacancy, expected: heartbeat.Record{Revision: m.myRev, Leader: m.id, Term: v.term}, next: next,
+		sentAt: m.now, sentStep: m.steps, deadline: deadline, parent: v.ctx, guard: v.guard}))
 }
 
 func (m *machine) endVacancy(err error) {
 	v := m.vacancy
 	m.vacancy = nil
+	if err == nil && v.left != "" {
+		err = fmt.Errorf("leaderfeed: transfer to %q: %w: it withdrew before the handover, which went to the next participant instead", v.left, ErrUnknownParticipant)
+	}
 	switch {
 	case v.reply != nil:
 		m.do(reply{to: v.reply, err: err})
-	case err != nil && v.transfer:
+	case err != nil && (v.transfer || v.left != ""):
 		m.do(logLine{level: slog.LevelInfo, msg: "leaderfeed: priority handover failed", args: []any{"to", v.successor, "err", err}})
 	case err != nil:
 		m.emit(Event{Type: EventError, Err: fmt.Errorf("leaderfeed: stop: %w", err)})
@@ -1728,6 +1741,28 @@ func (m *machine) onVacancy(r callResult) {
 			err = fmt.Errorf("leaderfeed: transfer to %q: the record was written by another node first (%v): %w", v.successor, cur, backend.ErrConflict)
 		}
 		m.endVacancy(err)
+	case v.guard.Node != "" && errors.Is(r.err, backend.ErrUnsupported):
+		// The backend cannot guard the write: nothing was written. Write
+		// it unguarded, on a read of the participants made now (handOver)
+		// unless it is a transfer, which names its target.
+		m.noGuard, v.guard = true, backend.Guard{}
+		if !v.transfer {
+			m.handOver(false)
+		}
+	case v.guard.Node != "" && errors.Is(r.err, backend.ErrNotPresent):
+		// The participant it named withdrew since the leader read the
+		// participants: nothing was written. Read them and pick again;
+		// after a few such rounds, the vacancy is for whoever claims.
+		m.debug("leaderfeed: the successor withdrew before the handover", "node", v.guard.Node)
+		m.pres.live, m.pres.readAt = nil, time.Time{}
+		if v.transfer {
+			v.left, v.transfer, v.successor = v.successor, false, ""
+		}
+		if v.attempts >= 5 {
+			v.to, v.successor, v.guard = backend.Presence{}, "", backend.Guard{}
+			return
+		}
+		m.handOver(false)
 	default:
 		// The vacancy may have committed: write it again while the
 		// caller's context allows; a committed one comes back as a
@@ -1749,6 +1784,10 @@ func (m *machine) onRequest(r request) {
 		m.handedOver = true
 		m.vacancy = &vacancyWrite{ctx: r.ctx, reply: r.reply, term: m.term}
 		m.vacancyTerm = m.term
+		if m.fromView() {
+			m.startVacancy()
+			return
+		}
 		m.handOver(false)
 	case reqTransfer:
 		switch {
@@ -1779,7 +1818,7 @@ func (m *machine) onRequest(r request) {
 // writes the vacancy v reserved for target: only the target may claim it
 // at once (see claimableAtOnce). The node leads.
 func (m *machine) transfer(target string, v *vacancyWrite) {
-	v.to, _ = m.successor(target)
+	m.pick(v, target)
 	m.stepDown(ReasonTransferred, nil)
 	m.handedOver = true
 	v.term, v.successor, v.transfer = m.term, target, true
@@ -1818,14 +1857,47 @@ func (m *machine) onStop(ctx context.Context) {
 	}
 }
 
+// fromView picks the successor of m.vacancy (Resign) from the leader's
+// last read of the participants, without a read now, when it names one
+// and the backend guards the write (backend.GuardElection): the write
+// then names a participant whose presence record is still in the store
+// when it commits, or is not made (ErrNotPresent: onVacancy reads and
+// picks again), so a node that withdrew since the read is never named.
+// The read is at most two presence intervals old (successor): a node
+// that joined since is not a candidate yet.
+func (m *machine) fromView() bool {
+	if m.pres == nil || m.noGuard {
+		return false
+	}
+	m.pick(m.vacancy, "")
+	return m.vacancy.guard.Node != ""
+}
+
+// pick sets the successor of v from the leader's view (successor): to,
+// or the successor of a reserved vacancy, and the guard of the write.
+func (m *machine) pick(v *vacancyWrite, node string) {
+	to, reserve := m.successor(node)
+	v.to, v.successor, v.guard = to, reserve.Node, backend.Guard{}
+	c := to
+	if c.Node == "" {
+		c = reserve
+	}
+	if c.Node != "" && !m.noGuard {
+		v.guard = backend.Guard{Node: c.Node, Incarnation: c.Incarnation}
+	}
+}
+
 // handOver writes m.vacancy, the end of a term the node gave up (Resign,
 // Stop), to the successor it picks on a fresh read of the participants
 // (successor), made after it stepped down: every withdrawal committed
 // before it is in that view, so a node that left or is leaving (its Stop
-// withdrew its presence, leave here) is never handed the election. A
-// stopping leader (leave) withdraws its own presence first: a node that
-// takes over from it and hands over in turn never picks it. Without
-// presence, or if the read fails, the vacancy is for whoever claims first.
+// withdrew its presence, leave here) is never handed the election; the
+// guarded write (pick) also refuses one whose withdrawal commits between
+// the read and the write. A stopping leader (leave) withdraws its own
+// presence first: a node that takes over from it and hands over in turn
+// never picks it, and a node that joined just before it stopped (a rolling
+// restart) is in the read. Without presence, or if the read fails, the
+// vacancy is for whoever claims first.
 func (m *machine) handOver(leave bool) {
 	v := m.vacancy
 	if m.pres == nil {
@@ -1850,6 +1922,6 @@ func (m *machine) onHandoverView(r handoverViewResult) {
 	} else {
 		p.live, p.readAt, p.storeAt = livePresences(r.ps, r.storeNow, p.ttl), m.now, r.storeNow
 	}
-	v.to, v.successor = m.successor("")
+	m.pick(v, "")
 	m.startVacancy()
 }

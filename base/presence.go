@@ -31,7 +31,7 @@ const presenceLives = 3
 func (b *electionBackend) presenceStore() (backend.PresenceStore, error) {
 	ps, ok := b.e.store.(backend.PresenceStore)
 	if !ok {
-		return nil, fmt.Errorf("leaderfeed: election %q: the store (%T) keeps no presence records (base.PresenceStore): %w", b.name, b.e.store, backend.ErrUnsupported)
+		return nil, fmt.Errorf("leaderfeed: election %q: the store (%T) keeps no presence records (backend.PresenceStore): %w", b.name, b.e.store, backend.ErrUnsupported)
 	}
 	return ps, nil
 }
@@ -87,6 +87,27 @@ func (b *electionBackend) Participants(ctx context.Context) ([]backend.Presence,
 		return b.e.pres.participants(ctx, b.name)
 	}
 	return ps.Participants(ctx, b.name)
+}
+
+// HeartbeatGuarded is the guarded write (backend.GuardElection): never
+// batched, since a handover waits for it alone. It fails with an error
+// matching ErrUnsupported, without I/O, when the Store is not a
+// backend.GuardStore.
+func (b *electionBackend) HeartbeatGuarded(ctx context.Context, expected, next heartbeat.Record, guard backend.Guard) (heartbeat.Record, error) {
+	if err := b.check(ctx); err != nil {
+		return heartbeat.Record{}, err
+	}
+	if next.Election == "" {
+		next.Election = b.name
+	}
+	if next.Election != b.name || b.observer {
+		return heartbeat.Record{}, b.refuse(next.Election)
+	}
+	gs, ok := b.e.store.(backend.GuardStore)
+	if !ok {
+		return heartbeat.Record{}, fmt.Errorf("leaderfeed: election %q: the store (%T) has no guarded write (backend.GuardStore): %w", b.name, b.e.store, backend.ErrUnsupported)
+	}
+	return gs.HeartbeatGuarded(ctx, expected, next, guard)
 }
 
 // ---- the Feed's side ----
@@ -376,10 +397,10 @@ func (p *priorityCheck) tokenSent(token uint64) (time.Time, bool) {
 // one change). Neither is set when there is no such participant or no
 // recent read: the vacancy is for whoever claims first. Any choice is
 // safe; the freshness is for the successor's lease.
-func (m *machine) successor(node string) (to backend.Presence, reserve string) {
+func (m *machine) successor(node string) (to, reserve backend.Presence) {
 	p := m.pres
 	if p == nil || p.readAt.IsZero() || m.now.Sub(p.readAt) > 2*p.interval {
-		return backend.Presence{}, ""
+		return backend.Presence{}, backend.Presence{}
 	}
 	for _, c := range p.live {
 		if c.Node == m.id || !c.CanLead || c.Token == 0 || (node != "" && c.Node != node) {
@@ -389,11 +410,11 @@ func (m *machine) successor(node string) (to backend.Presence, reserve string) {
 		// since by this node's (their rates are about the same).
 		age := p.storeAt.Sub(c.Timestamp) + m.now.Sub(p.readAt)
 		if age <= m.oneWriteAge() {
-			return c, ""
+			return c, backend.Presence{}
 		}
-		return backend.Presence{}, c.Node
+		return backend.Presence{}, c
 	}
-	return backend.Presence{}, ""
+	return backend.Presence{}, backend.Presence{}
 }
 
 // oneWriteAge is the age a successor's presence write may have when the

@@ -103,7 +103,8 @@ func TestTransferVacancyReplyLost(t *testing.T) {
 		to.Faulty.Inject(faulty.Fault{Method: faulty.MethodPresent})
 		time.Sleep(60 * time.Millisecond)
 		synctest.Wait() // no renewal in flight: the next write is the vacancy
-		l.Faulty.Inject(faulty.Fault{Method: faulty.MethodHeartbeat, Nth: 1, After: true})
+		// Guarded: the leader's view holds the target.
+		l.Faulty.Inject(faulty.Fault{Method: faulty.MethodHeartbeatGuarded, Nth: 1, After: true})
 		if err := l.Feed.TransferTo(ctx(t), to.ID); err != nil {
 			t.Fatalf("TransferTo with the vacancy's reply lost: %v", err)
 		}

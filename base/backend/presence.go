@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -198,3 +199,45 @@ const PresenceSep = "\x1f"
 // IsPresenceKey reports whether a key of the election table is a presence
 // record's (it holds PresenceSep), so that changefeeds skip it.
 func IsPresenceKey(key string) bool { return strings.Contains(key, PresenceSep) }
+
+// ErrNotPresent: a guarded write (GuardStore) found no presence record of
+// the guard's node with the guard's incarnation, and wrote nothing.
+var ErrNotPresent = errors.New("leaderfeed: the guard's participant is not present")
+
+// Guard names the presence record a guarded write requires: that of
+// Node with Incarnation (backend.Presence.Incarnation), in the election
+// of the write.
+type Guard struct {
+	Node        string
+	Incarnation uint64
+}
+
+// GuardStore is a PresenceStore whose compare-and-set can require a
+// presence record in the same atomic step: an optional capability,
+// discovered by type assertion like BatchStore. A leader hands its
+// election over with it, from its last read of the participants instead
+// of a read at that moment: the write names a participant that has not
+// withdrawn, or it is not made.
+type GuardStore interface {
+	PresenceStore
+	// HeartbeatGuarded is Heartbeat (expected.Revision is never 0) that
+	// also requires the presence record of guard.Node in next.Election,
+	// with guard.Incarnation, to exist when the write commits; a record
+	// of another incarnation does not count, nor does its age. A
+	// concurrent Absent of that record commits either before the write,
+	// which then writes nothing, or after it, so that a read of the
+	// election record after the Absent returned sees the write. When the
+	// compare-and-set finds another record, it returns a *ConflictError
+	// as Heartbeat does; when it finds the expected one but no such
+	// presence record, it writes nothing and returns an error matching
+	// ErrNotPresent.
+	HeartbeatGuarded(ctx context.Context, expected, next heartbeat.Record, guard Guard) (heartbeat.Record, error)
+}
+
+// GuardElection is the guarded write of one Election (those Elections
+// gives always have it; it fails with an error matching ErrUnsupported,
+// without I/O, when the Store is not a GuardStore). Wrappers forward it.
+type GuardElection interface {
+	Election
+	HeartbeatGuarded(ctx context.Context, expected, next heartbeat.Record, guard Guard) (heartbeat.Record, error)
+}

@@ -36,7 +36,7 @@ type Store struct {
 
 	getSQL, insertSQL, updateSQL             string
 	batchUpdateSQL, batchInsertSQL, batchGet string
-	presentSQL, presentBatchSQL              string
+	presentSQL, presentBatchSQL, absentSQL   string
 	participantsSQL, participantsBatchSQL    string
 
 	ctx    context.Context // cancelled by Close: ends the subscriptions
@@ -122,6 +122,8 @@ func NewStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		" FROM (SELECT u.*, clock_timestamp() AS now FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[])" +
 		" AS u(election, leader, value, incarnation)) AS v ORDER BY v.election ON CONFLICT (election) DO UPDATE" +
 		presentUpdate + " RETURNING set_config('" + notifiedSetting + "', 'on', true)"
+	// Absent: the presence row deleted, announced to nobody.
+	s.absentSQL = "DELETE FROM " + t + " WHERE election = $1 RETURNING set_config('" + notifiedSetting + "', 'on', true)"
 	// The participants of one election, and of many: the presence rows
 	// of election e are the keys from e||chr(31) up to e||chr(32) in byte
 	// order (no name holds a control character), a range of the key

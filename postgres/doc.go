@@ -21,9 +21,10 @@
 // Store implements backend.Store, backend.BatchStore (one UPDATE ... FROM
 // unnest(...) for many renewals), backend.BatchReader,
 // backend.PresenceStore, backend.PresenceBatchStore (one INSERT ... SELECT
-// ... FROM unnest(...) for many presence refreshes) and
-// backend.FuncSubscriber (its LISTEN connection's goroutine hands each
-// notification on). Every write is one statement that the server
+// ... FROM unnest(...) for many presence refreshes), backend.GuardStore
+// (the compare-and-set's UPDATE also requires the presence row, locked FOR
+// SHARE until it commits) and backend.FuncSubscriber (its LISTEN
+// connection's goroutine hands each notification on). Every write is one statement that the server
 // executes atomically, a compare-and-set on the row's revision, leader and
 // term, stamped with the server's clock_timestamp(). Create makes the
 // table, its key index (byte order, whatever the database's collation),

@@ -131,8 +131,7 @@ func (s *Store) Absent(ctx context.Context, election, node string) error {
 	if s.closed.Load() {
 		return fmt.Errorf("postgres: Absent: %w", base.ErrClosed)
 	}
-	if _, err := s.pool.Exec(ctx, "DELETE FROM "+s.ddl.table+" WHERE election = $1 RETURNING set_config('"+notifiedSetting+"', 'on', true)",
-		backend.PresenceKey(election, node)); err != nil {
+	if _, err := s.pool.Exec(ctx, s.absentSQL, backend.PresenceKey(election, node)); err != nil {
 		return s.wrapErr(ctx, "postgres: Absent", err)
 	}
 	return nil

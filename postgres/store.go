@@ -24,8 +24,9 @@ import (
 // server_version_num (12.0).
 const MinServerVersion = 120000
 
-// Store is the backend.Store (and backend.BatchStore) of one PostgreSQL election
-// table: any number of elections, one row each, and the table's changefeed.
+// Store is the backend.Store (and backend.BatchStore, backend.GuardStore)
+// of one PostgreSQL election table: any number of elections, one row each,
+// and the table's changefeed.
 // Make one with NewStore and share it among the elections of a process with
 // base.NewElections; New gives the Backend of a lone election. Its methods
 // other than Start, Create and Close are safe for concurrent use.
@@ -35,8 +36,9 @@ type Store struct {
 	ddl  ddl
 
 	getSQL, insertSQL, updateSQL             string
+	guardedUpdateSQL                         string
 	batchUpdateSQL, batchInsertSQL, batchGet string
-	presentSQL, presentBatchSQL              string
+	presentSQL, presentBatchSQL, absentSQL   string
 	participantsSQL, participantsBatchSQL    string
 
 	ctx    context.Context // cancelled by Close: ends the subscriptions
@@ -51,6 +53,7 @@ type Store struct {
 var (
 	_ backend.BatchStore  = (*Store)(nil)
 	_ backend.BatchReader = (*Store)(nil)
+	_ backend.GuardStore  = (*Store)(nil)
 )
 
 // columns of a record, in the order scanRecord reads them.
@@ -83,10 +86,19 @@ func NewStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	// term), not the revision alone: see backend.Election.Heartbeat. Every
 	// write sets every field, so a renewal clears a handover token and a
 	// vacancy the incarnation.
-	s.updateSQL = "WITH w AS (UPDATE " + t + " AS t SET leader = $2, term = $3, value = $4, lease_us = $5, successor = $9, handover = $10," +
-		" incarnation = $11," +
-		" revision = t.revision + 1, ts = clock_timestamp() WHERE t.election = $1 AND t.revision = $6 AND t.leader = $7 AND t.term = $8" +
-		" RETURNING " + recordCols + ", " + s.ddl.announce("U") + ") SELECT " + recordCols + " FROM w"
+	update := func(cond string) string {
+		return "WITH w AS (UPDATE " + t + " AS t SET leader = $2, term = $3, value = $4, lease_us = $5, successor = $9, handover = $10," +
+			" incarnation = $11," +
+			" revision = t.revision + 1, ts = clock_timestamp() WHERE t.election = $1 AND t.revision = $6 AND t.leader = $7 AND t.term = $8" +
+			cond + " RETURNING " + recordCols + ", " + s.ddl.announce("U") + ") SELECT " + recordCols + " FROM w"
+	}
+	s.updateSQL = update("")
+	// The guarded compare-and-set (HeartbeatGuarded): the same, if the
+	// presence row $12 of incarnation $13 exists. FOR SHARE locks it until
+	// the write commits: an Absent (a DELETE) that came first is waited
+	// for and then leaves nothing to lock (no row: nothing written), one
+	// that comes later waits for this write's commit.
+	s.guardedUpdateSQL = update(" AND EXISTS (SELECT 1 FROM " + t + " AS p WHERE p.election = $12 AND p.incarnation = $13 FOR SHARE)")
 	// The batched compare-and-set: the same comparison, one row of unnest
 	// per write. The rows are locked first, in the order of their keys, so
 	// that two processes updating overlapping sets of elections (two
@@ -122,6 +134,8 @@ func NewStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		" FROM (SELECT u.*, clock_timestamp() AS now FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[])" +
 		" AS u(election, leader, value, incarnation)) AS v ORDER BY v.election ON CONFLICT (election) DO UPDATE" +
 		presentUpdate + " RETURNING set_config('" + notifiedSetting + "', 'on', true)"
+	// Absent: the presence row deleted, announced to nobody.
+	s.absentSQL = "DELETE FROM " + t + " WHERE election = $1 RETURNING set_config('" + notifiedSetting + "', 'on', true)"
 	// The participants of one election, and of many: the presence rows
 	// of election e are the keys from e||chr(31) up to e||chr(32) in byte
 	// order (no name holds a control character), a range of the key
@@ -328,6 +342,57 @@ func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 	}
 	cur, err := s.get(ctx, next.Election)
 	switch {
+	case err == nil:
+		return heartbeat.Record{}, backend.NewConflict(cur)
+	case errors.Is(err, backend.ErrNotFound):
+		return heartbeat.Record{}, backend.NewConflict(heartbeat.Record{Election: next.Election})
+	}
+	return heartbeat.Record{}, refusedErr(expected, err)
+}
+
+// HeartbeatGuarded is Heartbeat's UPDATE (expected.Revision is never 0)
+// with one more condition in the same statement: the presence row of
+// guard.Node in next.Election, of guard.Incarnation, exists, locked FOR
+// SHARE until the write commits, so that a concurrent Absent commits
+// before it (the write then writes nothing) or waits for it. When the
+// statement writes nothing it reads the current record: a missing one or
+// another write than expected is a *backend.ConflictError, as for
+// Heartbeat (a conflict wins over a missing presence row); expected itself
+// means the presence row was missing, an error matching
+// backend.ErrNotPresent. An expected.Revision of 0, an invalid guard.Node
+// or a guard.Incarnation over heartbeat.MaxToken fails with an error
+// matching base.ErrInvalidConfig, and next as for Heartbeat.
+func (s *Store) HeartbeatGuarded(ctx context.Context, expected, next heartbeat.Record, guard backend.Guard) (heartbeat.Record, error) {
+	if s.closed.Load() {
+		return heartbeat.Record{}, fmt.Errorf("postgres: HeartbeatGuarded: %w", base.ErrClosed)
+	}
+	if expected.Revision == 0 {
+		return heartbeat.Record{}, fmt.Errorf("postgres: HeartbeatGuarded: %w: expected revision 0: a guarded write is never a first write", base.ErrInvalidConfig)
+	}
+	if err := checkWrite(expected, next); err != nil {
+		return heartbeat.Record{}, err
+	}
+	if err := heartbeat.ValidateName("guard node", guard.Node); err != nil {
+		return heartbeat.Record{}, fmt.Errorf("postgres: HeartbeatGuarded: %w: %w", base.ErrInvalidConfig, err)
+	}
+	if guard.Incarnation > heartbeat.MaxToken {
+		return heartbeat.Record{}, fmt.Errorf("postgres: HeartbeatGuarded: %w: guard incarnation %d is over %d",
+			base.ErrInvalidConfig, guard.Incarnation, uint64(heartbeat.MaxToken))
+	}
+	stored, err := scanRecord(s.pool.QueryRow(ctx, s.guardedUpdateSQL, next.Election, next.Leader, int64(next.Term), valueOf(next),
+		heartbeat.LeaseMicros(next.Lease), int64(expected.Revision), expected.Leader, int64(expected.Term), next.Successor,
+		int64(next.Handover), int64(next.Incarnation), backend.PresenceKey(next.Election, guard.Node), int64(guard.Incarnation)))
+	if err == nil {
+		return stored, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return heartbeat.Record{}, s.wrapErr(ctx, "postgres: HeartbeatGuarded", err)
+	}
+	cur, err := s.get(ctx, next.Election)
+	switch {
+	case err == nil && cur.SameWrite(expected):
+		return heartbeat.Record{}, fmt.Errorf("postgres: HeartbeatGuarded: election %q: node %q of incarnation %d: %w",
+			next.Election, guard.Node, guard.Incarnation, backend.ErrNotPresent)
 	case err == nil:
 		return heartbeat.Record{}, backend.NewConflict(cur)
 	case errors.Is(err, backend.ErrNotFound):

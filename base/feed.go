@@ -546,8 +546,12 @@ func (f *Feed) Stop(ctx context.Context) error {
 
 // Resign gives up leadership: it cancels the leader context, then writes
 // one record (bounded by ctx) so that another node leads at once. When
-// this node participates, it reads the participants first (one round
-// trip: a node that left since is never picked), and the record hands the
+// this node participates, it picks from the participants its Priority
+// check read (within two PresenceIntervals), with a write the store
+// refuses if the one it names has withdrawn since (backend.GuardStore;
+// it then reads them and writes again), or reads them first (one round
+// trip) on a store without that guard or without such a read: a node
+// that left is never picked. The record hands the
 // election to the live participant that can lead of the highest priority,
 // then the one that joined most recently (the new nodes of a rolling
 // restart lead before the old ones that are stopped next), then the lowest

@@ -185,8 +185,8 @@ func createLeaseTable(ctx context.Context, pool *pgxpool.Pool) error {
 // within -slack bounds, is counted and retried.
 func cmpHandover(ctx context.Context, cfg config, r *cmpResult) error {
 	var extra []string
-	if r.kind == kindLeaderfeed && cfg.presence > 0 {
-		extra = []string{"-presence", cfg.presence.String()}
+	if r.kind == kindLeaderfeed && !cfg.noPresence {
+		extra = []string{"-participate"}
 	}
 	c, err := newCluster(ctx, cfg, r.kind, "cmphand", 1, false, extra...)
 	if err != nil {

@@ -67,14 +67,15 @@ type electedEv struct {
 
 // startNode starts a feed. Its EventElected go to elected (if not nil),
 // its EventNewLeader to obs (if not nil), both stamped when read.
-// presence > 0 makes the node participate with that PresenceInterval.
-func (s *lfSystem) startNode(ctx context.Context, election, id string, tm heartbeat.Timing, observeOnly, own bool, presence time.Duration, elected chan<- electedEv, obs *observer) (*lfNode, error) {
+// participate makes the node participate, with the default
+// PresenceInterval.
+func (s *lfSystem) startNode(ctx context.Context, election, id string, tm heartbeat.Timing, observeOnly, own, participate bool, elected chan<- electedEv, obs *observer) (*lfNode, error) {
 	b, release, err := s.open(ctx, election, own)
 	if err != nil {
 		return nil, err
 	}
 	fb := faulty.Wrap(b)
-	f, err := base.New(fb, id, base.Options{Timing: tm, ObserveOnly: observeOnly, Participate: presence > 0, PresenceInterval: presence})
+	f, err := base.New(fb, id, base.Options{Timing: tm, ObserveOnly: observeOnly, Participate: participate})
 	if err != nil {
 		_ = b.Close()
 		release()
@@ -156,10 +157,10 @@ func electionName(scenario string) string {
 }
 
 // startCandidates starts n campaigning nodes, each with its own connections.
-func (s *lfSystem) startCandidates(ctx context.Context, election string, n int, tm heartbeat.Timing, presence time.Duration, elected chan<- electedEv) ([]*lfNode, error) {
+func (s *lfSystem) startCandidates(ctx context.Context, election string, n int, tm heartbeat.Timing, participate bool, elected chan<- electedEv) ([]*lfNode, error) {
 	var nodes []*lfNode
 	for i := range n {
-		nd, err := s.startNode(ctx, election, fmt.Sprintf("node-%d", i+1), tm, false, true, presence, elected, nil)
+		nd, err := s.startNode(ctx, election, fmt.Sprintf("node-%d", i+1), tm, false, true, participate, elected, nil)
 		if err != nil {
 			stopAll(nodes)
 			return nil, err
@@ -248,12 +249,12 @@ func (s *lfSystem) handover(ctx context.Context, cfg config) (hand, obs series, 
 	obs = series{scenario: "observer", system: s.name}
 	election := electionName("handover")
 	elected := make(chan electedEv, 256)
-	nodes, err := s.startCandidates(ctx, election, 3, cfg.timing, cfg.presence, elected)
+	nodes, err := s.startCandidates(ctx, election, 3, cfg.timing, !cfg.noPresence, elected)
 	if err != nil {
 		return hand, obs, err
 	}
 	col := newCollector()
-	o, err := s.startNode(ctx, election, "observer", cfg.timing, true, true, 0, nil, col.add())
+	o, err := s.startNode(ctx, election, "observer", cfg.timing, true, true, false, nil, col.add())
 	if err != nil {
 		stopAll(nodes)
 		return hand, obs, err
@@ -314,7 +315,7 @@ func (s *lfSystem) crash(ctx context.Context, cfg config, tm heartbeat.Timing, s
 	out := series{scenario: scenario, system: s.name}
 	election := electionName(scenario)
 	elected := make(chan electedEv, 256)
-	nodes, err := s.startCandidates(ctx, election, 3, tm, 0, elected)
+	nodes, err := s.startCandidates(ctx, election, 3, tm, false, elected)
 	if err != nil {
 		return out, err
 	}
@@ -349,7 +350,7 @@ func (s *lfSystem) crash(ctx context.Context, cfg config, tm heartbeat.Timing, s
 		i := slices.Index(nodes, old)
 		old.stop()
 		nodes[i] = nil
-		nn, err := s.startNode(ctx, election, fmt.Sprintf("node-r%d", r), tm, false, true, 0, elected, nil)
+		nn, err := s.startNode(ctx, election, fmt.Sprintf("node-r%d", r), tm, false, true, false, elected, nil)
 		if err != nil {
 			return out, err
 		}
@@ -380,7 +381,7 @@ func (s *lfSystem) fanout(ctx context.Context, cfg config, n int) (series, error
 	out := series{scenario: fmt.Sprintf("fanout-%d", n), system: s.name}
 	election := electionName(fmt.Sprintf("fanout%d", n))
 	elected := make(chan electedEv, 256)
-	cands, err := s.startCandidates(ctx, election, 2, cfg.timing, 0, elected)
+	cands, err := s.startCandidates(ctx, election, 2, cfg.timing, false, elected)
 	if err != nil {
 		return out, err
 	}
@@ -397,7 +398,7 @@ func (s *lfSystem) fanout(ctx context.Context, cfg config, n int) (series, error
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			f, err := s.startNode(ctx, election, fmt.Sprintf("follower-%d", i+1), cfg.timing, true, false, 0, nil, obs)
+			f, err := s.startNode(ctx, election, fmt.Sprintf("follower-%d", i+1), cfg.timing, true, false, false, nil, obs)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && firstErr == nil {
@@ -498,11 +499,11 @@ func (s *lfSystem) writes(ctx context.Context, cfg config) (writesRow, error) {
 	row := writesRow{system: s.name}
 	election := electionName("writes")
 	elected := make(chan electedEv, 256)
-	nodes, err := s.startCandidates(ctx, election, 3, cfg.timing, 0, elected)
+	nodes, err := s.startCandidates(ctx, election, 3, cfg.timing, false, elected)
 	if err != nil {
 		return row, err
 	}
-	o, err := s.startNode(ctx, election, "observer", cfg.timing, true, true, 0, nil, nil)
+	o, err := s.startNode(ctx, election, "observer", cfg.timing, true, true, false, nil, nil)
 	if err != nil {
 		stopAll(nodes)
 		return row, err

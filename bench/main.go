@@ -58,7 +58,6 @@ type config struct {
 	strict       bool
 	diagJitter   time.Duration // 0: no diagnostic handover
 	settle       time.Duration
-	presence     time.Duration // the handover candidates' PresenceInterval; 0: they do not participate
 	noPresence   bool
 	slack        float64          // waits allow slack × what the timing promises
 	timing       heartbeat.Timing // leaderfeed's, derived from ttl
@@ -227,12 +226,6 @@ func parseFlags(args []string) (config, error) {
 	// : timeout max = 1 : 2 : 4 (1 s, 2 s, 4 s by default).
 	bound := time.Duration(c.ttl) * time.Second
 	c.timing = heartbeat.Timing{HeartbeatInterval: bound / 4, ElectionTimeoutMin: bound / 2, ElectionTimeoutMax: bound}.WithDefaults()
-	if !c.noPresence {
-		// A handover goes in one write when the successor's presence
-		// write the leader read is younger than the lease: at most two
-		// presence intervals (its write, then the leader's read).
-		c.presence = c.timing.LeaseDuration / 3
-	}
 	return c, c.timing.Validate()
 }
 

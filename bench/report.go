@@ -366,8 +366,9 @@ const method = `- **Handover rounds** (handover, observer, fan-out) start after 
   until the next leader's application reads its EventElected (leaderfeed) or
   the next candidate's Campaign returns (etcd). The etcd candidate that
   resigned campaigns again after the sample, so it queues up behind. The
-  leaderfeed candidates participate (PresenceInterval a third of the
-  lease; -no-presence: not), so that Resign hands over in one write; the
+  leaderfeed candidates participate (the default PresenceInterval, a
+  quarter of the lease; -no-presence: not), so that Resign hands over in
+  one write; the
   fan-out's and the other scenarios' do not.
 - **Diagnostic handover**: the same on the main backend with
   VacancyJitter = -diag-jitter (2 ms, the default before it became 0): what

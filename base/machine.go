@@ -1858,19 +1858,22 @@ func (m *machine) onStop(ctx context.Context) {
 }
 
 // fromView picks the successor of m.vacancy (Resign) from the leader's
-// last read of the participants, without a read now, when it names one
-// and the backend guards the write (backend.GuardElection): the write
-// then names a participant whose presence record is still in the store
-// when it commits, or is not made (ErrNotPresent: onVacancy reads and
-// picks again), so a node that withdrew since the read is never named.
-// The read is at most two presence intervals old (successor): a node
-// that joined since is not a candidate yet.
+// last read of the participants, without a read now, when that read
+// names one young enough for the handover in one write (successor) and
+// the backend guards the write (backend.GuardElection): the write then
+// names a participant whose presence record is still in the store when
+// it commits, or is not made (ErrNotPresent: onVacancy reads and picks
+// again), so a node that withdrew since the read is never named. The
+// read is at most two presence intervals old (successor): a node that
+// joined since is not a candidate yet. A successor whose token has grown
+// too old since is read afresh (handOver) rather than reserved a vacancy:
+// one write, not two, with the default PresenceInterval.
 func (m *machine) fromView() bool {
 	if m.pres == nil || m.noGuard {
 		return false
 	}
 	m.pick(m.vacancy, "")
-	return m.vacancy.guard.Node != ""
+	return m.vacancy.to.Node != "" && m.vacancy.guard.Node != ""
 }
 
 // pick sets the successor of v from the leader's view (successor): to,

@@ -1537,8 +1537,9 @@ var errBatch = errors.New("chaos: batch failed")
 // injectBatchFault sets one fault on the faulty.Store under a node's
 // Elections (multi worlds), until the node heals: whole batches failed,
 // batches whose reply is lost, one election's write failed or its reply
-// lost inside a batch, batches or single writes delayed (a hang to their
-// deadline for the writes whose deadline is shorter), replies held back.
+// lost inside a batch, batches or single writes (claims, vacancies,
+// guarded handovers) delayed (a hang to their deadline for the writes
+// whose deadline is shorter), replies held back.
 // The choices come from brng.
 func (w *world) injectBatchFault() {
 	n := w.nodes[w.brng.IntN(len(w.nodes))]
@@ -1553,6 +1554,10 @@ func (w *world) injectBatchFault() {
 	election := names[w.brng.IntN(len(names))]
 	nth := w.brng.IntN(4) // 0: every call until heal
 	d := time.Millisecond + time.Duration(w.brng.Int64N(int64(w.maxDel)))
+	single := faulty.MethodHeartbeat // a claim, or an unguarded vacancy
+	if w.brng.IntN(2) == 0 {
+		single = faulty.MethodHeartbeatGuarded // a handover to a participant
+	}
 	var ft faulty.Fault
 	switch w.brng.IntN(7) {
 	case 0:
@@ -1564,9 +1569,9 @@ func (w *world) injectBatchFault() {
 	case 3:
 		ft = faulty.Fault{Method: faulty.MethodHeartbeatBatch, Delay: d}
 	case 4:
-		ft = faulty.Fault{Method: faulty.MethodHeartbeat, Election: election, Delay: d}
+		ft = faulty.Fault{Method: single, Election: election, Delay: d}
 	case 5:
-		ft = faulty.Fault{Method: faulty.MethodHeartbeat, Election: election, Err: errBatch, After: w.brng.IntN(2) == 0}
+		ft = faulty.Fault{Method: single, Election: election, Err: errBatch, After: w.brng.IntN(2) == 0}
 	default:
 		ft = faulty.Fault{Method: faulty.MethodHeartbeatBatch, DelayReply: d}
 	}

@@ -167,14 +167,15 @@ func (m *machine) noteFeed(up bool) {
 
 // answered reports whether the store answered the call: it took it, or
 // told why not in the contract's terms (a conflict, no record, a
-// malformed record). A refusal (ErrRefused) is an answer too, but not one
+// malformed record, a guarded write's missing guard). A refusal (ErrRefused) is an answer too, but not one
 // that the call worked: it counts as contact, not as success.
 func (r *callResult) answered() bool {
 	if r.err == nil {
 		return true
 	}
 	var conflict *backend.ConflictError
-	return errors.As(r.err, &conflict) || errors.Is(r.err, backend.ErrNotFound) || errors.Is(r.err, backend.ErrMalformedRecord)
+	return errors.As(r.err, &conflict) || errors.Is(r.err, backend.ErrNotFound) || errors.Is(r.err, backend.ErrMalformedRecord) ||
+		errors.Is(r.err, backend.ErrNotPresent)
 }
 
 // noteResult takes in the result of a store call once the machine has

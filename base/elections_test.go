@@ -1006,3 +1006,44 @@ func TestResignHandsOverWithoutARead(t *testing.T) {
 		}
 	})
 }
+
+// A Resign that reads the participants (no recent read of its own) on a
+// store whose read hangs: a Stop meanwhile returns by its deadline. The
+// read ends with the engine, not only after a presence interval: Resign's
+// context may have no deadline, and Stop waits for the read's goroutine.
+func TestStopEndsAResignsRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewDB()
+		ea, _ := store.Election("e")
+		fa := faulty.Wrap(ea)
+		a, err := base.New(fa, "a", base.Options{Timing: timing, Participate: true, PresenceInterval: timing.LeaseDuration / 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for !a.IsLeader() {
+			time.Sleep(time.Millisecond)
+		}
+		fa.Inject(faulty.Fault{Method: faulty.MethodParticipants, Hang: true})
+		resigned := make(chan error, 1)
+		go func() { resigned <- a.Resign(context.Background()) }()
+		synctest.Wait() // the read hangs
+		if n := fa.Calls(faulty.MethodParticipants); n == 0 {
+			t.Fatal("Resign did not read the participants: the test needs a leader without a recent read")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		if err := a.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Stop = %v, want its context's deadline", err)
+		}
+		if d := time.Since(start); d > time.Millisecond {
+			t.Fatalf("Stop returned %v after it was called, %v after its deadline", d, d-time.Millisecond)
+		}
+		if err := <-resigned; !errors.Is(err, base.ErrClosed) {
+			t.Fatalf("Resign = %v, want ErrClosed", err)
+		}
+	})
+}

@@ -568,10 +568,14 @@ func (l *loop) handoverView(eff effect) {
 		if c.leave {
 			l.leave(sctx, inFlight)
 		}
-		// The handover waits for this read: it waits for no batch.
+		// The handover waits for this read: it waits for no batch. It
+		// ends with the engine as well: Resign's context may have no
+		// deadline, and Stop waits for this goroutine.
 		ctx, cancel := context.WithTimeout(urgent(sctx), l.f.opts.PresenceInterval)
+		stop := context.AfterFunc(l.ctx, cancel)
 		var r handoverViewResult
 		r.ps, r.storeNow, r.err = l.pres.pb.Participants(ctx)
+		stop()
 		cancel()
 		l.box.PutHere(r)
 	}()

@@ -841,15 +841,27 @@ func (c *chaos) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 		c.inc.wrote[next.Incarnation] = true
 		c.inc.mu.Unlock()
 	}
-	res, err := c.heartbeat(ctx, expected, next)
+	res, err := c.heartbeat(ctx, expected, next, nil)
 	c.inc.mu.Lock()
 	c.inc.writes = append(c.inc.writes, writeRec{sent: sent, replied: time.Now(), next: next.Clone(), ok: err == nil})
 	c.inc.mu.Unlock()
 	return res, err
 }
 
-// lateCommit makes the write after d, whatever became of its caller.
-func (c *chaos) lateCommit(expected, next heartbeat.Record, d time.Duration) {
+// HeartbeatGuarded is the guarded write of the memory backend (a handover
+// to a participant), with the faults of Heartbeat.
+func (c *chaos) HeartbeatGuarded(ctx context.Context, expected, next heartbeat.Record, guard backend.Guard) (heartbeat.Record, error) {
+	sent := time.Now()
+	res, err := c.heartbeat(ctx, expected, next, &guard)
+	c.inc.mu.Lock()
+	c.inc.writes = append(c.inc.writes, writeRec{sent: sent, replied: time.Now(), next: next.Clone(), ok: err == nil})
+	c.inc.mu.Unlock()
+	return res, err
+}
+
+// lateCommit makes the write after d, whatever became of its caller:
+// guarded by guard if set.
+func (c *chaos) lateCommit(expected, next heartbeat.Record, guard *backend.Guard, d time.Duration) {
 	w := c.n.w
 	key := c.inc.key
 	next = next.Clone()
@@ -857,14 +869,22 @@ func (c *chaos) lateCommit(expected, next heartbeat.Record, d time.Duration) {
 	go func() {
 		defer w.bg.Done()
 		time.Sleep(d)
-		res, err := w.raw.Heartbeat(context.Background(), expected, next)
+		res, err := write(context.Background(), w.raw, expected, next, guard)
 		if err == nil {
 			w.committed(res, "late commit of "+key)
 		}
 	}()
 }
 
-func (c *chaos) heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
+// write is b's Heartbeat, or its HeartbeatGuarded when guard is set.
+func write(ctx context.Context, b backend.Election, expected, next heartbeat.Record, guard *backend.Guard) (heartbeat.Record, error) {
+	if guard == nil {
+		return b.Heartbeat(ctx, expected, next)
+	}
+	return b.(backend.GuardElection).HeartbeatGuarded(ctx, expected, next, *guard)
+}
+
+func (c *chaos) heartbeat(ctx context.Context, expected, next heartbeat.Record, guard *backend.Guard) (heartbeat.Record, error) {
 	f, healed := c.n.faults()
 	if err := c.gate(ctx, f, healed); err != nil {
 		return heartbeat.Record{}, err
@@ -873,17 +893,17 @@ func (c *chaos) heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 	if c.roll(c.rWrite, f.hang) {
 		err := c.hang(ctx, healed)
 		if late {
-			c.lateCommit(expected, next, c.dur(c.rWrite, c.n.w.maxDel))
+			c.lateCommit(expected, next, guard, c.dur(c.rWrite, c.n.w.maxDel))
 		}
 		return heartbeat.Record{}, err
 	}
 	if d := c.dur(c.rWrite, f.delay); !sleepCtx(ctx, d) {
 		if late {
-			c.lateCommit(expected, next, c.dur(c.rWrite, d))
+			c.lateCommit(expected, next, guard, c.dur(c.rWrite, d))
 		}
 		return heartbeat.Record{}, ctx.Err()
 	}
-	res, err := c.Election.Heartbeat(ctx, expected, next)
+	res, err := write(ctx, c.Election, expected, next, guard)
 	if err != nil {
 		return res, err
 	}

@@ -533,3 +533,27 @@ func TestMachineResignGuardedFromView(t *testing.T) {
 		})
 	}
 }
+
+// A successor whose token, from the Priority check's last read, has grown
+// too old for a handover in one write by the time the leader resigns is
+// read afresh, not reserved a vacancy: one write, not two.
+func TestMachineResignReadsWhenItsViewIsTooOld(t *testing.T) {
+	m, _ := leader(t)
+	participating(m)
+	m.pres.ttl = time.Second
+	store := at(time.Hour)
+	old := backend.Presence{Node: "b", CanLead: true, Token: 5, Incarnation: 50, Timestamp: store.Add(-timing.LeaseDuration/2 + 5*time.Millisecond)}
+	m.pres.busy = true
+	m.step(at(30*time.Millisecond), presenceResult{term: 1, check: true, ps: []backend.Presence{old}, storeNow: store})
+	now := at(40 * time.Millisecond) // b's token is half a lease and 5 ms old
+	effs := m.step(now, requestInput{r: request{kind: reqResign, ctx: context.Background(), reply: make(chan error, 1)}})
+	if findCall(effs, callVacancy) != nil {
+		t.Fatalf("effects %v: resign wrote from a view whose successor is too old for one write", effs)
+	}
+	fresh := old
+	fresh.Token, fresh.Timestamp = 6, store.Add(10*time.Millisecond)
+	w := findCall(viewed(m, now, effs, []backend.Presence{fresh}, store.Add(10*time.Millisecond)), callVacancy)
+	if w == nil || w.next.Leader != "b" || w.next.Handover != 6 || w.guard != (backend.Guard{Node: "b", Incarnation: 50}) {
+		t.Fatalf("resign wrote %+v after its read, want b handed the election in one write with its new token, guarded", w)
+	}
+}

@@ -360,6 +360,7 @@ func mainSystem(systems []*lfSystem) *lfSystem {
 }
 
 func run(ctx context.Context, cfg config) error {
+	leaderfeedCommit() // before this run writes anything
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/version"
@@ -82,8 +83,10 @@ func cpuModel() string {
 func etcdVersion() string { return version.Version }
 
 // leaderfeedCommit describes the commit of the library that was measured
-// (the replace directive points at ..), or "" when git cannot tell.
-func leaderfeedCommit() string {
+// (the replace directive points at ..), or "" when git cannot tell. It is
+// read once, when the run starts (run): by the end the run's own outputs
+// in docs/ are uncommitted changes.
+var leaderfeedCommit = sync.OnceValue(func() string {
 	out, err := exec.Command("git", "-C", "..", "log", "-1", "--format=%h (%s)").Output()
 	if err != nil {
 		return ""
@@ -93,7 +96,7 @@ func leaderfeedCommit() string {
 		c += " with uncommitted changes"
 	}
 	return c
-}
+})
 
 var scenarioTitles = map[string]string{
 	"handover":      "clean handover: Resign → next leader elected",

@@ -1047,3 +1047,61 @@ func TestStopEndsAResignsRead(t *testing.T) {
 		}
 	})
 }
+
+// A transfer whose target withdraws while the guarded write is on its
+// way: the store refuses the write, the leader reads the participants and
+// hands the election to the next one, and TransferTo says the target left
+// (ErrUnknownParticipant).
+func TestTransferTargetWithdrawsBeforeTheWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewDB()
+		opts := base.Options{Timing: timing, Participate: true}
+		ea, _ := store.Election("e")
+		fa := faulty.Wrap(ea)
+		a, err := base.New(fa, "a", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for !a.IsLeader() {
+			time.Sleep(time.Millisecond)
+		}
+		feeds := map[string]*base.Feed{}
+		for _, id := range []string{"b", "c"} {
+			e, _ := store.Election("e")
+			f, err := base.New(e, id, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			feeds[id] = f
+		}
+		time.Sleep(2 * timing.HeartbeatInterval)
+		synctest.Wait() // a's Priority check has read b and c
+		_, term, _ := a.LeaderContext()
+		const writeTakes = 5 * time.Millisecond
+		fa.Inject(faulty.Fault{Method: faulty.MethodHeartbeatGuarded, Nth: 1, Delay: writeTakes})
+		done := make(chan error, 1)
+		go func() { done <- a.TransferTo(context.Background(), "b") }()
+		time.Sleep(writeTakes / 2)
+		if err := feeds["b"].Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; !errors.Is(err, base.ErrUnknownParticipant) {
+			t.Fatalf("TransferTo b, which withdrew before the write = %v, want ErrUnknownParticipant", err)
+		}
+		synctest.Wait()
+		if _, got, ok := feeds["c"].LeaderContext(); !ok || got != term+1 {
+			t.Fatalf("c leads %v in term %d, want term %d: the next participant, handed the election", ok, got, term+1)
+		}
+		for _, f := range []*base.Feed{a, feeds["c"]} {
+			if err := f.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}

@@ -173,7 +173,10 @@ func livePresences(ps []backend.Presence, now time.Time, ttl time.Duration) []ba
 // ErrInvalidConfig (not a valid node id), or ErrUnsupported (the backend
 // keeps no presence records). Once the node stepped down, an error says the
 // reserved vacancy was not written (the others then take over after their
-// election timeout) or another node took over first (ErrConflict).
+// election timeout), another node took over first (ErrConflict), or the
+// target withdrew before the write, which a store with the guarded write
+// (backend.GuardStore) refuses, and the election went to the next
+// participant instead (ErrUnknownParticipant).
 func (f *Feed) TransferTo(ctx context.Context, nodeID string) error {
 	if f.opts.ObserveOnly {
 		return ErrObserveOnly
@@ -386,9 +389,9 @@ func (p *priorityCheck) tokenSent(token uint64) (time.Time, bool) {
 // up: the first live participant in the order of livePresences (priority,
 // then the one that joined last, then node id) that can lead and wrote a
 // token (node, when given), as the leader read them at most two presence
-// intervals ago (only leaders read; Resign and Stop read at once,
-// handOver). to,
-// when set, is that participant, handed the election in one write
+// intervals ago (only leaders read; Stop reads at once, handOver, and so
+// does Resign unless that read serves, fromView). to, when set, is that
+// participant, handed the election in one write
 // (heartbeat.Record.Handover): its presence write with that token is
 // young enough for its lease on the handover to run when the handover
 // reaches it (oneWriteAge). Otherwise reserve names it, for the vacancy

@@ -294,9 +294,9 @@ func (s *Store) get(ctx context.Context, election string) (heartbeat.Record, err
 
 // checkWrite checks a write before it is sent: next valid (its election
 // name included) and every number within a bigint.
-func checkWrite(expected, next heartbeat.Record) error {
+func checkWrite(what string, expected, next heartbeat.Record) error {
 	if err := heartbeat.ValidateWrite(expected, next, math.MaxInt64); err != nil {
-		return fmt.Errorf("postgres: Heartbeat: %w: %w", base.ErrInvalidConfig, err)
+		return fmt.Errorf("postgres: %s: %w: %w", what, base.ErrInvalidConfig, err)
 	}
 	return nil
 }
@@ -323,7 +323,7 @@ func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 	if s.closed.Load() {
 		return heartbeat.Record{}, fmt.Errorf("postgres: Heartbeat: %w", base.ErrClosed)
 	}
-	if err := checkWrite(expected, next); err != nil {
+	if err := checkWrite("Heartbeat", expected, next); err != nil {
 		return heartbeat.Record{}, err
 	}
 	var row pgx.Row
@@ -347,7 +347,7 @@ func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 	case errors.Is(err, backend.ErrNotFound):
 		return heartbeat.Record{}, backend.NewConflict(heartbeat.Record{Election: next.Election})
 	}
-	return heartbeat.Record{}, refusedErr(expected, err)
+	return heartbeat.Record{}, refusedErr("Heartbeat", expected, err)
 }
 
 // HeartbeatGuarded is Heartbeat's UPDATE (expected.Revision is never 0)
@@ -369,7 +369,7 @@ func (s *Store) HeartbeatGuarded(ctx context.Context, expected, next heartbeat.R
 	if expected.Revision == 0 {
 		return heartbeat.Record{}, fmt.Errorf("postgres: HeartbeatGuarded: %w: expected revision 0: a guarded write is never a first write", base.ErrInvalidConfig)
 	}
-	if err := checkWrite(expected, next); err != nil {
+	if err := checkWrite("HeartbeatGuarded", expected, next); err != nil {
 		return heartbeat.Record{}, err
 	}
 	if err := heartbeat.ValidateName("guard node", guard.Node); err != nil {
@@ -398,18 +398,18 @@ func (s *Store) HeartbeatGuarded(ctx context.Context, expected, next heartbeat.R
 	case errors.Is(err, backend.ErrNotFound):
 		return heartbeat.Record{}, backend.NewConflict(heartbeat.Record{Election: next.Election})
 	}
-	return heartbeat.Record{}, refusedErr(expected, err)
+	return heartbeat.Record{}, refusedErr("HeartbeatGuarded", expected, err)
 }
 
 // refusedErr is the error of a refused write whose current record could not
 // be read (err).
-func refusedErr(expected heartbeat.Record, err error) error {
+func refusedErr(what string, expected heartbeat.Record, err error) error {
 	if errors.Is(err, backend.ErrMalformedRecord) {
-		return fmt.Errorf("postgres: Heartbeat on revision %d refused, and the stored record is malformed: %w",
-			expected.Revision, err)
+		return fmt.Errorf("postgres: %s on revision %d refused, and the stored record is malformed: %w",
+			what, expected.Revision, err)
 	}
-	return fmt.Errorf("postgres: Heartbeat on revision %d refused, and reading the current record failed: %w",
-		expected.Revision, err)
+	return fmt.Errorf("postgres: %s on revision %d refused, and reading the current record failed: %w",
+		what, expected.Revision, err)
 }
 
 // HeartbeatBatch performs writes, each with exactly the semantics of
@@ -441,7 +441,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]b
 		values                                 [][]byte
 	}
 	for i, w := range writes {
-		if err := checkWrite(w.Expected, w.Next); err != nil {
+		if err := checkWrite("HeartbeatBatch", w.Expected, w.Next); err != nil {
 			out[i].Err = err
 			continue
 		}
@@ -545,7 +545,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]b
 			}
 			found[e] = true
 			if rerr != nil {
-				out[i].Err = refusedErr(writes[i].Expected, rerr)
+				out[i].Err = refusedErr("HeartbeatBatch", writes[i].Expected, rerr)
 			} else {
 				out[i].Err = backend.NewConflict(cur)
 			}
@@ -564,7 +564,7 @@ func (s *Store) HeartbeatBatch(ctx context.Context, writes []backend.Write) ([]b
 			// Written or not: the statement that wrote nothing ran, so
 			// these writes were refused; only their current record is
 			// unknown, as for a single Heartbeat whose read failed.
-			out[i].Err = refusedErr(writes[i].Expected, s.wrapErr(ctx, "postgres: HeartbeatBatch", err))
+			out[i].Err = refusedErr("HeartbeatBatch", writes[i].Expected, s.wrapErr(ctx, "postgres: HeartbeatBatch", err))
 		} else {
 			out[i].Err = backend.NewConflict(heartbeat.Record{Election: e})
 		}

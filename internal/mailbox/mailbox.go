@@ -77,13 +77,19 @@ func (b *Box[T]) PutHere(v T) bool {
 // TakeHere is Put for a caller that waits for v's outcome anyway (a
 // request whose reply it awaits): if no goroutine takes from the Box, the
 // caller takes v itself, and only v: values put meanwhile are taken on a
-// goroutine started for them, as by Put. On a Runner it is Put.
+// goroutine started for them, as by Put. On a Runner the caller counts as
+// one of its goroutines while it takes, and takes only when one more may
+// run (else it is Put); values put meanwhile wait for the Runner.
 func (b *Box[T]) TakeHere(v T) bool {
-	if b.runner != nil {
+	r := b.runner
+	if r != nil && !r.enter() {
 		return b.Put(v)
 	}
 	here, ok := b.runHere(v)
 	if !here {
+		if r != nil {
+			r.leave()
+		}
 		return ok
 	}
 	b.take(v)
@@ -92,9 +98,17 @@ func (b *Box[T]) TakeHere(v T) bool {
 		b.idleLocked()
 		b.mu.Unlock()
 		b.end()
+		if r != nil {
+			r.leave()
+		}
 		return true
 	}
 	b.mu.Unlock()
+	if r != nil {
+		r.schedule(b, false)
+		r.leave()
+		return true
+	}
 	go func() {
 		b.run()
 		b.end()
@@ -369,6 +383,35 @@ func (r *Runner) work() {
 		r.turns++
 		r.mu.Unlock()
 		b.turn()
+	}
+}
+
+// enter counts the caller as one of r's goroutines, if one more may run.
+func (r *Runner) enter() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.workers >= r.max {
+		return false
+	}
+	r.workers++
+	return true
+}
+
+// leave ends what enter began; a Box that waits meanwhile, for lack of a
+// goroutine, gets one.
+func (r *Runner) leave() {
+	r.mu.Lock()
+	start := r.urgent.len()+r.ready.len() > 0
+	if !start {
+		r.workers--
+		if r.workers == 0 && r.idle != nil {
+			close(r.idle)
+			r.idle = nil
+		}
+	}
+	r.mu.Unlock()
+	if start {
+		go r.work() // in the caller's place, counted as it was
 	}
 }
 

@@ -274,3 +274,72 @@ func TestTakeHere(t *testing.T) {
 		}
 	})
 }
+
+// On a Runner, TakeHere takes its value on the caller's goroutine when
+// the Box is idle and one more goroutine may run, counted as one of the
+// Runner's meanwhile: values put during the take go to the Runner. With
+// every goroutine of the Runner busy, it queues like Put, and the Boxes
+// queued while a caller took are served once it is done.
+func TestRunnerTakeHere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := NewRunner(1)
+		var mu sync.Mutex
+		var got []int
+		var onCaller atomic.Bool
+		caller := make(chan struct{})
+		release := make(chan struct{})
+		var a, other *Box[int]
+		a = NewOn(r, func(v int) {
+			mu.Lock()
+			got = append(got, v)
+			mu.Unlock()
+			switch v {
+			case 1:
+				onCaller.Store(true)
+				if n := r.Workers(); n != 1 {
+					t.Errorf("%d goroutines serve the Runner during a take on the caller, want 1 (the caller)", n)
+				}
+				a.Put(2)     // a's next value: the Runner's, after this take
+				other.Put(1) // another Box: no goroutine may start now
+			case 3:
+				close(caller)
+				<-release
+			}
+		}, nil, nil)
+		other = NewOn(r, func(v int) {
+			mu.Lock()
+			got = append(got, 100+v)
+			mu.Unlock()
+		}, nil, nil)
+		if !a.TakeHere(1) || !onCaller.Load() {
+			t.Fatal("TakeHere did not take its value before it returned")
+		}
+		synctest.Wait()
+		mu.Lock()
+		if !slices.Contains(got, 2) || !slices.Contains(got, 101) {
+			t.Fatalf("took %v: the values put during the caller's take were not served after it", got)
+		}
+		mu.Unlock()
+		a.Put(3) // blocks the Runner's one goroutine
+		<-caller
+		onCaller.Store(false)
+		if !a.TakeHere(4) {
+			t.Fatal("TakeHere refused on a busy Runner")
+		}
+		mu.Lock()
+		busy := slices.Contains(got, 4)
+		mu.Unlock()
+		if busy {
+			t.Fatal("TakeHere took on the caller while every goroutine of the Runner was busy")
+		}
+		close(release)
+		synctest.Wait()
+		if i, j := slices.Index(got, 3), slices.Index(got, 4); i < 0 || j < i {
+			t.Fatalf("took %v, want 4 after 3", got)
+		}
+		r.Wait()
+		if n := r.Workers(); n != 0 {
+			t.Fatalf("%d goroutines left serving an idle Runner", n)
+		}
+	})
+}

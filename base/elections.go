@@ -308,19 +308,29 @@ func (b *electionBackend) Get(ctx context.Context) (heartbeat.Record, error) {
 }
 
 func (b *electionBackend) Heartbeat(ctx context.Context, expected, next heartbeat.Record) (heartbeat.Record, error) {
-	if err := b.check(ctx); err != nil {
+	if err := b.writable(ctx, &next); err != nil {
 		return heartbeat.Record{}, err
-	}
-	if next.Election == "" {
-		next.Election = b.name
-	}
-	if next.Election != b.name || b.observer {
-		return heartbeat.Record{}, b.refuse(next.Election)
 	}
 	if b.e.batch == nil {
 		return b.e.store.Heartbeat(ctx, expected, next)
 	}
 	return b.e.write(ctx, backend.Write{Expected: expected, Next: next}, b.window())
+}
+
+// writable checks a write before it is sent: the Backend is open, next
+// (its Election set to this one's when empty) is of this election, and
+// this Backend writes.
+func (b *electionBackend) writable(ctx context.Context, next *heartbeat.Record) error {
+	if err := b.check(ctx); err != nil {
+		return err
+	}
+	if next.Election == "" {
+		next.Election = b.name
+	}
+	if next.Election != b.name || b.observer {
+		return b.refuse(next.Election)
+	}
+	return nil
 }
 
 // refuse returns Heartbeat's error for a write of election (the name of

@@ -858,6 +858,33 @@ func TestStartedParticipantIsASuccessorAtOnce(t *testing.T) {
 	})
 }
 
+// startNode starts node id in election "e" of store, its backend wrapped
+// in a fault injector.
+func startNode(t *testing.T, store *memory.DB, id string, opts base.Options) (*base.Feed, *faulty.Backend) {
+	t.Helper()
+	e, _ := store.Election("e")
+	fb := faulty.Wrap(e)
+	f, err := base.New(fb, id, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return f, fb
+}
+
+// startLeader starts node id as startNode does, in a bubble, and waits
+// until it leads.
+func startLeader(t *testing.T, store *memory.DB, id string, opts base.Options) (*base.Feed, *faulty.Backend) {
+	t.Helper()
+	f, fb := startNode(t, store, id, opts)
+	for !f.IsLeader() {
+		time.Sleep(time.Millisecond)
+	}
+	return f, fb
+}
+
 // Issue 41: a stopping leader reads the participants for its handover
 // only once the delete of its own presence record is done, one call after
 // the other: side by side they needed two of a pool's connections at that
@@ -868,26 +895,8 @@ func TestStoppingLeaderReadsAfterItsWithdrawal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewDB()
 		opts := base.Options{Timing: timing, Participate: true}
-		ea, _ := store.Election("e")
-		fa := faulty.Wrap(ea)
-		a, err := base.New(fa, "a", opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		for !a.IsLeader() {
-			time.Sleep(time.Millisecond)
-		}
-		eb, _ := store.Election("e")
-		b, err := base.New(eb, "b", opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		a, fa := startLeader(t, store, "a", opts)
+		b, _ := startNode(t, store, "b", opts)
 		time.Sleep(2 * timing.HeartbeatInterval)
 		_, term, _ := a.LeaderContext()
 		const deleteTakes = 10 * time.Millisecond
@@ -928,33 +937,9 @@ func TestResignHandsOverWithoutARead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewDB()
 		opts := base.Options{Timing: timing, Participate: true}
-		ea, _ := store.Election("e")
-		fa := faulty.Wrap(ea)
-		a, err := base.New(fa, "a", opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		for !a.IsLeader() {
-			time.Sleep(time.Millisecond)
-		}
-		start := func(node string, pri int) *base.Feed {
-			eb, _ := store.Election("e")
-			o := opts
-			o.Priority = pri
-			f, err := base.New(eb, node, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			return f
-		}
-		b := start("b", 0)
-		c := start("c", 0) // joins last: the first choice
+		a, fa := startLeader(t, store, "a", opts)
+		b, _ := startNode(t, store, "b", opts)
+		c, _ := startNode(t, store, "c", opts) // joins last: the first choice
 		time.Sleep(2 * timing.HeartbeatInterval)
 		synctest.Wait() // a's Priority check has read b and c
 		for _, stop := range []bool{false, true} {
@@ -1014,18 +999,7 @@ func TestResignHandsOverWithoutARead(t *testing.T) {
 func TestStopEndsAResignsRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewDB()
-		ea, _ := store.Election("e")
-		fa := faulty.Wrap(ea)
-		a, err := base.New(fa, "a", base.Options{Timing: timing, Participate: true, PresenceInterval: timing.LeaseDuration / 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		for !a.IsLeader() {
-			time.Sleep(time.Millisecond)
-		}
+		a, fa := startLeader(t, store, "a", base.Options{Timing: timing, Participate: true, PresenceInterval: timing.LeaseDuration / 2})
 		fa.Inject(faulty.Fault{Method: faulty.MethodParticipants, Hang: true})
 		resigned := make(chan error, 1)
 		go func() { resigned <- a.Resign(context.Background()) }()
@@ -1056,29 +1030,10 @@ func TestTransferTargetWithdrawsBeforeTheWrite(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewDB()
 		opts := base.Options{Timing: timing, Participate: true}
-		ea, _ := store.Election("e")
-		fa := faulty.Wrap(ea)
-		a, err := base.New(fa, "a", opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		for !a.IsLeader() {
-			time.Sleep(time.Millisecond)
-		}
+		a, fa := startLeader(t, store, "a", opts)
 		feeds := map[string]*base.Feed{}
 		for _, id := range []string{"b", "c"} {
-			e, _ := store.Election("e")
-			f, err := base.New(e, id, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			feeds[id] = f
+			feeds[id], _ = startNode(t, store, id, opts)
 		}
 		time.Sleep(2 * timing.HeartbeatInterval)
 		synctest.Wait() // a's Priority check has read b and c

@@ -94,14 +94,8 @@ func (b *electionBackend) Participants(ctx context.Context) ([]backend.Presence,
 // matching ErrUnsupported, without I/O, when the Store is not a
 // backend.GuardStore.
 func (b *electionBackend) HeartbeatGuarded(ctx context.Context, expected, next heartbeat.Record, guard backend.Guard) (heartbeat.Record, error) {
-	if err := b.check(ctx); err != nil {
+	if err := b.writable(ctx, &next); err != nil {
 		return heartbeat.Record{}, err
-	}
-	if next.Election == "" {
-		next.Election = b.name
-	}
-	if next.Election != b.name || b.observer {
-		return heartbeat.Record{}, b.refuse(next.Election)
 	}
 	gs, ok := b.e.store.(backend.GuardStore)
 	if !ok {

@@ -42,6 +42,18 @@ func newGuardFixture(t *testing.T) guardFixture {
 	return f
 }
 
+// begin opens a transaction on f's pool, rolled back at cleanup unless
+// committed.
+func (f *guardFixture) begin(t *testing.T, ctx context.Context) pgx.Tx {
+	t.Helper()
+	tx, err := f.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
+	return tx
+}
+
 // handover is the write of a handover of the election to "b".
 var handover = heartbeat.Record{Election: "e", Leader: "b", Term: 2, Lease: time.Second, Handover: 9}
 
@@ -209,11 +221,7 @@ func TestGuardLocks(t *testing.T) {
 		t.Parallel()
 		f := newGuardFixture(t)
 		ctx := ctxT(t)
-		tx, err := f.pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		tx := f.begin(t, ctx)
 		if _, err := tx.Exec(ctx, f.s.absentSQL, backend.PresenceKey("e", "b")); err != nil {
 			t.Fatal(err)
 		}
@@ -242,11 +250,7 @@ func TestGuardLocks(t *testing.T) {
 		t.Parallel()
 		f := newGuardFixture(t)
 		ctx := ctxT(t)
-		tx, err := f.pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		tx := f.begin(t, ctx)
 		written, err := scanRecord(tx.QueryRow(ctx, f.s.guardedUpdateSQL, guardedArgs(f.led, handover, guardOfB)...))
 		if err != nil {
 			t.Fatalf("the guarded UPDATE in a transaction: %v", err)
@@ -285,15 +289,7 @@ func TestGuardPlan(t *testing.T) {
 	mustExec(t, f.pool, "INSERT INTO "+f.table+" (election, leader, revision, value, incarnation, joined)"+
 		" SELECT 'e' || g || chr(31) || 'n', 'n', 0, convert_to('{\"p\":0,\"c\":true}', 'UTF8'), 1, now() FROM generate_series(1, 3000) g")
 	mustExec(t, f.pool, "ANALYZE "+f.table)
-	conn, err := f.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "RESET plan_cache_mode; DEALLOCATE ALL") }()
+	conn := genericPlans(t, ctx, f.pool)
 	if _, err := conn.Exec(ctx, "PREPARE lf_guarded AS "+f.s.guardedUpdateSQL); err != nil {
 		t.Fatal(err)
 	}

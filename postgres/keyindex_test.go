@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaderfeed/leaderfeed/base/backend"
 )
@@ -75,15 +76,7 @@ func TestKeyIndex(t *testing.T) {
 		}
 	}
 
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "RESET plan_cache_mode; DEALLOCATE ALL") }()
+	conn := genericPlans(t, ctx, pool)
 	for _, q := range []struct{ name, sql, typ, arg string }{
 		{"Participants", s.participantsSQL, "text", "'e1'"},
 		{"ParticipantsBatch", s.participantsBatchSQL, "text[]", "ARRAY['e1', 'e12']"},
@@ -104,4 +97,21 @@ func TestKeyIndex(t *testing.T) {
 			t.Errorf("%s on a table in collation %s, its generic plan scans the table:\n%s", q.name, coll, plan)
 		}
 	}
+}
+
+// genericPlans returns a connection of pool that plans every prepared
+// statement generically, as the statements pgx prepares and caches come
+// to be planned; reset and released at cleanup.
+func genericPlans(t *testing.T, ctx context.Context, pool *pgxpool.Pool) *pgxpool.Conn {
+	t.Helper()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "RESET plan_cache_mode; DEALLOCATE ALL") })
+	return conn
 }

@@ -290,19 +290,7 @@ func TestGuardPlan(t *testing.T) {
 		" SELECT 'e' || g || chr(31) || 'n', 'n', 0, convert_to('{\"p\":0,\"c\":true}', 'UTF8'), 1, now() FROM generate_series(1, 3000) g")
 	mustExec(t, f.pool, "ANALYZE "+f.table)
 	conn := genericPlans(t, ctx, f.pool)
-	if _, err := conn.Exec(ctx, "PREPARE lf_guarded AS "+f.s.guardedUpdateSQL); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := conn.Query(ctx, "EXPLAIN EXECUTE lf_guarded('e', 'b', 2, ''::bytea, 1000000, 1, 'a', 1, '', 9, 0, 'e' || chr(31) || 'b', 7)",
-		pgx.QueryExecModeSimpleProtocol)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan := strings.Join(lines, "\n")
+	plan := genericPlan(t, ctx, conn, "lf_guarded", f.s.guardedUpdateSQL, "'e', 'b', 2, ''::bytea, 1000000, 1, 'a', 1, '', 9, 0, 'e' || chr(31) || 'b', 7")
 	t.Logf("the generic plan of the guarded write:\n%s", plan)
 	lock := strings.Index(plan, "LockRows")
 	pkey := strings.Index(plan, "Index Scan using "+f.name+"_pkey on "+f.name+" p")

@@ -81,22 +81,33 @@ func TestKeyIndex(t *testing.T) {
 		{"Participants", s.participantsSQL, "text", "'e1'"},
 		{"ParticipantsBatch", s.participantsBatchSQL, "text[]", "ARRAY['e1', 'e12']"},
 	} {
-		if _, err := conn.Exec(ctx, fmt.Sprintf("PREPARE lf_%s(%s) AS %s", strings.ToLower(q.name), q.typ, q.sql)); err != nil {
-			t.Fatal(err)
-		}
-		rows, err := conn.Query(ctx, fmt.Sprintf("EXPLAIN EXECUTE lf_%s(%s)", strings.ToLower(q.name), q.arg), pgx.QueryExecModeSimpleProtocol)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		plan := strings.Join(lines, "\n")
+		plan := genericPlan(t, ctx, conn, fmt.Sprintf("lf_%s(%s)", strings.ToLower(q.name), q.typ), q.sql, q.arg)
 		if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "Index Cond") {
 			t.Errorf("%s on a table in collation %s, its generic plan scans the table:\n%s", q.name, coll, plan)
 		}
 	}
+}
+
+// genericPlan prepares sql as name (with its parameter types, if any) on
+// conn (genericPlans) and returns the plan EXPLAIN gives for it with
+// args.
+func genericPlan(t *testing.T, ctx context.Context, conn *pgxpool.Conn, name, sql, args string) string {
+	t.Helper()
+	if _, err := conn.Exec(ctx, "PREPARE "+name+" AS "+sql); err != nil {
+		t.Fatal(err)
+	}
+	if i := strings.IndexByte(name, '('); i >= 0 {
+		name = name[:i]
+	}
+	rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+name+"("+args+")", pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // genericPlans returns a connection of pool that plans every prepared

@@ -333,21 +333,32 @@ func (s *Store) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 		row = s.pool.QueryRow(ctx, s.updateSQL, next.Election, next.Leader, int64(next.Term), valueOf(next), heartbeat.LeaseMicros(next.Lease),
 			int64(expected.Revision), expected.Leader, int64(expected.Term), next.Successor, int64(next.Handover), int64(next.Incarnation))
 	}
+	return s.written(ctx, "Heartbeat", row, expected, next, nil)
+}
+
+// written returns the record the row of a compare-and-set holds, or, when
+// the statement wrote none, why, from the current record: a
+// *backend.ConflictError carrying it, or (a guarded write, guard set) an
+// error matching backend.ErrNotPresent when it is still the expected one.
+func (s *Store) written(ctx context.Context, what string, row pgx.Row, expected, next heartbeat.Record, guard *backend.Guard) (heartbeat.Record, error) {
 	stored, err := scanRecord(row)
 	if err == nil {
 		return stored, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return heartbeat.Record{}, s.wrapErr(ctx, "postgres: Heartbeat", err)
+		return heartbeat.Record{}, s.wrapErr(ctx, "postgres: "+what, err)
 	}
 	cur, err := s.get(ctx, next.Election)
 	switch {
+	case err == nil && guard != nil && cur.SameWrite(expected):
+		return heartbeat.Record{}, fmt.Errorf("postgres: %s: election %q: node %q of incarnation %d: %w",
+			what, next.Election, guard.Node, guard.Incarnation, backend.ErrNotPresent)
 	case err == nil:
 		return heartbeat.Record{}, backend.NewConflict(cur)
 	case errors.Is(err, backend.ErrNotFound):
 		return heartbeat.Record{}, backend.NewConflict(heartbeat.Record{Election: next.Election})
 	}
-	return heartbeat.Record{}, refusedErr("Heartbeat", expected, err)
+	return heartbeat.Record{}, refusedErr(what, expected, err)
 }
 
 // HeartbeatGuarded is Heartbeat's UPDATE (expected.Revision is never 0)
@@ -379,26 +390,10 @@ func (s *Store) HeartbeatGuarded(ctx context.Context, expected, next heartbeat.R
 		return heartbeat.Record{}, fmt.Errorf("postgres: HeartbeatGuarded: %w: guard incarnation %d is over %d",
 			base.ErrInvalidConfig, guard.Incarnation, uint64(heartbeat.MaxToken))
 	}
-	stored, err := scanRecord(s.pool.QueryRow(ctx, s.guardedUpdateSQL, next.Election, next.Leader, int64(next.Term), valueOf(next),
+	row := s.pool.QueryRow(ctx, s.guardedUpdateSQL, next.Election, next.Leader, int64(next.Term), valueOf(next),
 		heartbeat.LeaseMicros(next.Lease), int64(expected.Revision), expected.Leader, int64(expected.Term), next.Successor,
-		int64(next.Handover), int64(next.Incarnation), backend.PresenceKey(next.Election, guard.Node), int64(guard.Incarnation)))
-	if err == nil {
-		return stored, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return heartbeat.Record{}, s.wrapErr(ctx, "postgres: HeartbeatGuarded", err)
-	}
-	cur, err := s.get(ctx, next.Election)
-	switch {
-	case err == nil && cur.SameWrite(expected):
-		return heartbeat.Record{}, fmt.Errorf("postgres: HeartbeatGuarded: election %q: node %q of incarnation %d: %w",
-			next.Election, guard.Node, guard.Incarnation, backend.ErrNotPresent)
-	case err == nil:
-		return heartbeat.Record{}, backend.NewConflict(cur)
-	case errors.Is(err, backend.ErrNotFound):
-		return heartbeat.Record{}, backend.NewConflict(heartbeat.Record{Election: next.Election})
-	}
-	return heartbeat.Record{}, refusedErr("HeartbeatGuarded", expected, err)
+		int64(next.Handover), int64(next.Incarnation), backend.PresenceKey(next.Election, guard.Node), int64(guard.Incarnation))
+	return s.written(ctx, "HeartbeatGuarded", row, expected, next, &guard)
 }
 
 // refusedErr is the error of a refused write whose current record could not

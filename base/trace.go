@@ -10,7 +10,8 @@ import "time"
 //
 // The hooks are called by the Feed's engine, one at a time, in the order
 // the calls returned (an idle engine takes a request of Resign, TransferTo
-// or Proclaim on the caller's goroutine, and calls the hooks there). They must not block and must not call the
+// or Proclaim on the caller's goroutine when its Elections has a goroutine
+// to spare, and calls the hooks there). They must not block and must not call the
 // Feed's methods that wait for the engine (Resign, Proclaim, Stop) or
 // close its Elections: the election waits while a hook runs. Record a number and return.
 //

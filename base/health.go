@@ -167,8 +167,9 @@ func (m *machine) noteFeed(up bool) {
 
 // answered reports whether the store answered the call: it took it, or
 // told why not in the contract's terms (a conflict, no record, a
-// malformed record, a guarded write's missing guard). A refusal (ErrRefused) is an answer too, but not one
-// that the call worked: it counts as contact, not as success.
+// malformed record, a guarded write's missing guard). A refusal
+// (ErrRefused) is an answer too, but not one that the call worked: it
+// counts as contact, not as success.
 func (r *callResult) answered() bool {
 	if r.err == nil {
 		return true

@@ -735,20 +735,29 @@ func (l *loop) call(eff effect) input {
 	go func() {
 		defer l.f.goroutineEnds()
 		defer cancel()
-		switch g, ok := l.f.b.(backend.GuardElection); {
+		switch {
 		case r.kind == callRead:
 			r.res, r.err = l.f.b.Get(ctx)
 		case guard.Node == "":
 			r.res, r.err = l.f.b.Heartbeat(ctx, r.expected, r.next)
-		case ok:
-			r.res, r.err = g.HeartbeatGuarded(ctx, r.expected, r.next, guard)
 		default:
-			r.err = fmt.Errorf("leaderfeed: the backend (%T) has no guarded write: %w", l.f.b, backend.ErrUnsupported)
+			r.res, r.err = l.guarded(ctx, r.expected, r.next, guard)
 		}
 		cancel()
 		l.box.PutHere(r)
 	}()
 	return nil
+}
+
+// guarded is the guarded write of a handover (backend.GuardElection), or
+// an error matching ErrUnsupported, without I/O, from a backend without
+// it (a wrapper that does not forward it).
+func (l *loop) guarded(ctx context.Context, expected, next heartbeat.Record, guard backend.Guard) (heartbeat.Record, error) {
+	g, ok := l.f.b.(backend.GuardElection)
+	if !ok {
+		return heartbeat.Record{}, fmt.Errorf("leaderfeed: the backend (%T) has no guarded write: %w", l.f.b, backend.ErrUnsupported)
+	}
+	return g.HeartbeatGuarded(ctx, expected, next, guard)
 }
 
 // openFeed opens the changefeed in a goroutine of its own; the result comes

@@ -842,6 +842,11 @@ func (c *chaos) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 		c.inc.mu.Unlock()
 	}
 	res, err := c.heartbeat(ctx, expected, next, nil)
+	return c.logged(sent, next, res, err)
+}
+
+// logged notes a write sent at sent for the judge, and returns its result.
+func (c *chaos) logged(sent time.Time, next, res heartbeat.Record, err error) (heartbeat.Record, error) {
 	c.inc.mu.Lock()
 	c.inc.writes = append(c.inc.writes, writeRec{sent: sent, replied: time.Now(), next: next.Clone(), ok: err == nil})
 	c.inc.mu.Unlock()
@@ -853,10 +858,7 @@ func (c *chaos) Heartbeat(ctx context.Context, expected, next heartbeat.Record) 
 func (c *chaos) HeartbeatGuarded(ctx context.Context, expected, next heartbeat.Record, guard backend.Guard) (heartbeat.Record, error) {
 	sent := time.Now()
 	res, err := c.heartbeat(ctx, expected, next, &guard)
-	c.inc.mu.Lock()
-	c.inc.writes = append(c.inc.writes, writeRec{sent: sent, replied: time.Now(), next: next.Clone(), ok: err == nil})
-	c.inc.mu.Unlock()
-	return res, err
+	return c.logged(sent, next, res, err)
 }
 
 // lateCommit makes the write after d, whatever became of its caller:

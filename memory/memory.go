@@ -245,6 +245,9 @@ func (c *Conn) HeartbeatGuarded(ctx context.Context, expected, next heartbeat.Re
 	if err := heartbeat.ValidateName("guard node id", guard.Node); err != nil {
 		return heartbeat.Record{}, fmt.Errorf("memory: %w: %w", base.ErrInvalidConfig, err)
 	}
+	if guard.Incarnation > heartbeat.MaxToken {
+		return heartbeat.Record{}, fmt.Errorf("memory: %w: guard incarnation %d exceeds heartbeat.MaxToken", base.ErrInvalidConfig, guard.Incarnation)
+	}
 	if expected.Revision == 0 {
 		return heartbeat.Record{}, fmt.Errorf("memory: a guarded write needs an existing record (expected revision 0): %w", base.ErrInvalidConfig)
 	}

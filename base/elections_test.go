@@ -934,62 +934,48 @@ func TestStoppingLeaderReadsAfterItsWithdrawal(t *testing.T) {
 // that read (its Stop deleted its presence) is not named: the guarded
 // write fails, the leader reads and hands over to the one still there.
 func TestResignHandsOverWithoutARead(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewDB()
-		opts := base.Options{Timing: timing, Participate: true}
-		a, fa := startLeader(t, store, "a", opts)
-		b, _ := startNode(t, store, "b", opts)
-		c, _ := startNode(t, store, "c", opts) // joins last: the first choice
-		time.Sleep(2 * timing.HeartbeatInterval)
-		synctest.Wait() // a's Priority check has read b and c
-		for _, stop := range []bool{false, true} {
-			_, term, _ := a.LeaderContext()
-			reads, guarded := fa.Calls(faulty.MethodParticipants), fa.Calls(faulty.MethodHeartbeatGuarded)
-			if stop {
-				// c withdraws after a's last read: a's first write names
-				// c, is refused, and a reads and hands over to b.
-				if err := c.Stop(context.Background()); err != nil {
-					t.Fatal(err)
+	for _, stop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("c stopped %v", stop), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := memory.NewDB()
+				opts := base.Options{Timing: timing, Participate: true}
+				a, fa := startLeader(t, store, "a", opts)
+				b, _ := startNode(t, store, "b", opts)
+				c, _ := startNode(t, store, "c", opts) // joins last: the first choice
+				time.Sleep(2 * timing.HeartbeatInterval)
+				synctest.Wait() // a's Priority check has read b and c
+				_, term, _ := a.LeaderContext()
+				reads, guarded := fa.Calls(faulty.MethodParticipants), fa.Calls(faulty.MethodHeartbeatGuarded)
+				want, wantReads, wantWrites, left := c, 0, 1, []*base.Feed{a, b, c}
+				if stop {
+					// c withdraws after a's last read: a's first write
+					// names c, is refused, and a reads and hands over to b.
+					if err := c.Stop(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+					want, wantReads, wantWrites, left = b, 1, 2, left[:2]
 				}
-			}
-			if err := a.Resign(context.Background()); err != nil {
-				t.Fatalf("Resign: %v", err)
-			}
-			want, wantReads, wantWrites := c, 0, 1
-			if stop {
-				want, wantReads, wantWrites = b, 1, 2
-			}
-			if n := fa.Calls(faulty.MethodParticipants) - reads; n != wantReads {
-				t.Fatalf("c stopped %v: %d reads of the participants for the handover, want %d", stop, n, wantReads)
-			}
-			if n := fa.Calls(faulty.MethodHeartbeatGuarded) - guarded; n != wantWrites {
-				t.Fatalf("c stopped %v: %d guarded writes, want %d", stop, n, wantWrites)
-			}
-			synctest.Wait() // the successor takes the handover from its changefeed
-			if _, got, ok := want.LeaderContext(); !ok || got != term+1 {
-				t.Fatalf("c stopped %v: the successor leads %v in term %d, want term %d (the handover)", stop, ok, got, term+1)
-			}
-			if stop {
-				break
-			}
-			// c hands back to a (the last read of c's check names a).
-			time.Sleep(2 * timing.HeartbeatInterval)
-			if err := c.TransferTo(context.Background(), "a"); err != nil {
-				t.Fatalf("TransferTo a: %v", err)
-			}
-			synctest.Wait()
-			time.Sleep(2 * timing.HeartbeatInterval)
-			synctest.Wait()
-			if !a.IsLeader() {
-				t.Fatal("a does not lead after c's transfer to it")
-			}
-		}
-		for _, f := range []*base.Feed{a, b} {
-			if err := f.Stop(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
+				if err := a.Resign(context.Background()); err != nil {
+					t.Fatalf("Resign: %v", err)
+				}
+				if n := fa.Calls(faulty.MethodParticipants) - reads; n != wantReads {
+					t.Fatalf("%d reads of the participants for the handover, want %d", n, wantReads)
+				}
+				if n := fa.Calls(faulty.MethodHeartbeatGuarded) - guarded; n != wantWrites {
+					t.Fatalf("%d guarded writes, want %d", n, wantWrites)
+				}
+				synctest.Wait() // the successor takes the handover from its changefeed
+				if _, got, ok := want.LeaderContext(); !ok || got != term+1 {
+					t.Fatalf("the successor leads %v in term %d, want term %d (the handover)", ok, got, term+1)
+				}
+				for _, f := range left {
+					if err := f.Stop(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+		})
+	}
 }
 
 // A Resign that reads the participants (no recent read of its own) on a
@@ -1054,6 +1040,67 @@ func TestTransferTargetWithdrawsBeforeTheWrite(t *testing.T) {
 			t.Fatalf("c leads %v in term %d, want term %d: the next participant, handed the election", ok, got, term+1)
 		}
 		for _, f := range []*base.Feed{a, feeds["c"]} {
+			if err := f.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// unguarded is a wrapper that forwards an Election's presence capability
+// but not its guarded write (backend.GuardElection), as a user's wrapper
+// written before it might.
+type unguarded struct{ backend.PresenceElection }
+
+// Behind a wrapper without the guarded write, every Resign reads the
+// participants at that moment and hands over in one unguarded write, as
+// before the guard (the loop answers the guarded attempt with
+// ErrUnsupported, without I/O).
+func TestResignBehindAWrapperWithoutTheGuard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewDB()
+		opts := base.Options{Timing: timing, Participate: true}
+		ea, _ := store.Election("e")
+		fa := faulty.Wrap(ea)
+		a, err := base.New(unguarded{fa}, "a", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for !a.IsLeader() {
+			time.Sleep(time.Millisecond)
+		}
+		b, _ := startNode(t, store, "b", opts)
+		for round := range 2 {
+			time.Sleep(2 * timing.HeartbeatInterval)
+			synctest.Wait() // a's Priority check has read b
+			_, term, _ := a.LeaderContext()
+			reads, writes := fa.Calls(faulty.MethodParticipants), fa.Calls(faulty.MethodHeartbeat)
+			if err := a.Resign(context.Background()); err != nil {
+				t.Fatalf("round %d: Resign: %v", round, err)
+			}
+			if n := fa.Calls(faulty.MethodParticipants) - reads; n != 1 {
+				t.Fatalf("round %d: %d reads of the participants for the handover, want 1", round, n)
+			}
+			if n := fa.Calls(faulty.MethodHeartbeat) - writes; n != 1 {
+				t.Fatalf("round %d: %d writes for the handover, want 1", round, n)
+			}
+			synctest.Wait()
+			if r, _ := b.Leader(); r.Leader != "b" || r.Term != term+1 || r.Handover == 0 {
+				t.Fatalf("round %d: the record is %v, want b handed term %d in one write", round, r, term+1)
+			}
+			if fa.Calls(faulty.MethodHeartbeatGuarded) != 0 {
+				t.Fatal("the guarded write reached the store behind a wrapper that does not forward it")
+			}
+			time.Sleep(2 * timing.HeartbeatInterval)
+			if err := b.TransferTo(context.Background(), "a"); err != nil {
+				t.Fatalf("round %d: TransferTo a: %v", round, err)
+			}
+			synctest.Wait()
+		}
+		for _, f := range []*base.Feed{a, b} {
 			if err := f.Stop(context.Background()); err != nil {
 				t.Fatal(err)
 			}

@@ -311,6 +311,7 @@ type Runner struct {
 	seen     uint64 // turns when watch was armed
 	watch    *time.Timer
 	idle     chan struct{} // closed when workers drops to 0 (Wait)
+	started  uint64        // goroutines started so far
 }
 
 // runnable is a Box, whatever its value type.
@@ -338,6 +339,7 @@ func (r *Runner) schedule(b runnable, urgent bool) {
 	start := r.workers < r.max
 	if start {
 		r.workers++
+		r.started++
 	} else if !r.watching {
 		r.watching, r.seen = true, r.turns
 		if r.watch == nil {
@@ -351,6 +353,30 @@ func (r *Runner) schedule(b runnable, urgent bool) {
 		go r.work()
 	}
 }
+
+// Hand runs f, which puts values in Boxes of r, and then, if a goroutine
+// of r started meanwhile, yields the caller's thread (runtime.Gosched):
+// for a goroutine that hands values on and has nothing else to do until
+// the next (a changefeed's, between two notifications). The goroutine
+// started for a take then runs at once, where it would wait until the
+// caller blocks or another thread wakes to steal it, tens of microseconds
+// on an idle process. The caller does not take: a take that blocks holds
+// up one of r's goroutines, never the caller.
+func (r *Runner) Hand(f func()) {
+	r.mu.Lock()
+	before := r.started
+	r.mu.Unlock()
+	f()
+	r.mu.Lock()
+	started := r.started != before
+	r.mu.Unlock()
+	if started {
+		yield()
+	}
+}
+
+// yield is runtime.Gosched; tests count the calls.
+var yield = runtime.Gosched
 
 // work serves queued Boxes until none waits.
 func (r *Runner) work() {

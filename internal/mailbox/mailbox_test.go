@@ -1,6 +1,7 @@
 package mailbox
 
 import (
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -340,6 +341,45 @@ func TestRunnerTakeHere(t *testing.T) {
 		r.Wait()
 		if n := r.Workers(); n != 0 {
 			t.Fatalf("%d goroutines left serving an idle Runner", n)
+		}
+	})
+}
+
+func TestRunnerHand(t *testing.T) {
+	yields := 0
+	yield = func() { yields++ }
+	defer func() { yield = runtime.Gosched }()
+	synctest.Test(t, func(t *testing.T) {
+		r := NewRunner(1)
+		block, release := make(chan struct{}), make(chan struct{})
+		var took atomic.Int32
+		a := NewOn(r, func(v int) {
+			took.Add(1)
+			if v == 0 {
+				block <- struct{}{}
+				<-release
+			}
+		}, nil, nil)
+		b := NewOn(r, func(int) { took.Add(1) }, nil, nil)
+
+		r.Hand(func() {})
+		if yields != 0 {
+			t.Fatalf("Hand yielded %d times for an f that put nothing, want 0", yields)
+		}
+		r.Hand(func() { a.Put(0) })
+		if yields != 1 {
+			t.Fatalf("Hand yielded %d times after f started a goroutine of the Runner, want 1", yields)
+		}
+		<-block // a's take holds the Runner's one goroutine
+		r.Hand(func() { b.Put(1) })
+		if yields != 1 {
+			t.Fatalf("Hand yielded %d times in all, want 1: with every goroutine busy, no goroutine starts for f's put", yields)
+		}
+		close(release)
+		synctest.Wait()
+		r.Wait()
+		if n := took.Load(); n != 2 {
+			t.Fatalf("%d values taken, want 2", n)
 		}
 	})
 }

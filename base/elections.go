@@ -749,7 +749,7 @@ func (sf *sharedFeed) open(ctx context.Context) {
 				drain(ch)
 				return
 			}
-			sf.dispatch(n)
+			sf.deliver(n)
 		case <-ctx.Done():
 			sf.fail(fmt.Errorf("leaderfeed: changefeed: %w", ErrClosed))
 			drain(ch)
@@ -767,7 +767,7 @@ func (sf *sharedFeed) openFunc(ctx context.Context, fs backend.FuncSubscriber) {
 			sf.fail(failure(n))
 			return
 		}
-		sf.dispatch(n)
+		sf.deliver(n)
 	})
 	if err != nil {
 		sf.openFailed(err)
@@ -804,6 +804,14 @@ func failure(n backend.Notification) error {
 func drain(ch <-chan backend.Notification) {
 	for range ch {
 	}
+}
+
+// deliver dispatches n, then lets the engine steps it queued run first
+// (mailbox.Runner.Hand): the feed has nothing else to do until the next
+// notification, and a goroutine started for a step would otherwise wait
+// until this one blocks or another thread wakes to steal it.
+func (sf *sharedFeed) deliver(n backend.Notification) {
+	sf.e.run.Hand(func() { sf.dispatch(n) })
 }
 
 // dispatch queues n on the subscriptions it concerns; it never blocks.

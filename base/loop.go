@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -746,6 +747,12 @@ func (l *loop) call(eff effect) input {
 		cancel()
 		l.box.PutHere(r)
 	}()
+	// The call is what the step waits for: let it go out now, before the
+	// rest of the take (the step's events wake their readers, who would run
+	// first), rather than once the take ends or another thread wakes to
+	// steal it. The effects before it (a leader context cancelled before a
+	// handover) are done.
+	runtime.Gosched()
 	return nil
 }
 

@@ -100,7 +100,7 @@ func (n *advisoryNode) run(ctx context.Context, conn *pgx.Conn) {
 			return
 		case i := <-n.cmds:
 			if held[i] && conn != nil {
-				n.out.printf("S %d %d", monotonic(), i)
+				n.out.resigning(i, monotonic())
 				n.out.unelected(i, monotonic(), "resigned")
 				held[i], sitOut[i] = false, true
 				qctx, cancel := context.WithTimeout(ctx, n.period)
@@ -310,7 +310,7 @@ func (n *leaseNode) run(ctx context.Context, i int) {
 		errs = 0
 		for {
 			if wait(n.tm.interval) {
-				n.out.printf("S %d %d", monotonic(), i)
+				n.out.resigning(i, monotonic())
 				n.out.unelected(i, monotonic(), "resigned")
 				n.release(i)
 				wait(n.tm.interval) // sit out one round

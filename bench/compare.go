@@ -540,11 +540,14 @@ func measureCost(ctx context.Context, cfg config, pool *pgxpool.Pool, kind strin
 type floorResult struct {
 	total, vacancy, notified, crowded series
 	one                               []oneFloor
+	across                            oneFloor // the node processes' floor: see floorAcross
+	acrossErr                         error
 }
 
 // oneFloor is the one-write floor with others more listening connections.
 type oneFloor struct {
 	others  int
+	pause   string          // between samples, as the scenario compared with it
 	samples []time.Duration // A's statement until B has the notification
 	write   []time.Duration // A's statement until its reply
 }
@@ -557,6 +560,16 @@ func (f floorResult) oneWrite(others int) []time.Duration {
 		}
 	}
 	return nil
+}
+
+// nodeFloor is the floor the node processes' handover is compared with:
+// the one laid out as they are (floorAcross), or, if it failed, the one in
+// this process with their listeners.
+func (f floorResult) nodeFloor() []time.Duration {
+	if len(f.across.samples) > 0 {
+		return f.across.samples
+	}
+	return f.oneWrite(nodeCrowd)
 }
 
 // The listening connections of the handover scenarios besides the
@@ -614,7 +627,7 @@ func measureFloor(ctx context.Context, cfg config, pool *pgxpool.Pool) (floorRes
 	// The two-write floor, alone and with the one process's listeners.
 	var rev int64
 	for _, others := range []int{0, floorCrowd} {
-		stop, err := crowd(ctx, pool, channel, others)
+		stop, err := crowd(ctx, pool.Config().ConnConfig, channel, others)
 		if err != nil {
 			return res, err
 		}
@@ -651,15 +664,28 @@ func measureFloor(ctx context.Context, cfg config, pool *pgxpool.Pool) (floorRes
 	}
 	// The one-write floor: the handover write names the other node, as
 	// leaderfeed's does, alternately b and a (the record's name changes
-	// each time; only B listens).
-	for _, others := range []int{0, nodeCrowd, floorCrowd} {
-		stop, err := crowd(ctx, pool, channel, others)
+	// each time; only B listens). With the listeners of a handover
+	// scenario, it pauses between samples as that scenario pauses between
+	// handovers: after 150 ms idle a machine's caches are cold and its
+	// cores asleep, and a write and its notification take longer than
+	// back to back (on the 2-core VM of the docs, 0.85 ms against 0.50).
+	for _, c := range []struct {
+		others int
+		pause  func() error
+		what   string
+	}{
+		{0, pause, "10–20 ms"},
+		{nodeCrowd, func() error { return sleep(ctx, cfg.settle+rand.N(cfg.bound())) }, fmt.Sprintf("%v + up to %v, as the node processes' handover", cfg.settle, cfg.bound())},
+		{floorCrowd, func() error { return sleep(ctx, cfg.settle) }, fmt.Sprintf("%v, as the one-process handover", cfg.settle)},
+	} {
+		others := c.others
+		stop, err := crowd(ctx, pool.Config().ConnConfig, channel, others)
 		if err != nil {
 			return res, err
 		}
-		o := oneFloor{others: others}
+		o := oneFloor{others: others, pause: c.what}
 		for i := range cfg.samples {
-			if err := pause(); err != nil {
+			if err := c.pause(); err != nil {
 				stop()
 				return res, err
 			}
@@ -689,17 +715,74 @@ func measureFloor(ctx context.Context, cfg config, pool *pgxpool.Pool) (floorRes
 		stop()
 		res.one = append(res.one, o)
 	}
+	if _, err := b.Exec(ctx, "UNLISTEN *"); err != nil {
+		return res, err
+	}
+	res.across, res.acrossErr = floorAcross(ctx, cfg, a, name, channel, &rev)
 	return res, nil
+}
+
+// floorAcross is the one-write floor laid out as the node processes'
+// handover is: the successor and the other node each listen in a process
+// of their own (bench listen), and the writer's own listening connection
+// is read beside it, in this process. The successor is each of the two in
+// turn; the sample runs from before the write until the successor's
+// process has the notification (its CLOCK_MONOTONIC stamp). It pauses as
+// the node processes' handover does.
+func floorAcross(ctx context.Context, cfg config, a *pgxpool.Conn, name, channel string, rev *int64) (oneFloor, error) {
+	o := oneFloor{others: nodeCrowd, pause: fmt.Sprintf("%v + up to %v, as the node processes' handover", cfg.settle, cfg.bound())}
+	stop, err := crowd(ctx, a.Conn().Config(), channel, 1)
+	if err != nil {
+		return o, err
+	}
+	defer stop()
+	var procs []*listenProc
+	defer func() {
+		for _, p := range procs {
+			p.close()
+		}
+	}()
+	for range 2 {
+		p, err := startListener(ctx, cfg.pgURL, channel)
+		if err != nil {
+			return o, err
+		}
+		procs = append(procs, p)
+	}
+	const handOver = `WITH u AS (UPDATE bench_floor SET leader = $3, rev = rev + 1 WHERE name = $1 AND rev = $2 RETURNING rev)
+		SELECT pg_notify($4, rev::text) FROM u`
+	for i := range cfg.samples {
+		if err := sleep(ctx, cfg.settle+rand.N(cfg.bound())); err != nil {
+			return o, err
+		}
+		t0 := monotonic()
+		if _, err := a.Exec(ctx, handOver, name, *rev, fmt.Sprint(i%2), channel); err != nil {
+			return o, err
+		}
+		*rev++
+		var t1 int64
+		for j, p := range procs {
+			mono, err := p.next(ctx, strconv.FormatInt(*rev, 10))
+			if err != nil {
+				return o, err
+			}
+			if j == i%2 {
+				t1 = mono
+			}
+		}
+		o.samples = append(o.samples, time.Duration(t1-t0))
+	}
+	return o, nil
 }
 
 // crowd opens n connections of their own that LISTEN on channel and read
 // its notifications until stop.
-func crowd(ctx context.Context, pool *pgxpool.Pool, channel string, n int) (stop func(), err error) {
+func crowd(ctx context.Context, cfg *pgx.ConnConfig, channel string, n int) (stop func(), err error) {
 	cctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	stop = func() { cancel(); wg.Wait() }
 	for range n {
-		c, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+		c, err := pgx.ConnectConfig(ctx, cfg.Copy())
 		if err != nil {
 			stop()
 			return nil, err

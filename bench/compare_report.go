@@ -165,7 +165,7 @@ func (r *report) compareMarkdown() string {
 		p("Failed: %v.\n\n", c.floorErr)
 	} else {
 		f := c.floor
-		p("Two floors, with nothing else running, %d samples each. **One write** (what a handover to a participant is): connection A writes the record that names the successor with a compare-and-set on its revision and notifies in the same statement (`WITH u AS (UPDATE ... WHERE rev = $n RETURNING rev) SELECT pg_notify(...) FROM u`); from before A's statement until the successor's listening connection B has the notification. **Two writes** (a handover through a vacancy, what leaderfeed does without participants, -no-presence): A writes the vacancy and notifies, B receives the notification and writes its claim (`UPDATE ... WHERE rev = $n`); until B has its claim's reply. PostgreSQL wakes every listening backend of the database on a commit that notifies, so each floor is also measured with the listeners of the scenario it is compared with: %d more listening connections for the one-process handover (its other two candidates and the observer), %d more across node processes (the other two nodes).\n\n", len(f.total.samples), floorCrowd, nodeCrowd)
+		p("Two floors, with nothing else running, %d samples each. **One write** (what a handover to a participant is): connection A writes the record that names the successor with a compare-and-set on its revision and notifies in the same statement (`WITH u AS (UPDATE ... WHERE rev = $n RETURNING rev) SELECT pg_notify(...) FROM u`); from before A's statement until the successor's listening connection B has the notification. **Two writes** (a handover through a vacancy, what leaderfeed does without participants, -no-presence): A writes the vacancy and notifies, B receives the notification and writes its claim (`UPDATE ... WHERE rev = $n`); until B has its claim's reply. PostgreSQL wakes every listening backend of the database on a commit that notifies, so each floor is also measured with the listeners of the scenario it is compared with: %d more listening connections for the one-process handover (its other two candidates and the observer), %d more across node processes (the other two nodes). Those two also pause between samples as their scenario pauses between handovers, since a machine idle for 150 ms or more (cold caches, sleeping cores) takes longer over a write and its notification than one that wrote 10–20 ms before, as the others pause.\n\n", len(f.total.samples), floorCrowd, nodeCrowd)
 		p("| what | p50 | p99 | max | p50 ÷ two-write floor | p50 ÷ one-write floor, same listeners |\n| --- | ---: | ---: | ---: | ---: | ---: |\n")
 		fs := summarize(f.total.samples)
 		line := func(name string, s, one []time.Duration) {
@@ -186,8 +186,13 @@ func (r *report) compareMarkdown() string {
 				line("one-write floor: handover write, notification at the successor", o.samples, o.samples)
 				line("… of which the write (A's reply)", o.write, nil)
 			default:
-				line(fmt.Sprintf("one-write floor with %d more connections listening", o.others), o.samples, o.samples)
+				line(fmt.Sprintf("one-write floor with %d more connections listening, pause %s", o.others, o.pause), o.samples, o.samples)
 			}
+		}
+		if f.acrossErr != nil {
+			p("| one-write floor across processes | failed: %v | | | | |\n", f.acrossErr)
+		} else {
+			line(fmt.Sprintf("one-write floor across processes (the successor and the other node each listen in a process of their own, the writer's listener beside it), pause %s", f.across.pause), f.across.samples, f.across.samples)
 		}
 		line("two-write floor: vacancy write, notification, claim", f.total.samples, nil)
 		line("… of which the vacancy write (A's reply)", f.vacancy.samples, nil)
@@ -196,15 +201,15 @@ func (r *report) compareMarkdown() string {
 		lfIn, _ := r.find("handover", "leaderfeed/postgres")
 		et, _ := r.find("handover", "etcd")
 		line(fmt.Sprintf("leaderfeed handover, one process (Resign → EventElected read; %d other listeners)", floorCrowd), lfIn.samples, f.oneWrite(floorCrowd))
-		line(fmt.Sprintf("leaderfeed handover, node processes (table above; %d other listeners)", nodeCrowd), lf.handover.samples, f.oneWrite(nodeCrowd))
+		line(fmt.Sprintf("leaderfeed handover, node processes (table above; %d other listeners; ÷ the floor across processes)", nodeCrowd), lf.handover.samples, f.nodeFloor())
 		line("etcd handover (Resign → Campaign returns)", et.samples, nil)
 		p("\n")
 		for _, h := range []struct {
 			name    string
 			samples []time.Duration
-			others  int
-		}{{"in one process", lfIn.samples, floorCrowd}, {"across node processes", lf.handover.samples, nodeCrowd}} {
-			one := f.oneWrite(h.others)
+			floor   []time.Duration
+		}{{"in one process", lfIn.samples, f.oneWrite(floorCrowd)}, {"across node processes", lf.handover.samples, f.nodeFloor()}} {
+			one := h.floor
 			if len(h.samples) == 0 || len(one) == 0 {
 				continue
 			}

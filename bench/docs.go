@@ -259,7 +259,7 @@ func (rr runResults) floorTable() string {
 	f := c.floor
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	p("### Handover floors\n\nIn bare pgx: the one-write floor (the UPDATE naming the successor, with its NOTIFY, until the successor's listening connection has it) and the two-write floor (vacancy, notification, claim), alone and with each scenario's other listening connections.\n\n")
+	p("### Handover floors\n\nIn bare pgx: the one-write floor (the UPDATE naming the successor, with its NOTIFY, until the successor's listening connection has it) and the two-write floor (vacancy, notification, claim), alone and with each scenario's other listening connections; with a scenario's listeners the one-write floor also pauses between samples as that scenario pauses between handovers (a machine idle for 150 ms or more is slower than one that wrote 10–20 ms before).\n\n")
 	p("| handover | p50 / p99 ms | ÷ one-write floor, same listeners | ÷ two-write floor |\n|---|---:|---:|---:|\n")
 	two := summarize(f.total.samples).p50
 	line := func(name string, s, one []time.Duration) {
@@ -273,14 +273,15 @@ func (rr runResults) floorTable() string {
 		p("| %s | %s | %s | %s |\n", name, p50p99(s), r1, ratio(summarize(s).p50, two))
 	}
 	for _, o := range f.one {
-		line(fmt.Sprintf("one-write floor, %d other listeners", o.others), o.samples, o.samples)
+		line(fmt.Sprintf("one-write floor, %d other listeners, pause %s", o.others, o.pause), o.samples, o.samples)
 	}
+	line(fmt.Sprintf("one-write floor across processes, %d other listeners, pause %s", nodeCrowd, f.across.pause), f.across.samples, f.across.samples)
 	line("two-write floor", f.total.samples, nil)
 	line(fmt.Sprintf("two-write floor, %d other listeners", floorCrowd), f.crowded.samples, nil)
 	lfIn, _ := rr.rep.find("handover", "leaderfeed/postgres")
 	line(fmt.Sprintf("leaderfeed, one process (%d other listeners)", floorCrowd), lfIn.samples, f.oneWrite(floorCrowd))
 	if lf := c.result(kindLeaderfeed); lf != nil {
-		line(fmt.Sprintf("leaderfeed, node processes (%d other listeners)", nodeCrowd), lf.handover.samples, f.oneWrite(nodeCrowd))
+		line(fmt.Sprintf("leaderfeed, node processes (%d other listeners; ÷ the floor across processes)", nodeCrowd), lf.handover.samples, f.nodeFloor())
 	}
 	et, _ := rr.rep.find("handover", "etcd")
 	line("etcd", et.samples, nil)

@@ -72,7 +72,7 @@ func startEtcdNode(ctx context.Context, endpoint string, nf nodeFlags, out *node
 }
 
 func (n *etcdNodeElector) resign(i int) {
-	n.out.printf("S %d %d", monotonic(), i)
+	n.out.resigning(i, monotonic())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := n.els[i].Resign(ctx); err == nil {

@@ -74,6 +74,19 @@ func (o *nodeOut) printf(format string, args ...any) {
 }
 
 func (o *nodeOut) elected(i int, mono int64) { o.printf("E %d %d", mono, i) }
+
+// resigning reports, reportDelay later, that the node started to resign
+// election i at mono: the write to the pipe, and the bench process it
+// wakes, then fall outside the handover the stamp begins.
+func (o *nodeOut) resigning(i int, mono int64) {
+	time.AfterFunc(reportDelay, func() { o.printf("S %d %d", mono, i) })
+}
+
+// reportDelay is how long after a resign starts its S line is written:
+// longer than a leaderfeed handover, much shorter than the pauses between
+// two (the bench takes the S and E lines of a handover in either order).
+const reportDelay = 20 * time.Millisecond
+
 func (o *nodeOut) unelected(i int, mono int64, reason string) {
 	o.printf("U %d %d %s", mono, i, reason)
 }
@@ -354,7 +367,7 @@ func (n *lfNodeElector) waitParticipating(ctx context.Context) error {
 }
 
 func (n *lfNodeElector) resign(i int) {
-	n.out.printf("S %d %d", monotonic(), i)
+	n.out.resigning(i, monotonic())
 	_ = n.feeds[i].Resign(context.Background())
 }
 

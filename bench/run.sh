@@ -17,10 +17,11 @@
 # elsewhere (bench/out is ignored by git) and leaves docs/BENCHMARKS.md
 # alone. results.md is printed at the end as well.
 #
-# It takes about 28 minutes on 2 cores: the comparison with etcd about 9,
-# the advisory lock and the polling lease about 4, the fenced
-# transactions 1, the rolling restarts 3, many elections across
-# processes 4 and beside busy loops 6, many elections on memory 2.
+# It takes about 32 minutes on 2 cores: the comparison with etcd about 8,
+# the advisory lock and the polling lease about 11 (6 of it the floors,
+# paused as the handovers they bound), the fenced transactions 1, the
+# rolling restarts 3, many elections across processes and beside busy
+# loops 8, many elections on memory 1.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"

@@ -581,6 +581,11 @@ const (
 	nodeCrowd  = 2
 )
 
+// floorHandOver is the one-write floor's statement: the compare-and-set
+// naming the successor ($3), with its notification on channel $4.
+const floorHandOver = `WITH u AS (UPDATE bench_floor SET leader = $3, rev = rev + 1 WHERE name = $1 AND rev = $2 RETURNING rev)
+		SELECT pg_notify($4, rev::text) FROM u`
+
 func measureFloor(ctx context.Context, cfg config, pool *pgxpool.Pool) (floorResult, error) {
 	res := floorResult{total: series{scenario: "floor", system: "bare pgx"}}
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_floor (name text PRIMARY KEY, leader text NOT NULL, rev bigint NOT NULL)`); err != nil {
@@ -608,8 +613,6 @@ func measureFloor(ctx context.Context, cfg config, pool *pgxpool.Pool) (floorRes
 	const vacate = `WITH u AS (UPDATE bench_floor SET leader = '', rev = rev + 1 WHERE name = $1 RETURNING rev)
 		SELECT pg_notify($2, rev::text) FROM u`
 	const claim = `UPDATE bench_floor SET leader = 'b', rev = rev + 1 WHERE name = $1 AND rev = $2 RETURNING rev`
-	const handOver = `WITH u AS (UPDATE bench_floor SET leader = $3, rev = rev + 1 WHERE name = $1 AND rev = $2 RETURNING rev)
-		SELECT pg_notify($4, rev::text) FROM u`
 	notified := func() (int64, error) {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		note, err := b.Conn().WaitForNotification(wctx)
@@ -694,7 +697,7 @@ func measureFloor(ctx context.Context, cfg config, pool *pgxpool.Pool) (floorRes
 				to = "a"
 			}
 			t0 := time.Now()
-			tag, err := a.Exec(ctx, handOver, name, rev, to, channel)
+			tag, err := a.Exec(ctx, floorHandOver, name, rev, to, channel)
 			if err != nil {
 				stop()
 				return res, err
@@ -749,15 +752,17 @@ func floorAcross(ctx context.Context, cfg config, a *pgxpool.Conn, name, channel
 		}
 		procs = append(procs, p)
 	}
-	const handOver = `WITH u AS (UPDATE bench_floor SET leader = $3, rev = rev + 1 WHERE name = $1 AND rev = $2 RETURNING rev)
-		SELECT pg_notify($4, rev::text) FROM u`
 	for i := range cfg.samples {
 		if err := sleep(ctx, cfg.settle+rand.N(cfg.bound())); err != nil {
 			return o, err
 		}
 		t0 := monotonic()
-		if _, err := a.Exec(ctx, handOver, name, *rev, fmt.Sprint(i%2), channel); err != nil {
+		tag, err := a.Exec(ctx, floorHandOver, name, *rev, fmt.Sprint(i%2), channel)
+		if err != nil {
 			return o, err
+		}
+		if tag.RowsAffected() != 1 {
+			return o, fmt.Errorf("floor across processes: handover on revision %d wrote nothing", *rev)
 		}
 		*rev++
 		var t1 int64

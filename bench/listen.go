@@ -100,15 +100,17 @@ func startListener(ctx context.Context, url, channel string) (*listenProc, error
 	}()
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
+	err = errors.New("bench listen: not listening within 15 s")
 	select {
 	case l, ok := <-p.lines:
 		if ok && l == "R" {
 			return p, nil
 		}
+		err = fmt.Errorf("bench listen: exited or wrote %q before it listened (its stderr says why)", l)
 	case <-ctx.Done():
 	}
 	p.close()
-	return nil, errors.New("bench listen: not listening within 15 s")
+	return nil, err
 }
 
 // next returns the stamp of the process's next notification, which must

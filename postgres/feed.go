@@ -253,26 +253,26 @@ func (f *feed) receive() error {
 
 // payload is a notification sent by the triggers.
 type payload struct {
-	Kind   string            `json:"k"`  // "b": records of the election table, "r": one record (row-level trigger of older versions), "c": watched table
-	Rs     []json.RawMessage `json:"rs"` // "b": the records, each a payload without k, s and t
-	Schema string            `json:"s"`
-	Table  string            `json:"t"`
-	Op     string            `json:"op"` // "I", "U", "D"
-	Big    bool              `json:"big"`
-	E      *string           `json:"e"`
-	L      *string           `json:"l"`
-	N      *json.Number      `json:"n"`
-	R      *json.Number      `json:"r"`
-	TS     *json.Number      `json:"ts"`
-	V      *string           `json:"v"`
-	LS     *json.Number      `json:"ls"`
-	SC     *string           `json:"sc"`
-	H      *json.Number      `json:"h"`
-	I      *json.Number      `json:"i"`
-	Key    json.RawMessage   `json:"key"`
-	Old    json.RawMessage   `json:"old"`
-	New    json.RawMessage   `json:"new"`
-	P      bool              `json:"p"`
+	Kind   string          `json:"k"`  // "b": records of the election table, "r": one record (row-level trigger of older versions), "c": watched table
+	Rs     []payload       `json:"rs"` // "b": the records, each a payload without k, s and t
+	Schema string          `json:"s"`
+	Table  string          `json:"t"`
+	Op     string          `json:"op"` // "I", "U", "D"
+	Big    bool            `json:"big"`
+	E      *string         `json:"e"`
+	L      *string         `json:"l"`
+	N      *json.Number    `json:"n"`
+	R      *json.Number    `json:"r"`
+	TS     *json.Number    `json:"ts"`
+	V      *string         `json:"v"`
+	LS     *json.Number    `json:"ls"`
+	SC     *string         `json:"sc"`
+	H      *json.Number    `json:"h"`
+	I      *json.Number    `json:"i"`
+	Key    json.RawMessage `json:"key"`
+	Old    json.RawMessage `json:"old"`
+	New    json.RawMessage `json:"new"`
+	P      bool            `json:"p"`
 }
 
 // decode turns a notification into the feed's notifications, one per
@@ -283,17 +283,30 @@ func (f *feed) decode(msg *pgconn.Notification) []backend.Notification {
 	o := f.s.opts
 	var p payload
 	err := json.Unmarshal([]byte(msg.Payload), &p)
+	var raws []json.RawMessage
+	if err != nil {
+		// One pass decodes a chunk (a successor reads its handover here);
+		// a record that is not ours fails it whole: read the chunk again
+		// with its records raw, and drop only those that fail.
+		var each struct {
+			payload
+			Rs []json.RawMessage `json:"rs"`
+		}
+		err = json.Unmarshal([]byte(msg.Payload), &each)
+		p, raws = each.payload, each.Rs
+		p.Rs = make([]payload, len(raws))
+	}
 	ours := err == nil && p.Schema == o.Schema && p.Table == o.Table
 	switch {
 	case ours && p.Kind == "b":
 		out := make([]backend.Notification, 0, len(p.Rs))
-		for _, raw := range p.Rs {
-			var r payload
-			if err := json.Unmarshal(raw, &r); err != nil || r.E == nil {
+		for i := range p.Rs {
+			r := &p.Rs[i]
+			if raws != nil && json.Unmarshal(raws[i], r) != nil || r.E == nil {
 				o.Logger.Debug("postgres: dropped a record of a notification that is not ours", "channel", msg.Channel, "pid", msg.PID)
 				continue
 			}
-			n := f.record(*r.E, &r)
+			n := f.record(*r.E, r)
 			out = append(out, n)
 			if n.Type == backend.Failed || f.fctx.Err() != nil {
 				break

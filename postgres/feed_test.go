@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -308,5 +309,47 @@ func TestDecodeNotificationsOfOlderTriggers(t *testing.T) {
 				t.Fatalf("got %v %+v (%v), want %+v", n.Type, n.Record, n.Err, want)
 			}
 		})
+	}
+}
+
+// TestDecodeDropsOnlyRecordsNotOurs: a chunk decodes in one pass; one whose
+// records are not all ours (a field of the wrong type, no election) loses
+// those records alone.
+func TestDecodeDropsOnlyRecordsNotOurs(t *testing.T) {
+	o, err := Options{}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &feed{s: &Store{opts: o}, fctx: context.Background()}
+	rec := func(e string) string {
+		return `{"op":"U","e":"` + e + `","l":"a","n":3,"r":9,"ts":1700000000000000,"v":"","ls":1000,"sc":"","h":0,"i":5}`
+	}
+	head := `{"k":"b","s":"` + o.Schema + `","t":"` + o.Table + `","rs":[`
+	for _, tc := range []struct {
+		name string
+		rs   []string
+		want []string
+	}{
+		{name: "ours", rs: []string{rec("e1"), rec("e2")}, want: []string{"e1", "e2"}},
+		{name: "leader of the wrong type", rs: []string{rec("e1"), `{"op":"U","e":"e2","l":5,"n":3,"r":9}`, rec("e3")}, want: []string{"e1", "e3"}},
+		{name: "no election", rs: []string{`{"op":"U","l":"a","n":3,"r":9}`, rec("e2")}, want: []string{"e2"}},
+		{name: "not an object", rs: []string{rec("e1"), `"x"`}, want: []string{"e1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := f.decode(&pgconn.Notification{Payload: head + strings.Join(tc.rs, ",") + `]}`})
+			var got []string
+			for _, n := range ns {
+				if n.Type != backend.RecordChanged || n.Record.Leader != "a" || n.Record.Incarnation != 5 {
+					t.Fatalf("got %v %+v (%v), want a record of leader a, incarnation 5", n.Type, n.Record, n.Err)
+				}
+				got = append(got, n.Record.Election)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("elections %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if ns := f.decode(&pgconn.Notification{Payload: `{"k":"b","s":5,"t":"` + o.Table + `","rs":[` + rec("e1") + `]}`}); len(ns) != 0 {
+		t.Fatalf("a chunk of another table gave %d notifications", len(ns))
 	}
 }

@@ -144,7 +144,7 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.slack, "slack", 10, "a wait for what the timing promises within d (a new leader within the election timeout or session TTL) allows slack × d; a wait that runs out loses that round (counted, retried), not the run")
 	fs.BoolVar(&c.old, "etcd", true, "run the scenarios against etcd (handover, observer, fan-out, writes, crash); false: only the comparison")
 	fs.BoolVar(&c.compare, "compare", true, "on PostgreSQL, compare leaderfeed with a session advisory lock elector and a polling lease elector, as separate node processes")
-	fs.IntVar(&c.cmpSamples, "cmp-samples", 40, "comparison: handover samples per elector (each about 0.15 s + a random pause of up to -ttl + the handover)")
+	fs.IntVar(&c.cmpSamples, "cmp-samples", 100, "comparison: handover samples per elector (each about 0.15 s + a random pause of up to -ttl + the handover)")
 	fs.IntVar(&c.cmpCrash, "cmp-crash", 50, "comparison: kill -9 samples per elector (electors side by side)")
 	fs.IntVar(&c.cmpCut, "cmp-cut", 10, "comparison: silent-cut samples per elector (electors side by side; each takes up to -cut-wait)")
 	fs.DurationVar(&c.cutWait, "cut-wait", 10*time.Second, "comparison: how long a cut sample waits for the old leader to step down and a new one")

@@ -114,7 +114,6 @@ type Feed struct {
 	events *hub
 
 	loop     *loop         // set by Start
-	stopCh   chan struct{} // closed by Stop
 	loopDone chan struct{} // closed when the engine has ended
 	done     chan struct{} // closed when every goroutine has ended (goroutines)
 	stopped  chan struct{} // closed when the first Stop has finished
@@ -124,7 +123,7 @@ type Feed struct {
 	mu      sync.Mutex
 	state   feedState
 	stopErr error
-	stopCtx context.Context // set by Stop before closing stopCh
+	stopCtx context.Context // set by Stop
 	cancel  context.CancelFunc
 	// presCancel ends the presence writes: not when the engine ends (a
 	// write cancelled then may still commit after Stop's delete, and list
@@ -216,7 +215,6 @@ func New(b backend.Election, nodeID string, opts Options) (*Feed, error) {
 		timing:   t,
 		opts:     opts,
 		log:      log,
-		stopCh:   make(chan struct{}),
 		loopDone: make(chan struct{}),
 		done:     make(chan struct{}),
 		stopped:  make(chan struct{}),
@@ -453,7 +451,6 @@ func (f *Feed) goroutineEnds() {
 
 // closeUnstarted ends a Feed that never ran; f.mu is held.
 func (f *Feed) closeUnstarted() {
-	close(f.stopCh)
 	close(f.loopDone)
 	close(f.done)
 	f.events.finish()
@@ -508,7 +505,6 @@ func (f *Feed) Stop(ctx context.Context) error {
 	f.stopCtx = ctx
 	f.mu.Unlock()
 
-	close(f.stopCh)
 	f.loop.put(stopMsg{})
 	var err error
 	select {

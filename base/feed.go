@@ -108,8 +108,7 @@ type Options struct {
 type Feed struct {
 	b      backend.Election
 	id     string
-	timing heartbeat.Timing
-	opts   Options
+	opts   Options // as given, with the defaults filled in (Timing's too)
 	log    *slog.Logger
 	events *hub
 
@@ -203,6 +202,7 @@ func New(b backend.Election, nodeID string, opts Options) (*Feed, error) {
 	if err := presenceOptions(&opts, t); err != nil {
 		return nil, err
 	}
+	opts.Timing = t
 	opts.Value = bytes.Clone(opts.Value)
 	log := opts.Logger
 	if log == nil {
@@ -212,7 +212,6 @@ func New(b backend.Election, nodeID string, opts Options) (*Feed, error) {
 	f := &Feed{
 		b:        b,
 		id:       nodeID,
-		timing:   t,
 		opts:     opts,
 		log:      log,
 		loopDone: make(chan struct{}),
@@ -261,7 +260,7 @@ func (f *Feed) NodeID() string { return f.id }
 func (f *Feed) Election() string { return f.b.Name() }
 
 // Timing returns the timing in force, with defaults applied.
-func (f *Feed) Timing() heartbeat.Timing { return f.timing }
+func (f *Feed) Timing() heartbeat.Timing { return f.opts.Timing }
 
 // Subscribe returns a subscription to the Feed's events from now on (call
 // it before Start to see them all). Its channel C closes when ctx ends, when
@@ -300,7 +299,7 @@ func (f *Feed) Events() <-chan Event {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.defSub == nil {
-		f.defSub = f.subscribe(context.Background(), f.timing.ElectionTimeoutMin)
+		f.defSub = f.subscribe(context.Background(), f.opts.Timing.ElectionTimeoutMin)
 	}
 	return f.defSub.C
 }

@@ -89,7 +89,7 @@ func (f *Feed) Health() Health {
 // Package health serves it over HTTP, for a liveness probe.
 func (f *Feed) Healthy(bound time.Duration) error {
 	if bound <= 0 {
-		bound = defaultHealthBound(f.timing)
+		bound = defaultHealthBound(f.opts.Timing)
 	}
 	f.mu.Lock()
 	state, h, leader, term := f.state, f.health, f.snap.leader, f.snap.term

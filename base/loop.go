@@ -134,7 +134,7 @@ func (subResult) isInput()    {}
 func newLoop(f *Feed, ctx context.Context) *loop {
 	l := &loop{
 		f:        f,
-		m:        newMachine(f.id, f.b.Name(), f.timing, f.opts),
+		m:        newMachine(f.id, f.b.Name(), f.opts.Timing, f.opts),
 		ctx:      ctx,
 		noLogger: f.opts.Logger == nil,
 	}
@@ -662,7 +662,7 @@ func (l *loop) emit(e Event) {
 // is safe: the lease runs from the renewal's own send time.
 func (l *loop) renewAt(due time.Time) time.Time {
 	if a, ok := l.f.b.(backend.Aligner); ok {
-		if at := a.AlignRenewal(due, l.f.timing.HeartbeatInterval); !at.After(due) && at.After(due.Add(-l.f.timing.HeartbeatInterval)) {
+		if at := a.AlignRenewal(due, l.f.opts.Timing.HeartbeatInterval); !at.After(due) && at.After(due.Add(-l.f.opts.Timing.HeartbeatInterval)) {
 			return at
 		}
 	}

@@ -89,7 +89,7 @@ func (f *Feed) Run(ctx context.Context, fn func(ctx context.Context, term uint64
 		return serr
 	}
 	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.timing.ElectionTimeoutMax)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.opts.Timing.ElectionTimeoutMax)
 		defer cancel()
 		if serr := f.Stop(sctx); serr != nil && !errors.Is(err, ErrClosed) {
 			err = errors.Join(err, fmt.Errorf("leaderfeed: Run: stop: %w", serr))

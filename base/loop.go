@@ -37,16 +37,20 @@ type loop struct {
 	// flight when the Feed stops runs to its end before the delete.
 	presCtx context.Context
 	box     *mailbox.Box[input]
-	exited  bool // exit ran: later inputs are dropped (taker only)
+	// The flags exited, noLogger and dueNow are side by side, in one
+	// word: the loop, with the allocator's 8-byte header, then fits the
+	// 576-byte size class (not 640).
+	exited   bool // exit ran: later inputs are dropped (taker only)
+	noLogger bool // Options.Logger is nil: nothing is logged
 
 	// One timer serves claim, renew, reopen and poll: it is armed at the
 	// earliest of due and puts a tick in the mailbox; the tick steps each
 	// timer whose due time has passed. A tick of a timer since moved or
 	// stopped finds nothing due, so no firing is ever stale.
+	dueNow      bool                  // timerAt has passed: take steps it before it returns (timer stopped)
 	due         [timerLease]time.Time // by timerID; zero: stopped
 	timer       *time.Timer
 	timerAt     time.Time     // what timer is armed for; zero: stopped
-	dueNow      bool          // timerAt has passed: take steps it before it returns (timer stopped)
 	clock       renewalTicker // ticks aligned renewals instead of timer; nil: none
 	hub         silenceHub    // the other elections of the process; nil: none
 	unwatch     func()        // ends hub's silentWatch
@@ -72,7 +76,6 @@ type loop struct {
 	// presDone is closed when the last presence call started has ended:
 	// Stop deletes the presence record only after it (leavePresence).
 	presDone chan struct{}
-	noLogger bool // Options.Logger is nil: nothing is logged
 	// stopCause is why the Feed is being stopped, when the one who stops
 	// it knows more than that Stop was called (Run: the store's
 	// refusal); the log line of the stop's EventUnelected names it.

@@ -334,7 +334,7 @@ type machine struct {
 	stopCtx    context.Context
 
 	pres     *priorityCheck // presence and the Priority check; nil: not participating
-	dups     [4]dupWrite    // the other incarnations of this node id whose writes dupSeen saw, newest first
+	dups     *[4]dupWrite   // the other incarnations of this node id whose writes dupSeen saw, newest first; nil: none yet
 	startRev uint64         // the lowest revision known to be committed since this process started (sinceStart)
 	together bool           // other elections of the process hear of a silent leader (leaderSilent)
 	leaving  bool           // Stop's delete of the presence record is in flight (onLeft)
@@ -875,6 +875,9 @@ func (m *machine) sinceStart(rev uint64) {
 		return
 	}
 	m.startRev = rev
+	if m.dups == nil {
+		return
+	}
 	for i := range m.dups {
 		if m.dups[i].inc != 0 {
 			m.dupCheck(i)
@@ -896,6 +899,12 @@ func (m *machine) sinceStart(rev uint64) {
 // see own), but the operator must hear of it: logged at Error once, an
 // EventError, and Health until it has not been seen for a while.
 func (m *machine) dupSeen(r heartbeat.Record) {
+	if m.dups == nil {
+		// Allocated on the first sight: most machines never see another
+		// incarnation, and 96 bytes each would take the machine a size
+		// class up.
+		m.dups = new([4]dupWrite)
+	}
 	i := slices.IndexFunc(m.dups[:], func(d dupWrite) bool { return d.inc == r.Incarnation })
 	if i < 0 {
 		copy(m.dups[1:], m.dups[:])

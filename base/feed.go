@@ -372,11 +372,14 @@ func (f *Feed) Start(ctx context.Context) error {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	presCtx, presCancel := context.WithCancel(context.Background())
-	f.cancel, f.presCancel = cancel, presCancel
+	f.cancel, f.presCancel = cancel, func() {}
 	f.state = stateRunning
 	f.loop = newLoop(f, runCtx)
-	f.loop.presCtx = presCtx
+	if pres != nil {
+		// Only a participant writes presence records: a Feed that does
+		// not keeps no context for them.
+		f.loop.presCtx, f.presCancel = context.WithCancel(context.Background())
+	}
 	f.loop.m.inc = inc
 	if p := f.loop.m.pres; p != nil && pres != nil {
 		for _, s := range pres.started[max(0, len(pres.started)-presenceTokens):] {

@@ -34,7 +34,8 @@ type loop struct {
 	m   *machine
 	ctx context.Context // cancelled when the Feed stops for good
 	// presCtx bounds the presence writes (Feed.presCancel): a write in
-	// flight when the Feed stops runs to its end before the delete.
+	// flight when the Feed stops runs to its end before the delete. Nil
+	// when pres is: the Feed does not participate.
 	presCtx context.Context
 	box     *mailbox.Box[input]
 	// The flags exited, noLogger and dueNow are side by side, in one

@@ -359,7 +359,6 @@ type machine struct {
 	now   time.Time     // of the step under way
 	steps uint64        // the number of the step under way: steps are totally ordered, their clock readings may be equal
 	out   []effect      // effects of the step under way
-	spare []effect      // a slice for out the driver is done with (recycle)
 	quiet bool          // set by the driver: Debug is not logged, so no logDebug
 	effs  *effectArenas // from arenas, until recycle
 }
@@ -371,6 +370,10 @@ type machine struct {
 // back to the pool (so 10,000 idle machines keep none), and the driver
 // must not keep an effect once it executed it.
 type effectArenas struct {
+	// out is room for a step's slice of effects (machine.out), handed
+	// to the step that takes these arenas and back by recycle, so that an
+	// idle machine keeps none either.
+	out     []effect
 	calls   arena[startCall]
 	emits   arena[emit]
 	timers  arena[setTimer]
@@ -494,7 +497,7 @@ func drawIdentity() uint64 { return uint64(1 + rand.Int64N(heartbeat.MaxToken)) 
 // updates the state and returns the effects, in the order the driver must
 // execute them.
 func (m *machine) step(now time.Time, in input) []effect {
-	m.now, m.out, m.spare = now, m.spare, nil
+	m.now = now
 	m.steps++
 	switch in := in.(type) {
 	case startInput:
@@ -595,14 +598,23 @@ func (m *machine) done() bool {
 	return m.role == roleStopping && !m.writing && m.vacancy == nil && !m.leaving && !m.lastRead
 }
 
-func (m *machine) do(e effect) { m.out = append(m.out, e) }
+// do adds e to the step's effects, in a slice from the arenas (see
+// effectArenas.out) for the first.
+func (m *machine) do(e effect) {
+	if m.out == nil {
+		a := m.arena()
+		m.out, a.out = a.out, nil
+	}
+	m.out = append(m.out, e)
+}
 
 // recycle takes back the effects of a step once the driver has executed
-// them all, for the next step's.
+// them all: their slice goes back to the pool with the arenas, for the
+// next step that takes them.
 func (m *machine) recycle(effects []effect) {
 	clear(effects)
-	m.spare = effects[:0]
 	if m.effs != nil {
+		m.effs.out = effects[:0]
 		m.effs.reset()
 		arenas.Put(m.effs)
 		m.effs = nil

@@ -587,8 +587,12 @@ func (l *loop) armTimer() {
 	// cost a handover a goroutine's wake-up and a turn in the mailbox.
 	l.dueNow = !at.IsZero() && !time.Now().Before(at)
 	if at.IsZero() || l.dueNow {
+		// The stopped timer is dropped, not kept for the next arming: a
+		// leader whose renewals the clock ticks arms none for as long as
+		// it leads, and 10,000 of them would keep 10,000 timers.
 		if l.timer != nil {
 			l.timer.Stop()
+			l.timer = nil
 		}
 		return
 	}

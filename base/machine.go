@@ -352,9 +352,9 @@ type machine struct {
 
 	// Health (health.go) and the account of refusals (refused.go).
 	health        Health
-	healthChanged bool // since the last publishHealth
-	refusals      refusals
-	traced        bool // a Trace wants ClaimDone or RenewDone
+	healthChanged bool      // since the last publishHealth
+	refusals      *refusals // nil: the store has refused no call yet
+	traced        bool      // a Trace wants ClaimDone or RenewDone
 
 	now   time.Time     // of the step under way
 	steps uint64        // the number of the step under way: steps are totally ordered, their clock readings may be equal
@@ -553,7 +553,7 @@ func (m *machine) step(now time.Time, in input) []effect {
 		m.vacancy.attempts--
 		m.endVacancy(fmt.Errorf("leaderfeed: vacant record not written: %w", in.err))
 	}
-	if m.refusals.ops != 0 {
+	if m.refusals != nil && m.refusals.ops != 0 {
 		m.expireRefusals()
 	}
 	if m.healthChanged {

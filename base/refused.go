@@ -92,10 +92,17 @@ func opOf(k callKind) refusedOp {
 // machine handles it (so that the timers it sets see the refusal): err,
 // and whether the store took the call (took).
 func (m *machine) noteRefusal(op refusedOp, err error, took bool) {
-	r := &m.refusals
+	r := m.refusals
 	h := &m.health
 	switch {
 	case err != nil && errors.Is(err, ErrRefused):
+		if r == nil {
+			// Made on the first refusal and kept: most machines never
+			// see one, and 120 bytes each would take the machine a size
+			// class up.
+			r = new(refusals)
+			m.refusals = r
+		}
 		first := r.ops == 0
 		r.ops |= op
 		r.last[op.index()] = m.now
@@ -116,7 +123,7 @@ func (m *machine) noteRefusal(op refusedOp, err error, took bool) {
 			return
 		}
 		r.loggedAt, r.n = m.now, 0
-	case took && r.ops&op != 0:
+	case took && r != nil && r.ops&op != 0:
 		r.ops &^= op
 		if r.ops != 0 {
 			return
@@ -136,7 +143,7 @@ func (m *machine) noteRefusal(op refusedOp, err error, took bool) {
 // say the store refuses long after the privilege came back. A refusal that
 // still holds is seen again, and reported again, at the next call.
 func (m *machine) expireRefusals() {
-	r := &m.refusals
+	r := m.refusals
 	for _, op := range [...]refusedOp{refusedWrites, refusedReads, refusedFeed} {
 		busy := (op == refusedWrites && m.writing) || (op == refusedReads && m.reading) || (op == refusedFeed && m.opening)
 		if r.ops&op == 0 || busy || m.now.Before(r.last[op.index()].Add(refusalRetry(m.t)+m.t.ElectionTimeoutMax)) {
@@ -167,7 +174,7 @@ func (m *machine) refusalDelay(t timerID, at time.Time) time.Time {
 	default:
 		return at
 	}
-	if m.refusals.ops&op == 0 {
+	if m.refusals == nil || m.refusals.ops&op == 0 {
 		return at
 	}
 	if retry := m.refusals.last[op.index()].Add(refusalRetry(m.t)); retry.After(at) {

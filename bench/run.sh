@@ -17,8 +17,8 @@
 # elsewhere (bench/out is ignored by git) and leaves docs/BENCHMARKS.md
 # alone. results.md is printed at the end as well.
 #
-# It takes about 32 minutes on 2 cores: the comparison with etcd about 8,
-# the advisory lock and the polling lease about 11 (6 of it the floors,
+# It takes about 34 minutes on 2 cores: the comparison with etcd about 8,
+# the advisory lock and the polling lease about 13 (6 of it the floors,
 # paused as the handovers they bound), the fenced transactions 1, the
 # rolling restarts 3, many elections across processes and beside busy
 # loops 8, many elections on memory 1.

@@ -363,6 +363,38 @@ func (c *cluster) next(ctx context.Context, deadline int64, match func(nodeEvent
 	}
 }
 
+// leaderless describes up to n elections without a live leader: how the
+// last leadership of each ended (by whom, why, how long ago), so that a
+// wait that timed out says where to look.
+func (c *cluster) leaderless(n int) string {
+	now := monotonic()
+	var out []string
+	for i := 0; i < c.elections && len(out) < n; i++ {
+		if c.leaderOf(i) != nil {
+			continue
+		}
+		c.mu.Lock()
+		var last *belief
+		for _, b := range c.beliefs {
+			if b.idx == i && (last == nil || b.start > last.start) {
+				l := *b
+				last = &l
+			}
+		}
+		c.mu.Unlock()
+		switch {
+		case last == nil:
+			out = append(out, fmt.Sprintf("election %d: never led", i))
+		case last.end == 0:
+			out = append(out, fmt.Sprintf("election %d: last led by %s, a process no longer live", i, last.proc))
+		default:
+			out = append(out, fmt.Sprintf("election %d: last led by %s, ended (%s) %v ago", i, last.proc, last.reason,
+				time.Duration(now-last.end).Round(time.Millisecond)))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
 // beliefOf returns (a copy of) proc's belief of leading election idx that
 // was open at t; the zero belief if there was none.
 func (c *cluster) beliefOf(proc string, idx int, t int64) belief {

@@ -247,7 +247,7 @@ func (c *cluster) waitAllLed(ctx context.Context, only *nodeProc, d time.Duratio
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: after %v, leaders %v, %d elections without", c.kind, d, counts, none)
+			return fmt.Errorf("%s: after %v, leaders %v, %d elections without (%s)", c.kind, d, counts, none, c.leaderless(3))
 		}
 		if err := sleep(ctx, 20*time.Millisecond); err != nil {
 			return err

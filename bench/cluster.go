@@ -127,6 +127,9 @@ func (c *cluster) start(ctx context.Context, slot int) error {
 		"-id", id, "-bound", b.String(), "-heartbeat", c.cfg.timing.HeartbeatInterval.String(),
 		"-emin", c.cfg.timing.ElectionTimeoutMin.String(), "-adv-retry", c.cfg.advRetry.String())
 	cmd.Args = append(cmd.Args, c.extra...)
+	if c.cfg.nodeDebug {
+		cmd.Args = append(cmd.Args, "-debug")
+	}
 	cmd.Env = append(os.Environ(), nodeURLEnv+"="+u.String())
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()

@@ -59,6 +59,7 @@ type config struct {
 	diagJitter   time.Duration // 0: no diagnostic handover
 	settle       time.Duration
 	noPresence   bool
+	nodeDebug    bool
 	slack        float64          // waits allow slack × what the timing promises
 	timing       heartbeat.Timing // leaderfeed's, derived from ttl
 
@@ -157,6 +158,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.manyElections, "many-elections", 1000, "many: elections")
 	fs.DurationVar(&c.manyWindow, "many-window", 10*time.Second, "many: steady-state window of each phase")
 	fs.IntVar(&c.manyTTL, "many-ttl", 4, "many: the dead-leader bound in seconds of the many elections (etcd's session TTL, leaderfeed's ElectionTimeoutMax; 4: leaderfeed's default timing, heartbeat 1 s)")
+	fs.BoolVar(&c.nodeDebug, "node-debug", false, "every node process reports on stderr (the run's log) what its -debug reports: leaderfeed's failed and slow renewals, failed claims and its pool's statements every second")
 	fs.BoolVar(&c.noPresence, "no-presence", false, "the handover candidates do not participate: Resign writes a vacancy they race to claim (two writes), instead of handing over in one write")
 	fs.IntVar(&c.manySamples, "many-samples", 20, "many: handover and crash samples of one election, alone and beside the many")
 	fs.DurationVar(&c.manyLoad, "many-load", 5*time.Minute, "many: run the elections this long beside busy loops (-many-load-spin) and count the elections without a leader for longer than their bound; 0: don't")

@@ -72,10 +72,12 @@ func startEtcdNode(ctx context.Context, endpoint string, nf nodeFlags, out *node
 }
 
 func (n *etcdNodeElector) resign(i int) {
-	n.out.resigning(i, monotonic())
+	start := monotonic()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := n.els[i].Resign(ctx); err == nil {
+	err := n.els[i].Resign(ctx)
+	n.out.resigning(i, start)
+	if err == nil {
 		n.mu.Lock()
 		if n.leading[i] {
 			delete(n.leading, i)

@@ -75,11 +75,14 @@ func (o *nodeOut) printf(format string, args ...any) {
 
 func (o *nodeOut) elected(i int, mono int64) { o.printf("E %d %d", mono, i) }
 
-// resigning reports, reportDelay later, that the node started to resign
-// election i at mono: the write to the pipe, and the bench process it
-// wakes, then fall outside the handover the stamp begins.
+// resigning reports, at mono+reportDelay, that the node started to resign
+// election i at mono. An elector whose resign returns within a few
+// milliseconds calls it once the resign returned: the timer, the write to
+// the pipe and the bench process it wakes then fall outside the handover
+// the stamp begins (arming a timer may wake another thread of the
+// process).
 func (o *nodeOut) resigning(i int, mono int64) {
-	time.AfterFunc(reportDelay, func() { o.printf("S %d %d", mono, i) })
+	time.AfterFunc(time.Duration(mono+int64(reportDelay)-monotonic()), func() { o.printf("S %d %d", mono, i) })
 }
 
 // reportDelay is how long after a resign starts its S line is written:
@@ -367,8 +370,9 @@ func (n *lfNodeElector) waitParticipating(ctx context.Context) error {
 }
 
 func (n *lfNodeElector) resign(i int) {
-	n.out.resigning(i, monotonic())
+	start := monotonic()
 	_ = n.feeds[i].Resign(context.Background())
+	n.out.resigning(i, start)
 }
 
 func (n *lfNodeElector) stop() {

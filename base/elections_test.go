@@ -1107,3 +1107,52 @@ func TestResignBehindAWrapperWithoutTheGuard(t *testing.T) {
 		}
 	})
 }
+
+// A participant's first presence refresh is due a PresenceInterval after
+// Start sent its first presence write, not after Start returned: a node
+// held up between the two (here the write's reply comes late; in a
+// process, a stall under load) still offers a token at most about an
+// interval old, young enough for a leader's handover in one write. Due an
+// interval after Start returned, its token was almost two intervals old
+// before the refresh replaced it.
+func TestFirstPresenceRefreshFollowsTheJoin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewDB()
+		a, _ := startLeader(t, store, "a", base.Options{Timing: timing})
+		pi := timing.LeaseDuration / 4
+		late := pi * 9 / 10
+		e, _ := store.Election("e")
+		fb := faulty.Wrap(e)
+		fb.Inject(faulty.Fault{Method: faulty.MethodPresent, Nth: 1, DelayReply: late})
+		f, err := base.New(fb, "b", base.Options{Timing: timing, Participate: true, PresenceInterval: pi})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		if err := f.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(t0); d != late {
+			t.Fatalf("Start took %v, want the join write's late reply, %v", d, late)
+		}
+		fb.Heal()
+		time.Sleep(pi - late - time.Millisecond)
+		synctest.Wait()
+		if n := fb.Calls(faulty.MethodPresent); n != 1 {
+			t.Fatalf("%d presence writes %v after the join was sent, want the join alone", n, time.Since(t0))
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if n := fb.Calls(faulty.MethodPresent); n != 2 {
+			t.Fatalf("%d presence writes one PresenceInterval (%v) after the join was sent, want the join and the first refresh", n, pi)
+		}
+		if f.IsLeader() || !a.IsLeader() {
+			t.Fatal("b leads: a leader reads the participants, and refreshes its presence, at once")
+		}
+		for _, f := range []*base.Feed{f, a} {
+			if err := f.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}

@@ -506,9 +506,17 @@ func (m *machine) step(now time.Time, in input) []effect {
 		m.openFeed()
 		m.startRead()
 		m.setTimer(timerPoll, now.Add(m.t.HeartbeatInterval)) // until the feed is up
-		if m.pres != nil {
-			// Start wrote the presence record just now, with a token.
-			m.setTimer(timerPresence, now.Add(m.pres.interval))
+		if p := m.pres; p != nil {
+			// Start wrote the presence record with a token: the first
+			// refresh is due an interval after that write was sent, not
+			// after this step, so that a process stalled between the two
+			// still offers a token at most about an interval old (a leader
+			// handing over reads an older one as too old for one write).
+			at := now.Add(p.interval)
+			if s := p.sent[(p.next+presenceTokens-1)%presenceTokens]; !s.sentAt.IsZero() && s.sentAt.Before(now) {
+				at = s.sentAt.Add(p.interval)
+			}
+			m.setTimer(timerPresence, at)
 		}
 	case stopInput:
 		m.onStop(in.ctx)

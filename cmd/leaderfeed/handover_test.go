@@ -104,7 +104,7 @@ func TestRunSIGTERMHandsOver(t *testing.T) {
 
 	// The writes since the mark, a's and b's renewals aside: a's
 	// withdrawal, then the handover.
-	rows, err := conn.Query(ctx, `SELECT id, op, key, leader, term, successor, handover FROM "`+table+`_hist" ORDER BY id`)
+	rows, err := conn.Query(ctx, `SELECT id, op, key, leader, term, successor, handover, at FROM "`+table+`_hist" ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,14 +113,22 @@ func TestRunSIGTERMHandsOver(t *testing.T) {
 		op, key, leader, successor string
 		term                       uint64
 		handover                   int64
+		at                         time.Time
 	}
 	var got, all []string // all: every row from b's join, for a failure
 	withdrawn, handedOver, claimed := -1, -1, false
-	var bToken, aLeft int64 // rows: b's first presence write with a token; a's withdrawal
+	var bToken, aLeft int64            // rows: b's first presence write with a token; a's withdrawal
+	var bPresent, reservedAt time.Time // b's last presence write before a's withdrawal; a vacancy reserved for b
 	for rows.Next() {
 		var w write
-		if err := rows.Scan(&w.id, &w.op, &w.key, &w.leader, &w.term, &w.successor, &w.handover); err != nil {
+		if err := rows.Scan(&w.id, &w.op, &w.key, &w.leader, &w.term, &w.successor, &w.handover, &w.at); err != nil {
 			t.Fatal(err)
+		}
+		if w.key == "e\x1fb" && w.op != "DELETE" && aLeft == 0 {
+			bPresent = w.at
+		}
+		if w.key == "e" && w.leader == "" && w.term == term && w.successor == "b" && reservedAt.IsZero() {
+			reservedAt = w.at
 		}
 		if w.key == "e\x1fb" && w.op == "INSERT" || len(all) > 0 {
 			all = append(all, fmt.Sprintf("#%d %s %q leader=%q term=%d successor=%q handover=%d", w.id, w.op, w.key, w.leader, w.term, w.successor, w.handover))
@@ -151,29 +159,44 @@ func TestRunSIGTERMHandsOver(t *testing.T) {
 	// The handover: b's term written at once, with a token; nothing else
 	// of the record between (no vacancy, no claim of b's).
 	late := bTerm == term+2 && claimed && len(got) == 3 && got[2] == fmt.Sprintf("b's claim of term %d", bTerm)
-	if withdrawn < 0 || handedOver != withdrawn+1 || (len(got) != 2 && !late) {
+	// A leader reserves the vacancy for a successor whose token is older
+	// than half the lease when it reads it (base: oneWriteAge), which b
+	// claims at once (term+1): the designed fallback for a successor
+	// stalled past its refresh, and only then. Its token was at most
+	// reserved - bPresent old at a's read (after a's withdrawal).
+	fallback := withdrawn == 0 && len(got) == 2 && !reservedAt.IsZero() && !bPresent.IsZero() && bTerm == term+1 &&
+		got[1] == fmt.Sprintf("leader=%q term=%d successor=%q handover=0", "", term, "b") &&
+		reservedAt.Sub(bPresent) > timing.LeaseDuration/2
+	if !fallback && (withdrawn < 0 || handedOver != withdrawn+1 || (len(got) != 2 && !late)) {
 		why := ""
 		if bToken == 0 || bToken > aLeft {
 			// a read the participants as it withdrew (one round trip); a
 			// leader skips a participant without a token (base: successor).
 			why = "; b had not yet written a presence record with a handover token when a withdrew and read the participants"
 		}
+		if !reservedAt.IsZero() && !bPresent.IsZero() {
+			why += fmt.Sprintf("; b's last presence write before a's withdrawal was %v before the vacancy reserved for it (a reserves it for a token older than %v)", reservedAt.Sub(bPresent), timing.LeaseDuration/2)
+		}
 		t.Fatalf("the store's writes after the SIGTERM, renewals aside: %q; want a's presence withdrawn, then one write naming b leader of term %d with a handover token%s\nthe history from b's join:\n%s", got, term+1, why, strings.Join(all, "\n"))
 	}
 	if late {
 		t.Logf("the handover reached b after the lease it granted (a starved machine): b claimed term %d at once", bTerm)
 	}
+	if fallback {
+		t.Logf("b's last presence write was %v before a reserved the vacancy, over half the lease (%v): b was stalled, a reserved the vacancy for it and b claimed term %d at once", reservedAt.Sub(bPresent), timing.LeaseDuration/2, bTerm)
+	}
 	t.Logf("SIGTERM of the leader: %v to the other run's CMD; writes %q", took, got)
 	_ = b
 }
 
-// handoverHistorySQL keeps every write of the election table {T}
-// but the refreshes of presence records, in the transaction that makes
-// it.
+// handoverHistorySQL keeps every write of the election table {T}, and
+// when it was made, in the transaction that makes it: a presence
+// record's refreshes as op REFRESH.
 const handoverHistorySQL = `
 CREATE TABLE "{T}_hist" (
   id bigserial PRIMARY KEY,
   op text NOT NULL,
+  at timestamptz NOT NULL DEFAULT clock_timestamp(),
   key text NOT NULL,
   leader text NOT NULL,
   term bigint NOT NULL,
@@ -188,6 +211,9 @@ BEGIN
   ELSIF TG_OP = 'INSERT' OR strpos(NEW.election, chr(31)) = 0 THEN
     INSERT INTO "{T}_hist" (op, key, leader, term, successor, handover)
     VALUES (TG_OP, NEW.election, NEW.leader, NEW.term, NEW.successor, NEW.handover);
+  ELSE
+    INSERT INTO "{T}_hist" (op, key, leader, term, successor, handover)
+    VALUES ('REFRESH', NEW.election, NEW.leader, NEW.term, NEW.successor, NEW.handover);
   END IF;
   -- A participant's first presence write with a handover token.
   IF TG_OP <> 'DELETE' AND strpos(NEW.election, chr(31)) > 0
